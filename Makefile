@@ -1,0 +1,42 @@
+# topiclake: `make run` (set up + serve on ./data) and `make test` (set up + whole suite).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JARS_STAMP := $(VENV)/.delta-jars
+
+.PHONY: setup run test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Delta's JVM jars: resolved once from Maven Central by Spark's own package resolution (Ivy cache).
+$(JARS_STAMP): $(STAMP)
+	$(PY) -m delta_log.spark.warmup
+	touch $(JARS_STAMP)
+
+setup: $(STAMP) $(JARS_STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not spark and not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+bench: $(STAMP)
+	$(PY) -m bench.log_bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,23 @@
+"""Settings models and default config files. Imports no project code."""
+
+from conf.settings import (
+    ApiKeySettings,
+    AuthSettings,
+    JobsSettings,
+    ServerSettings,
+    Settings,
+    SparkSettings,
+    WriterSettings,
+    load_settings,
+)
+
+__all__ = [
+    "ApiKeySettings",
+    "AuthSettings",
+    "JobsSettings",
+    "ServerSettings",
+    "Settings",
+    "SparkSettings",
+    "WriterSettings",
+    "load_settings",
+]

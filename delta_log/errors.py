@@ -1,0 +1,183 @@
+"""The one error hierarchy of topiclake.
+
+Every error has a stable UPPER_SNAKE `code` that clients branch on, a `retriable` flag and typed
+fields from which the message is built. Third-party exceptions (deltalake, pyarrow, py4j) are
+translated once, at the adapter that called them, with `raise ... from exc`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class TopiclakeError(Exception):
+    """Root of every error topiclake raises on purpose."""
+
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    retriable: ClassVar[bool] = False
+    hint: ClassVar[str] = ""
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.details: dict[str, Any] = {k: v for k, v in details.items() if v is not None}
+        base = message or self._default_message()
+        self.message = f"{base} {self.hint}".strip() if self.hint else base
+        super().__init__(self.message)
+
+    def _default_message(self) -> str:
+        return self.code.replace("_", " ").capitalize()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+# --- topics and partitions -------------------------------------------------------------------
+class InvalidTopicError(TopiclakeError):
+    code = "INVALID_TOPIC"
+    hint = "Topic names use 1-249 characters from [a-zA-Z0-9._-] and are not '.' or '..'."
+
+
+class TopicNotFoundError(TopiclakeError):
+    code = "UNKNOWN_TOPIC"
+    hint = "Create it first (POST /topics or `topiclake topics create`)."
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"Topic {topic!r} does not exist.", topic=topic)
+
+
+class TopicExistsError(TopiclakeError):
+    code = "TOPIC_ALREADY_EXISTS"
+    hint = "Pick another name, or delete the existing topic first."
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"Topic {topic!r} already exists.", topic=topic)
+
+
+class PartitionNotFoundError(TopiclakeError):
+    code = "UNKNOWN_PARTITION"
+
+    def __init__(self, topic: str, partition: int, partitions: int) -> None:
+        super().__init__(
+            f"Topic {topic!r} has partitions 0..{partitions - 1}; partition {partition} does not exist. "
+            "Use one of those, or add partitions.",
+            topic=topic,
+            partition=partition,
+            partitions=partitions,
+        )
+
+
+class InvalidConfigError(TopiclakeError):
+    code = "INVALID_CONFIG"
+
+
+class InvalidPartitionsError(TopiclakeError):
+    code = "INVALID_PARTITIONS"
+
+
+# --- records ---------------------------------------------------------------------------------
+class InvalidRecordError(TopiclakeError):
+    """A record in a batch cannot be stored; `index` names it."""
+
+    code = "INVALID_RECORD"
+
+
+class InvalidSchemaError(TopiclakeError):
+    code = "INVALID_SCHEMA"
+    hint = "Send columns key (binary), value (binary), and optionally partition, timestamp, headers."
+
+
+class RecordTooLargeError(TopiclakeError):
+    code = "RECORD_TOO_LARGE"
+    hint = "Split the value, or raise the topic's max.message.bytes."
+
+
+class RequestTooLargeError(TopiclakeError):
+    code = "REQUEST_TOO_LARGE"
+    hint = "Send smaller batches."
+
+
+# --- offsets ---------------------------------------------------------------------------------
+class OffsetOutOfRangeError(TopiclakeError):
+    code = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(
+        self, *, topic: str, partition: int, offset: int, log_start_offset: int, high_watermark: int
+    ) -> None:
+        super().__init__(
+            f"Offset {offset} is outside [{log_start_offset}, {high_watermark}] for {topic}-{partition}. "
+            "Seek to a valid offset (auto.offset.reset earliest or latest).",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            log_start_offset=log_start_offset,
+            high_watermark=high_watermark,
+        )
+
+
+class InvalidOffsetError(TopiclakeError):
+    code = "INVALID_OFFSET"
+
+
+# --- idempotent producers --------------------------------------------------------------------
+class DuplicateSequenceError(TopiclakeError):
+    """An older sequence than the producer's last; it was committed, but its offsets are gone."""
+
+    code = "DUPLICATE_SEQUENCE"
+    hint = "This request was already written; do not retry it."
+
+
+# --- storage and concurrency -----------------------------------------------------------------
+class CommitConflictError(TopiclakeError):
+    code = "COMMIT_CONFLICT"
+    retriable = True
+    hint = "Another writer kept winning; retry the request."
+
+
+class StorageUnavailableError(TopiclakeError):
+    code = "STORAGE_UNAVAILABLE"
+    retriable = True
+    hint = "Check the storage root is reachable and writable, then retry."
+
+
+class BackPressureError(TopiclakeError):
+    code = "BACK_PRESSURE"
+    retriable = True
+    hint = "The write queue is full; retry after the Retry-After delay."
+
+
+class WriterClosedError(TopiclakeError):
+    code = "WRITER_CLOSED"
+    retriable = True
+    hint = "The server is shutting down; retry against a running server."
+
+
+def all_error_classes() -> list[type[TopiclakeError]]:
+    """Every concrete error class (used to check each has an HTTP status)."""
+    seen: list[type[TopiclakeError]] = []
+    stack: list[type[TopiclakeError]] = [TopiclakeError]
+    while stack:
+        cls = stack.pop()
+        seen.append(cls)
+        stack.extend(cls.__subclasses__())
+    return seen
+
+
+# --- HTTP-facing request errors (raised by the gateway's decoders and auth) ----------------------
+class MalformedRequestError(TopiclakeError):
+    """The body cannot be parsed (bad JSON, NDJSON line or Arrow stream); `index` names the record."""
+
+    code = "MALFORMED_REQUEST"
+
+
+class UnsupportedMediaTypeError(TopiclakeError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    hint = "Use application/json, application/x-ndjson or application/vnd.apache.arrow.stream."
+
+
+class AuthenticationError(TopiclakeError):
+    code = "UNAUTHENTICATED"
+    hint = "Send 'Authorization: Bearer <api key>' with a configured key."
+
+
+class AuthorizationError(TopiclakeError):
+    code = "FORBIDDEN"
+    hint = "Ask an admin to grant this key the operation on the topic (auth.api_keys acls)."

@@ -1,0 +1,152 @@
+"""Group commit: requests for one topic queue up; one thread flushes them as single Delta commits.
+
+Concurrency contract
+- `submit()` is thread-safe and never blocks on I/O: it enqueues and returns a Future that is
+  resolved only after the commit holding the request succeeded (ack after durable), or failed.
+- One flusher thread per topic calls `TopicWriter.append_many`; a flush starts when `linger_s`
+  passed since its first request or `batch_bytes` are waiting. Requests that arrive while a commit
+  is in flight form the next flush, so batching grows with load even at linger 0.
+- A request is all-or-nothing: it is in exactly one commit, or its Future carries the error.
+- Above `max_queue_bytes` waiting, `submit()` raises BackPressureError (HTTP 429 + Retry-After).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from delta_log.errors import BackPressureError, WriterClosedError
+from delta_log.writer import AppendRequest, AppendResult, TopicWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlushStats:
+    topic: str
+    requests: int
+    records: int
+    bytes: int
+    seconds: float
+    ok: bool
+
+
+class GroupCommitter:
+    """Batches append requests for one topic into as few Delta commits as possible."""
+
+    def __init__(
+        self,
+        writer: TopicWriter,
+        *,
+        linger_s: float,
+        batch_bytes: int,
+        max_queue_bytes: int,
+        on_flush: Callable[[FlushStats], None] | None = None,
+    ) -> None:
+        self.writer = writer
+        self.linger_s = linger_s
+        self.batch_bytes = batch_bytes
+        self.max_queue_bytes = max_queue_bytes
+        self.on_flush = on_flush
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[AppendRequest, int, Future[AppendResult], float]] = deque()
+        self._queued_bytes = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"group-commit-{writer.topic}", daemon=True)
+        self._thread.start()
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def submit(self, request: AppendRequest) -> Future[AppendResult]:
+        """Queue one request. Raises: BackPressureError, WriterClosedError."""
+        size = request.batch.nbytes
+        fut: Future[AppendResult] = Future()
+        with self._cond:
+            if self._closed:
+                raise WriterClosedError(f"The writer of topic {self.writer.topic!r} is closed.")
+            if self._queue and self._queued_bytes + size > self.max_queue_bytes:
+                raise BackPressureError(
+                    f"Topic {self.writer.topic!r} has {self._queued_bytes} bytes waiting to be written.",
+                    topic=self.writer.topic,
+                    queued_bytes=self._queued_bytes,
+                )
+            self._queue.append((request, size, fut, time.monotonic()))
+            self._queued_bytes += size
+            self._cond.notify()
+        return fut
+
+    def _take(self) -> list[tuple[AppendRequest, int, Future[AppendResult], float]] | None:
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            deadline = self._queue[0][3] + self.linger_s
+            while not self._closed and self._queued_bytes < self.batch_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            taken, size = [], 0
+            while self._queue and (not taken or size + self._queue[0][1] <= self.batch_bytes):
+                item = self._queue.popleft()
+                taken.append(item)
+                size += item[1]
+            self._queued_bytes -= size
+            return taken
+
+    def _run(self) -> None:
+        while True:
+            taken = self._take()
+            if taken is None:
+                return
+            requests = [t[0] for t in taken]
+            start = time.perf_counter()
+            try:
+                results = self.writer.append_many(requests)
+            except BaseException as exc:  # resolve every future; the thread must survive
+                for _, _, fut, _ in taken:
+                    fut.set_exception(exc)
+                self._report(requests, start, ok=False)
+                continue
+            for (_, _, fut, _), result in zip(taken, results, strict=True):
+                if result.error is not None:
+                    fut.set_exception(result.error)
+                else:
+                    fut.set_result(result)
+            self._report(requests, start, ok=True)
+
+    def _report(self, requests: list[AppendRequest], start: float, *, ok: bool) -> None:
+        if self.on_flush is None:
+            return
+        try:
+            self.on_flush(
+                FlushStats(
+                    topic=self.writer.topic,
+                    requests=len(requests),
+                    records=sum(r.batch.num_rows for r in requests),
+                    bytes=sum(r.batch.nbytes for r in requests),
+                    seconds=time.perf_counter() - start,
+                    ok=ok,
+                )
+            )
+        except Exception:
+            log.exception("on_flush listener failed")
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush what is queued, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)

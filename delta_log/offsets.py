@@ -1,0 +1,195 @@
+"""Committed consumer offsets: the `_system/consumer_offsets` Delta table.
+
+Concurrency contract
+- The table is a compacted log: one row per commit per (group, topic, partition); the latest
+  `commit_timestamp` wins (ties broken by table version, then by row order). Appends never
+  conflict with each other (blind appends), so several servers may commit concurrently.
+- `commit()` writes many offsets in ONE Delta commit and returns only after it is durable.
+- Reads are served from memory; `load()` re-reads new versions (other servers, jobs).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from delta_log.errors import InvalidOffsetError, StorageUnavailableError
+from delta_log.storage import StorageRoot, translate_storage_errors
+from delta_log.topic_config import validate_topic_name
+
+OFFSETS_TABLE = "consumer_offsets"
+
+OFFSETS_SCHEMA = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("metadata", pa.string()),
+        pa.field("member_id", pa.string()),
+        pa.field("generation", pa.int32()),
+        pa.field("commit_timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetCommit:
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+    member_id: str = ""
+    generation: int = -1
+    commit_timestamp_us: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.group, self.topic, self.partition)
+
+
+def validate_commit(c: OffsetCommit) -> None:
+    """Raises: InvalidOffsetError, InvalidTopicError."""
+    if not c.group or len(c.group) > 255:
+        raise InvalidOffsetError("Group id must be 1-255 characters.", group=c.group)
+    validate_topic_name(c.topic)
+    if c.partition < 0:
+        raise InvalidOffsetError(f"Partition must be >= 0; got {c.partition}.", partition=c.partition)
+    if c.offset < 0:
+        raise InvalidOffsetError(f"Committed offset must be >= 0; got {c.offset}.", offset=c.offset)
+
+
+def latest_per_key(rows: Iterable[OffsetCommit]) -> dict[tuple[str, str, int], OffsetCommit]:
+    """Pure: the latest commit per (group, topic, partition) by commit timestamp, later rows win ties."""
+    out: dict[tuple[str, str, int], OffsetCommit] = {}
+    for row in rows:
+        prev = out.get(row.key)
+        if prev is None or row.commit_timestamp_us >= prev.commit_timestamp_us:
+            out[row.key] = row
+    return out
+
+
+class OffsetStore:
+    """Durable committed offsets, served from memory."""
+
+    def __init__(self, storage: StorageRoot) -> None:
+        self.storage = storage
+        self.uri = storage.system_uri(OFFSETS_TABLE)
+        self._lock = threading.Lock()
+        self._latest: dict[tuple[str, str, int], OffsetCommit] = {}
+        self._version = -1
+        self._dt = self._open_or_create()
+        self.load()
+
+    def _open_or_create(self) -> DeltaTable:
+        with translate_storage_errors():
+            try:
+                return DeltaTable(self.uri, storage_options=self.storage.options())
+            except TableNotFoundError:
+                try:
+                    return DeltaTable.create(
+                        self.uri,
+                        OFFSETS_SCHEMA,
+                        mode="ignore",
+                        name="consumer_offsets",
+                        configuration={"delta.checkpointInterval": "100"},
+                        storage_options=self.storage.options(),
+                    )
+                except DeltaError:  # created concurrently by another process
+                    return DeltaTable(self.uri, storage_options=self.storage.options())
+
+    def load(self) -> None:
+        """Read versions committed since the last load (by anyone) into memory."""
+        with self._lock, translate_storage_errors():
+            self._dt.update_incremental()
+            if self._dt.version() == self._version:
+                return
+            table = self._dt.to_pyarrow_table()
+            self._version = self._dt.version()
+        rows = [
+            OffsetCommit(
+                group=r["group"],
+                topic=r["topic"],
+                partition=r["partition"],
+                offset=r["offset"],
+                metadata=r["metadata"] or "",
+                member_id=r["member_id"] or "",
+                generation=r["generation"] if r["generation"] is not None else -1,
+                commit_timestamp_us=int(r["commit_timestamp"].timestamp() * 1_000_000)
+                if r["commit_timestamp"] is not None
+                else 0,
+            )
+            for r in table.to_pylist()
+        ]
+        latest = latest_per_key(rows)
+        with self._lock:
+            for key, row in latest.items():
+                prev = self._latest.get(key)
+                if prev is None or row.commit_timestamp_us >= prev.commit_timestamp_us:
+                    self._latest[key] = row
+
+    def commit(self, commits: Sequence[OffsetCommit]) -> int:
+        """Durably commit many offsets in one Delta commit; return the table version.
+
+        Raises: InvalidOffsetError, StorageUnavailableError.
+        """
+        if not commits:
+            return self._version
+        for c in commits:
+            validate_commit(c)
+        table = pa.table(
+            {
+                "group": [c.group for c in commits],
+                "topic": [c.topic for c in commits],
+                "partition": pa.array([c.partition for c in commits], pa.int32()),
+                "offset": pa.array([c.offset for c in commits], pa.int64()),
+                "metadata": [c.metadata for c in commits],
+                "member_id": [c.member_id for c in commits],
+                "generation": pa.array([c.generation for c in commits], pa.int32()),
+                "commit_timestamp": pa.array(
+                    [c.commit_timestamp_us for c in commits], pa.timestamp("us", tz="UTC")
+                ),
+            },
+            schema=OFFSETS_SCHEMA,
+        )
+        with self._lock:
+            try:
+                write_deltalake(
+                    self._dt,
+                    table,
+                    mode="append",
+                    commit_properties=CommitProperties(max_commit_retries=20),
+                    post_commithook_properties=_HOOKS,
+                )
+            except (DeltaError, OSError) as exc:
+                raise StorageUnavailableError(f"Could not commit offsets: {exc}") from exc
+            for c in commits:
+                prev = self._latest.get(c.key)
+                if prev is None or c.commit_timestamp_us >= prev.commit_timestamp_us:
+                    self._latest[c.key] = c
+            return self._dt.version()
+
+    def committed(self, group: str, topic: str | None = None) -> dict[tuple[str, int], OffsetCommit]:
+        """Latest committed offset per (topic, partition) of a group, from memory."""
+        with self._lock:
+            return {
+                (t, p): c
+                for (g, t, p), c in self._latest.items()
+                if g == group and (topic is None or t == topic)
+            }
+
+    def groups(self) -> list[str]:
+        with self._lock:
+            return sorted({g for g, _, _ in self._latest})
+
+    def all_committed(self) -> list[OffsetCommit]:
+        with self._lock:
+            return list(self._latest.values())

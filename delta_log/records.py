@@ -1,0 +1,231 @@
+"""Record batches: the topic schema, validation of incoming batches, offset planning.
+
+Pure functions of plain values and Arrow arrays: no I/O, no clock (the caller passes `now`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from delta_log.errors import (
+    InvalidRecordError,
+    InvalidSchemaError,
+    PartitionNotFoundError,
+    RecordTooLargeError,
+)
+
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+#: The topic table schema: exactly Spark's Kafka source schema (all nullable).
+TOPIC_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("timestampType", pa.int32()),
+        pa.field("headers", HEADERS_TYPE),
+    ]
+)
+
+#: A normalized batch, before the writer adds topic and offset.
+BATCH_SCHEMA = pa.schema(
+    [
+        TOPIC_SCHEMA.field("key"),
+        TOPIC_SCHEMA.field("value"),
+        TOPIC_SCHEMA.field("partition"),
+        TOPIC_SCHEMA.field("timestamp"),
+        TOPIC_SCHEMA.field("timestampType"),
+        TOPIC_SCHEMA.field("headers"),
+    ]
+)
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+
+def _column(table: pa.Table, name: str, target: pa.DataType) -> pa.ChunkedArray | None:
+    if name not in table.column_names:
+        return None
+    col = table.column(name)
+    if col.type == target:
+        return col
+    try:
+        return col.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InvalidSchemaError(
+            f"Column {name!r} has type {col.type}; expected {target}.", column=name
+        ) from exc
+
+
+def _first_index(mask: pa.ChunkedArray | pa.Array) -> int:
+    return int(np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))[0])
+
+
+def record_sizes(table: pa.Table) -> np.ndarray:
+    """Approximate Kafka record size per row: key + value + header bytes."""
+    sizes = np.zeros(table.num_rows, dtype=np.int64)
+    for name in ("key", "value"):
+        if name in table.column_names:
+            lengths = pc.binary_length(table.column(name)).fill_null(0)
+            sizes += lengths.to_numpy()
+    if "headers" in table.column_names and table.num_rows:
+        headers = table.column("headers").combine_chunks()
+        if headers.null_count < len(headers):
+            flat = headers.flatten()
+            if len(flat):
+                per = pc.add(
+                    pc.binary_length(flat.field("key")).fill_null(0),
+                    pc.binary_length(flat.field("value")).fill_null(0),
+                ).to_numpy()
+                offsets = headers.offsets.to_numpy()
+                cums = np.concatenate([[0], np.cumsum(per)])
+                sizes += cums[offsets[1:]] - cums[offsets[:-1]]
+    return sizes
+
+
+def normalize_batch(
+    table: pa.Table,
+    *,
+    partitions: int,
+    topic: str,
+    max_message_bytes: int,
+    now_us: int,
+    log_append_time: bool,
+) -> pa.Table:
+    """Validate an incoming batch and return it in BATCH_SCHEMA.
+
+    `table` needs `value` and `partition` columns; `key`, `timestamp` and `headers` are optional.
+    Records without a timestamp (or all records, when `log_append_time`) get `now_us` and
+    timestampType 1 (LogAppendTime); producer timestamps get 0 (CreateTime).
+
+    Raises:
+        InvalidSchemaError: a missing column, an unknown column, or a type that cannot be cast.
+        InvalidRecordError: a null partition (`index` names the first bad record).
+        PartitionNotFoundError: a partition outside 0..partitions-1.
+        RecordTooLargeError: a record over `max_message_bytes` (`index` names it).
+    """
+    unknown = set(table.column_names) - set(BATCH_SCHEMA.names)
+    if unknown:
+        raise InvalidSchemaError(f"Unknown columns: {', '.join(sorted(unknown))}.", columns=sorted(unknown))
+    n = table.num_rows
+    if n == 0:
+        raise InvalidRecordError("The batch holds no records; send at least one.")
+    value = _column(table, "value", pa.binary())
+    if value is None:
+        raise InvalidSchemaError("The batch has no 'value' column.", column="value")
+    partition = _column(table, "partition", pa.int32())
+    if partition is None:
+        raise InvalidSchemaError("The batch has no 'partition' column.", column="partition")
+    if partition.null_count:
+        idx = _first_index(pc.is_null(partition))
+        raise InvalidRecordError(f"Record {idx} has no partition.", index=idx)
+    bad = pc.or_(pc.less(partition, 0), pc.greater_equal(partition, partitions))
+    if pc.any(bad).as_py():
+        idx = _first_index(bad)
+        exc = PartitionNotFoundError(topic, int(partition[idx].as_py()), partitions)
+        exc.details["index"] = idx
+        raise exc
+    key = _column(table, "key", pa.binary())
+    if key is None:
+        key = pa.chunked_array([pa.nulls(n, pa.binary())])
+    headers = _column(table, "headers", HEADERS_TYPE)
+    if headers is None:
+        headers = pa.chunked_array([pa.nulls(n, HEADERS_TYPE)])
+    ts = _column(table, "timestamp", TIMESTAMP_TYPE)
+    now = pa.scalar(now_us, TIMESTAMP_TYPE)
+    if ts is None or log_append_time:
+        ts = pa.chunked_array([pa.array(np.full(n, now_us, dtype=np.int64), TIMESTAMP_TYPE)])
+        ts_type = pa.chunked_array([pa.array(np.full(n, LOG_APPEND_TIME, dtype=np.int32))])
+    else:
+        missing = pc.is_null(ts)
+        ts_type = pc.if_else(missing, pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32()))
+        ts = pc.if_else(missing, now, ts)
+    out = pa.table(
+        [key, value, partition, ts, ts_type, headers], schema=BATCH_SCHEMA
+    )
+    sizes = record_sizes(out)
+    over = np.flatnonzero(sizes > max_message_bytes)
+    if len(over):
+        idx = int(over[0])
+        raise RecordTooLargeError(
+            f"Record {idx} is {int(sizes[idx])} bytes; the topic's max.message.bytes is {max_message_bytes}.",
+            index=idx,
+            size=int(sizes[idx]),
+            max_message_bytes=max_message_bytes,
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRange:
+    """Offsets `base_offset .. base_offset + count - 1` written to one partition."""
+
+    partition: int
+    base_offset: int
+    count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1
+
+
+def count_by_partition(partitions: np.ndarray) -> dict[int, int]:
+    """Records per partition, in ascending partition order."""
+    values, counts = np.unique(partitions, return_counts=True)
+    return {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+
+
+def plan_offsets(
+    requests: Sequence[Mapping[int, int]], high_watermarks: Mapping[int, int]
+) -> tuple[list[list[PartitionRange]], dict[int, int]]:
+    """Assign offset ranges to requests in order.
+
+    `requests[i]` maps partition -> record count for request i. Each request gets, per partition,
+    the next contiguous range after the high watermark and the requests before it.
+    Returns the ranges per request and the new high watermark of every touched partition.
+    """
+    next_offset = dict(high_watermarks)
+    plans: list[list[PartitionRange]] = []
+    for counts in requests:
+        ranges = []
+        for partition in sorted(counts):
+            count = counts[partition]
+            if count <= 0:
+                continue
+            base = next_offset.get(partition, 0)
+            ranges.append(PartitionRange(partition=partition, base_offset=base, count=count))
+            next_offset[partition] = base + count
+        plans.append(ranges)
+    touched = {p for counts in requests for p, c in counts.items() if c > 0}
+    return plans, {p: next_offset[p] for p in sorted(touched)}
+
+
+def offsets_for_rows(partitions: np.ndarray, high_watermarks: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Row order and offsets for a concatenated batch.
+
+    Returns (order, offsets): `order` sorts rows by (partition, arrival) and `offsets[i]` is the
+    offset of row `order[i]`: high watermark of its partition + its rank within the partition.
+    """
+    order = np.argsort(partitions, kind="stable")
+    sorted_parts = partitions[order]
+    n = len(sorted_parts)
+    if n == 0:
+        return order, np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], sorted_parts[1:] != sorted_parts[:-1]]))
+    group_sizes = np.diff(np.concatenate([starts, [n]]))
+    group_start = np.repeat(starts, group_sizes)
+    base = np.repeat(
+        np.array([high_watermarks.get(int(sorted_parts[s]), 0) for s in starts], dtype=np.int64), group_sizes
+    )
+    offsets = base + (np.arange(n, dtype=np.int64) - group_start)
+    return order, offsets

@@ -1,0 +1,106 @@
+"""Segment files: writing one parquet file per partition and describing it as a Delta add action.
+
+I/O adapter (pyarrow.parquet + the root's filesystem). Files are immutable once written; they
+become visible only when a Delta commit adds them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake.transaction import AddAction
+
+from delta_log.storage import StorageRoot
+
+#: Columns with Delta file statistics (delta.dataSkippingStatsColumns); offset drives the index.
+STATS_COLUMNS = ("offset", "timestamp", "timestampType")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParquetOptions:
+    row_group_rows: int = 8192
+    compression: str = "snappy"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WrittenSegment:
+    relative_path: str
+    partition: int
+    records: int
+    action: AddAction
+
+
+def _iso_millis(us: int) -> str:
+    # Delta stats keep timestamps to the millisecond, UTC.
+    secs, rem = divmod(us // 1000, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem:03d}Z"
+
+
+def segment_stats(table: pa.Table) -> str:
+    """Delta `stats` JSON for a segment (TOPIC_SCHEMA rows of one partition)."""
+    offsets = table.column("offset")
+    ts = table.column("timestamp").cast(pa.int64())
+    tt = table.column("timestampType")
+    mm_o, mm_ts, mm_tt = pc.min_max(offsets), pc.min_max(ts), pc.min_max(tt)
+    min_values: dict[str, object] = {"offset": mm_o["min"].as_py()}
+    max_values: dict[str, object] = {"offset": mm_o["max"].as_py()}
+    if mm_ts["min"].is_valid:
+        min_values["timestamp"] = _iso_millis(mm_ts["min"].as_py())
+        max_values["timestamp"] = _iso_millis(mm_ts["max"].as_py())
+    if mm_tt["min"].is_valid:
+        min_values["timestampType"] = mm_tt["min"].as_py()
+        max_values["timestampType"] = mm_tt["max"].as_py()
+    return json.dumps({
+        "numRecords": table.num_rows,
+        "minValues": min_values,
+        "maxValues": max_values,
+        "nullCount": {"offset": offsets.null_count, "timestamp": ts.null_count, "timestampType": tt.null_count},
+    })
+
+
+def write_segments(
+    storage: StorageRoot, table_uri: str, records: pa.Table, options: ParquetOptions
+) -> list[WrittenSegment]:
+    """Write `records` (TOPIC_SCHEMA, sorted by partition then offset) as one file per partition."""
+    fs, _ = storage.filesystem()
+    base = table_uri if storage.is_local else pafs.FileSystem.from_uri(table_uri)[1]
+    parts = records.column("partition").to_numpy()
+    starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]])) if len(parts) else []
+    ends = list(starts[1:]) + [len(parts)]
+    out: list[WrittenSegment] = []
+    now_ms = int(time.time() * 1000)
+    for s, e in zip(starts, ends, strict=True):
+        partition = int(parts[s])
+        piece = records.slice(int(s), int(e - s))
+        data = piece.drop_columns(["partition"])  # a partition value lives in the path (Hive style)
+        rel = f"partition={partition}/part-{uuid.uuid4()}-c000.{options.compression}.parquet"
+        path = f"{base}/{rel}"
+        fs.create_dir(f"{base}/partition={partition}", recursive=True)
+        with fs.open_output_stream(path) as sink:
+            pq.write_table(
+                data, sink, compression=options.compression, row_group_size=options.row_group_rows,
+                write_statistics=list(STATS_COLUMNS),
+            )
+        size = fs.get_file_info(path).size
+        action = AddAction(rel, size, {"partition": str(partition)}, now_ms, True, segment_stats(piece))
+        out.append(WrittenSegment(relative_path=rel, partition=partition, records=piece.num_rows, action=action))
+    return out
+
+
+def remove_files(storage: StorageRoot, table_uri: str, relative_paths: list[str]) -> None:
+    """Best-effort delete of files no commit references."""
+    fs, _ = storage.filesystem()
+    base = table_uri if storage.is_local else pafs.FileSystem.from_uri(table_uri)[1]
+    for rel in relative_paths:
+        try:
+            fs.delete_file(f"{base}/{rel}")
+        except OSError:
+            pass

@@ -1,0 +1,54 @@
+"""SparkSession factory with Delta configured.
+
+Delta's JVM jars come from Maven Central through Spark's own package resolution
+(`spark.jars.packages`, set by delta-spark's `configure_spark_with_delta_pip`), cached in the Ivy
+folder (`spark.jars.ivy`, default ~/.ivy2.5.2). The pip package delta-spark and the jar share one
+version, pinned in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conf import Settings
+from conf.settings import SPARK_DEFAULTS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def spark_conf_from_file(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
+    """Parse a spark-defaults.conf style file ("key value" per line, # comments)."""
+    conf: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition(" ")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def get_spark(settings: Settings | None = None, *, app_name: str | None = None) -> SparkSession:
+    """Return the active SparkSession or build one with Delta (master from settings).
+
+    Raises: pyspark's errors if Java or the Delta jars are unavailable (see README, Setup).
+    """
+    from delta import configure_spark_with_delta_pip
+    from pyspark.sql import SparkSession
+
+    from conf import load_settings
+
+    settings = settings or load_settings()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master(settings.spark.master).appName(app_name or settings.spark.app_name)
+    for key, value in (spark_conf_from_file() | settings.spark.conf).items():
+        builder = builder.config(key, value)
+    if settings.spark.ivy_dir:
+        builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
+    return configure_spark_with_delta_pip(builder).getOrCreate()

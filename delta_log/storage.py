@@ -1,0 +1,103 @@
+"""Storage root adapter: table locations, opening Delta tables, translating delta-rs errors.
+
+Concurrency contract: nothing here caches state; each call opens or lists what it needs.
+`<root>` is a local folder (embedded mode) or an object-store URI.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from delta_log.errors import StorageUnavailableError, TopiclakeError
+
+TOPICS_DIR = "topics"
+SYSTEM_DIR = "_system"
+
+
+def _is_uri(root: str) -> bool:
+    return "://" in root and not root.startswith("file://")
+
+
+@dataclass(frozen=True, slots=True)
+class StorageRoot:
+    """Where a topiclake deployment keeps its tables."""
+
+    root: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _is_uri(self.root):
+            local = self.root.removeprefix("file://")
+            object.__setattr__(self, "root", os.path.abspath(local))
+
+    @property
+    def is_local(self) -> bool:
+        return not _is_uri(self.root)
+
+    def topic_uri(self, topic: str) -> str:
+        return f"{self.root}/{TOPICS_DIR}/{topic}"
+
+    def system_uri(self, name: str) -> str:
+        return f"{self.root}/{SYSTEM_DIR}/{name}"
+
+    def options(self) -> dict[str, str] | None:
+        return dict(self.storage_options) or None
+
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem and the root path inside it."""
+        if self.is_local:
+            return pafs.LocalFileSystem(), self.root
+        fs, path = pafs.FileSystem.from_uri(self.root)
+        return fs, path
+
+    def file_path(self, table_uri: str, relative: str) -> str:
+        """Path of a data file (an add action's `path`) inside `filesystem()`."""
+        rel = unquote(relative)
+        if "://" in rel:
+            return pafs.FileSystem.from_uri(rel)[1]
+        if self.is_local:
+            return f"{table_uri}/{rel}"
+        return f"{pafs.FileSystem.from_uri(table_uri)[1]}/{rel}"
+
+    def list_dirs(self, under: str) -> list[str]:
+        fs, base = self.filesystem()
+        selector = pafs.FileSelector(f"{base}/{under}", allow_not_found=True)
+        with translate_storage_errors():
+            infos = fs.get_file_info(selector)
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+    def delete_dir(self, uri: str) -> None:
+        fs, _ = self.filesystem()
+        path = uri if self.is_local else pafs.FileSystem.from_uri(uri)[1]
+        with translate_storage_errors():
+            fs.delete_dir(path)
+
+    def is_table(self, uri: str) -> bool:
+        with translate_storage_errors():
+            return DeltaTable.is_deltatable(uri, storage_options=self.options())
+
+    def open_table(self, uri: str) -> DeltaTable:
+        """Raises: TableNotFoundError (deltalake's) if absent; StorageUnavailableError on I/O."""
+        with translate_storage_errors(passthrough=(TableNotFoundError,)):
+            return DeltaTable(uri, storage_options=self.options())
+
+
+@contextmanager
+def translate_storage_errors(passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Turn I/O failures from delta-rs or pyarrow into StorageUnavailableError."""
+    try:
+        yield
+    except TopiclakeError:
+        raise
+    except passthrough:
+        raise
+    except (DeltaError, OSError) as exc:
+        raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc

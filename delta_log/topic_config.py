@@ -1,0 +1,151 @@
+"""Topic names and topic configuration: pure validation, no I/O.
+
+Names follow Kafka's rule: 1-249 characters from [a-zA-Z0-9._-], not "." or "..".
+Configuration uses Kafka's keys; values are kept as strings (as Kafka does) after validation and
+are stored as Delta table properties prefixed `topiclake.`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from delta_log.errors import InvalidConfigError, InvalidPartitionsError, InvalidTopicError
+
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+PROPERTY_PREFIX = "topiclake."
+PARTITIONS_PROPERTY = "topiclake.partitions"
+
+DEFAULT_CONFIG: dict[str, str] = {
+    "retention.ms": "604800000",  # 7 days; -1 = forever
+    "retention.bytes": "-1",  # per partition; -1 = unlimited
+    "cleanup.policy": "delete",
+    "max.message.bytes": "1048588",
+    "delete.retention.ms": "86400000",
+    "message.timestamp.type": "CreateTime",
+    "min.compaction.lag.ms": "0",
+    "replicas": "1",
+    "retention.protect.unconsumed": "false",
+}
+
+_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+
+
+def validate_topic_name(name: object) -> str:
+    """Return `name` if it is a legal topic name.
+
+    Raises:
+        InvalidTopicError: wrong type, empty, too long, illegal characters, "." or "..".
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("Topic name must be a non-empty string.", topic=str(name))
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is {len(name)} characters; the limit is {MAX_TOPIC_NAME_LENGTH}.", topic=name
+        )
+    if name in {".", ".."}:
+        raise InvalidTopicError(f"Topic name {name!r} is reserved.", topic=name)
+    if not _LEGAL.match(name):
+        raise InvalidTopicError(f"Topic name {name!r} has illegal characters.", topic=name)
+    return name
+
+
+def validate_partitions(partitions: object) -> int:
+    """Raises: InvalidPartitionsError unless 1 <= partitions <= MAX_PARTITIONS."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise InvalidPartitionsError("Partition count must be an integer.", partitions=str(partitions))
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"Partition count must be between 1 and {MAX_PARTITIONS}; got {partitions}.",
+            partitions=partitions,
+        )
+    return partitions
+
+
+def _int_value(key: str, value: str, minimum: int) -> None:
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidConfigError(f"{key} must be an integer; got {value!r}.", key=key) from None
+    if number < minimum:
+        raise InvalidConfigError(f"{key} must be >= {minimum}; got {number}.", key=key)
+
+
+def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
+    """Validate config updates; return them as strings.
+
+    Raises:
+        InvalidConfigError: unknown key or a value of the wrong type or range.
+    """
+    out: dict[str, str] = {}
+    for key, raw in updates.items():
+        if key not in DEFAULT_CONFIG:
+            raise InvalidConfigError(
+                f"Unknown topic config {key!r}. Known keys: {', '.join(sorted(DEFAULT_CONFIG))}.", key=key
+            )
+        value = str(raw).strip() if not isinstance(raw, bool) else str(raw).lower()
+        if key in {"retention.ms", "retention.bytes"}:
+            _int_value(key, value, -1)
+        elif key in {"max.message.bytes", "replicas"}:
+            _int_value(key, value, 1)
+        elif key in {"delete.retention.ms", "min.compaction.lag.ms"}:
+            _int_value(key, value, 0)
+        elif key == "cleanup.policy":
+            value = value.replace(" ", "")
+            if value not in _POLICIES:
+                raise InvalidConfigError(
+                    f"cleanup.policy must be delete, compact or compact,delete; got {value!r}.", key=key
+                )
+        elif key == "message.timestamp.type":
+            if value not in {"CreateTime", "LogAppendTime"}:
+                raise InvalidConfigError(
+                    f"message.timestamp.type must be CreateTime or LogAppendTime; got {value!r}.", key=key
+                )
+        elif key == "retention.protect.unconsumed" and value not in {"true", "false"}:
+            raise InvalidConfigError(f"{key} must be true or false; got {value!r}.", key=key)
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfig:
+    """A topic's partition count and Kafka-style configuration (all values present)."""
+
+    partitions: int
+    values: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_CONFIG))
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.values["max.message.bytes"])
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.values["retention.ms"])
+
+    @property
+    def retention_bytes(self) -> int:
+        return int(self.values["retention.bytes"])
+
+    @property
+    def cleanup_policy(self) -> str:
+        return self.values["cleanup.policy"]
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.values["message.timestamp.type"] == "LogAppendTime"
+
+    def to_properties(self) -> dict[str, str]:
+        props = {PROPERTY_PREFIX + k: v for k, v in self.values.items()}
+        props[PARTITIONS_PROPERTY] = str(self.partitions)
+        return props
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str | None]) -> TopicConfig:
+        values = dict(DEFAULT_CONFIG)
+        for key, value in props.items():
+            if key.startswith(PROPERTY_PREFIX) and key != PARTITIONS_PROPERTY and value is not None:
+                values[key[len(PROPERTY_PREFIX) :]] = value
+        return cls(partitions=int(props.get(PARTITIONS_PROPERTY) or 1), values=values)

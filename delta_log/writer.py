@@ -1,0 +1,361 @@
+"""Topic writer: many append requests -> one Delta commit -> per-request offset ranges.
+
+Concurrency contract
+- One TopicWriter per topic per process, driven by one thread at a time (not thread-safe).
+- Offsets: partition p's high watermark is the Delta app transaction `hw-<p>` (version = next
+  offset). Every commit that appends to p also writes `hw-<p>`. delta-rs refuses a commit whose
+  txn app id changed since this table object's read version (ConcurrentTransaction), so two
+  writers (threads, processes, gateways) never hand out the same offset: the loser refreshes,
+  re-assigns and retries, up to `max_commit_attempts`.
+- The commit goes through the same DeltaTable object the high watermarks were read from; writing
+  by URI would read a newer snapshot and silently duplicate offsets.
+- Conflicts with concurrent DELETE/OPTIMIZE commits (jobs) are retried the same way.
+- Idempotent producers: txn `p-<producer>-<p>` = last sequence, `o-<producer>-<p>` = its base
+  offset. A retried (producer, sequence) gets its original ranges and writes nothing.
+- Table hygiene: checkpoints stay on (post-commit hook); expired-log cleanup is NOT run per commit
+  but every `cleanup_every_commits`; the table object is re-opened every `reopen_every_commits`.
+- A commit is atomic (Delta log put-if-absent): a request is in it entirely or not at all. Data
+  files written by a commit that then failed are orphans that vacuum removes later.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from conf import WriterSettings
+from delta_log.errors import (
+    CommitConflictError,
+    DuplicateSequenceError,
+    InvalidRecordError,
+    StorageUnavailableError,
+    TopiclakeError,
+    TopicNotFoundError,
+)
+from delta_log.records import (
+    BATCH_SCHEMA,
+    TOPIC_SCHEMA,
+    PartitionRange,
+    count_by_partition,
+    offsets_for_rows,
+    plan_offsets,
+)
+from delta_log.segment_files import ParquetOptions, remove_files, write_segments
+from delta_log.storage import StorageRoot
+
+log = logging.getLogger(__name__)
+
+_PRODUCER_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_NO_HOOK_CLEANUP = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+
+def hw_app_id(partition: int) -> str:
+    return f"hw-{partition}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerSequence:
+    """An idempotent producer's id and the sequence number of one request."""
+
+    producer_id: str
+    sequence: int
+
+    def __post_init__(self) -> None:
+        if not _PRODUCER_ID.match(self.producer_id):
+            raise InvalidRecordError(
+                "Producer id must be 1-128 characters from [A-Za-z0-9._:-].", producer_id=self.producer_id
+            )
+        if self.sequence < 0:
+            raise InvalidRecordError("Producer sequence must be >= 0.", sequence=self.sequence)
+
+    def seq_app_id(self, partition: int) -> str:
+        return f"p-{self.producer_id}-{partition}"
+
+    def offset_app_id(self, partition: int) -> str:
+        return f"o-{self.producer_id}-{partition}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendRequest:
+    """One all-or-nothing request: a normalized batch (BATCH_SCHEMA) and its producer, if idempotent."""
+
+    batch: pa.Table
+    producer: ProducerSequence | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendResult:
+    """Offsets assigned to one request, or the error that refused it alone."""
+
+    ranges: tuple[PartitionRange, ...] = ()
+    duplicate: bool = False
+    error: TopiclakeError | None = None
+    table_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitInfo:
+    """What one successful commit appended (for tail caches and waiting fetches)."""
+
+    topic: str
+    table_version: int
+    records: pa.Table  # TOPIC_SCHEMA, sorted by (partition, offset)
+    high_watermarks: dict[int, int]
+
+
+class TopicWriter:
+    """Appends record batches to one topic table."""
+
+    def __init__(
+        self,
+        storage: StorageRoot,
+        topic: str,
+        settings: WriterSettings,
+        *,
+        on_commit: Callable[[CommitInfo], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.settings = settings
+        self.on_commit = on_commit
+        self.uri = storage.topic_uri(topic)
+        self._parquet_options = ParquetOptions(
+            row_group_rows=settings.max_row_group_rows, compression=settings.compression.lower()
+        )
+        self._commits_since_open = 0
+        self._commits_since_cleanup = 0
+        self.commits = 0
+        self.conflicts = 0
+        self._dt = self._open()
+
+    def _open(self) -> DeltaTable:
+        try:
+            return self.storage.open_table(self.uri)
+        except TableNotFoundError as exc:
+            raise TopicNotFoundError(self.topic) from exc
+
+    @property
+    def table(self) -> DeltaTable:
+        return self._dt
+
+    def refresh(self) -> None:
+        """Bring the table object to the latest version."""
+        try:
+            self._dt.update_incremental()
+        except TableNotFoundError as exc:
+            raise TopicNotFoundError(self.topic) from exc
+        except (DeltaError, OSError) as exc:
+            raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
+
+    def high_watermark(self, partition: int) -> int:
+        """Next offset to assign in `partition`, as of this writer's table version."""
+        version = self._dt.transaction_version(hw_app_id(partition))
+        return int(version) if version is not None else 0
+
+    def append(self, batch: pa.Table, producer: ProducerSequence | None = None) -> AppendResult:
+        """Append one request; raise its error instead of returning it."""
+        result = self.append_many([AppendRequest(batch=batch, producer=producer)])[0]
+        if result.error is not None:
+            raise result.error
+        return result
+
+    def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """Append every request in ONE Delta commit, one data file per touched partition.
+
+        Requests refused on their own (a duplicate sequence) carry `error`; the others commit.
+
+        Raises:
+            CommitConflictError: other writers won `max_commit_attempts` times in a row.
+            StorageUnavailableError: the storage root cannot be read or written.
+            TopicNotFoundError: the topic table is gone.
+        """
+        for req in requests:
+            if req.batch.schema != BATCH_SCHEMA:
+                raise TypeError("AppendRequest.batch must be normalized (records.normalize_batch)")
+        attempts = self.settings.max_commit_attempts
+        for attempt in range(attempts):
+            try:
+                return self._attempt(requests)
+            except CommitFailedError as exc:
+                self.conflicts += 1
+                log.debug("commit conflict on %s (attempt %d): %s", self.topic, attempt + 1, exc)
+                self.refresh()
+                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.05)))
+            except TableNotFoundError as exc:
+                raise TopicNotFoundError(self.topic) from exc
+            except (DeltaError, OSError) as exc:
+                # The commit outcome may be unknown; re-read so the next attempt starts fresh.
+                self._dt = self._reopen_quietly()
+                raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
+        raise CommitConflictError(
+            f"Gave up after {attempts} conflicting commits on topic {self.topic!r}.", topic=self.topic
+        )
+
+    def _reopen_quietly(self) -> DeltaTable:
+        try:
+            return self._open()
+        except TopiclakeError:
+            return self._dt
+
+    def _check_producer(self, producer: ProducerSequence, partitions: Sequence[int]) -> AppendResult | None:
+        """The original result if (producer, sequence) was already committed, else None."""
+        ranges = []
+        for partition in partitions:
+            last = self._dt.transaction_version(producer.seq_app_id(partition))
+            if last is None or last < producer.sequence:
+                continue
+            if last > producer.sequence:
+                return AppendResult(
+                    error=DuplicateSequenceError(
+                        f"Sequence {producer.sequence} of producer {producer.producer_id!r} is older than "
+                        f"its last committed sequence {last} on partition {partition}.",
+                        producer_id=producer.producer_id,
+                        sequence=producer.sequence,
+                        last_sequence=int(last),
+                    )
+                )
+            base = self._dt.transaction_version(producer.offset_app_id(partition))
+            ranges.append((partition, int(base) if base is not None else -1))
+        if not ranges:
+            return None
+        return AppendResult(
+            ranges=tuple(PartitionRange(partition=p, base_offset=b, count=0) for p, b in ranges),
+            duplicate=True,
+        )
+
+    def _attempt(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        results: list[AppendResult | None] = [None] * len(requests)
+        counts: list[dict[int, int]] = []
+        pending: list[int] = []
+        first_of: dict[tuple[str, int], int] = {}
+        for i, req in enumerate(requests):
+            part_counts = count_by_partition(req.batch.column("partition").to_numpy())
+            counts.append(part_counts)
+            if req.producer is None:
+                pending.append(i)
+                continue
+            key = (req.producer.producer_id, req.producer.sequence)
+            if key in first_of:  # the same request twice in one flush: a client retry
+                continue
+            done = self._check_producer(req.producer, list(part_counts))
+            if done is not None:
+                results[i] = _with_counts(done, part_counts)
+                continue
+            first_of[key] = i
+            pending.append(i)
+
+        if pending:
+            touched = sorted({p for i in pending for p in counts[i]})
+            hws = {p: self.high_watermark(p) for p in touched}
+            plans, new_hws = plan_offsets([counts[i] for i in pending], hws)
+            batch = pa.concat_tables([requests[i].batch for i in pending])
+            order, offsets = offsets_for_rows(batch.column("partition").to_numpy(), hws)
+            records = _to_topic_table(batch.take(pa.array(order)), offsets, self.topic)
+            txns = [Transaction(hw_app_id(p), hw) for p, hw in new_hws.items()]
+            for i, plan in zip(pending, plans, strict=True):
+                producer = requests[i].producer
+                if producer is not None:
+                    for r in plan:
+                        txns.append(Transaction(producer.seq_app_id(r.partition), producer.sequence))
+                        txns.append(Transaction(producer.offset_app_id(r.partition), r.base_offset))
+            self._commit(records, txns)
+            version = self._dt.version()
+            for i, plan in zip(pending, plans, strict=True):
+                results[i] = AppendResult(ranges=tuple(plan), table_version=version)
+            self._after_commit(CommitInfo(
+                topic=self.topic, table_version=version, records=records, high_watermarks=new_hws
+            ))
+        # In-flush duplicates share the first request's result.
+        for i, req in enumerate(requests):
+            if results[i] is None and req.producer is not None:
+                first = results[first_of[(req.producer.producer_id, req.producer.sequence)]]
+                assert first is not None
+                results[i] = AppendResult(ranges=first.ranges, duplicate=True, table_version=first.table_version)
+        return [r for r in results if r is not None]
+
+    def _commit(self, records: pa.Table, txns: list[Transaction]) -> None:
+        """Write one parquet file per partition, then commit their add actions and `txns` at once.
+
+        We write the files with pyarrow and commit through `create_write_transaction`: measured
+        against `write_deltalake`, commit latency stays flat as the table grows (see bench/log_bench).
+        On failure the files just written are deleted (best effort; vacuum catches the rest).
+        """
+        files = write_segments(self.storage, self.uri, records, self._parquet_options)
+        try:
+            self._dt.create_write_transaction(
+                [f.action for f in files],
+                "append",
+                TOPIC_SCHEMA,
+                partition_by=["partition"],
+                commit_properties=CommitProperties(app_transactions=txns),
+                post_commithook_properties=_NO_HOOK_CLEANUP,
+            )
+        except BaseException:
+            remove_files(self.storage, self.uri, [f.relative_path for f in files])
+            raise
+        # create_write_transaction does not advance the table object; the next read of the high
+        # watermarks must see this commit, or it would conflict with itself.
+        self._dt.update_incremental()
+
+    def _after_commit(self, info: CommitInfo) -> None:
+        self.commits += 1
+        self._commits_since_open += 1
+        self._commits_since_cleanup += 1
+        if self.on_commit is not None:
+            try:
+                self.on_commit(info)
+            except Exception:  # a listener must never fail an acked commit
+                log.exception("on_commit listener failed for %s", self.topic)
+        if self._commits_since_cleanup >= self.settings.cleanup_every_commits:
+            self._commits_since_cleanup = 0
+            self.cleanup_log()
+        if self._commits_since_open >= self.settings.reopen_every_commits:
+            self._commits_since_open = 0
+            self._dt = self._reopen_quietly()
+
+    def cleanup_log(self) -> int:
+        """Delete expired `_delta_log` entries (older than delta.logRetentionDuration, before a checkpoint)."""
+        try:
+            return len(self._dt.cleanup_metadata() or [])
+        except (DeltaError, OSError, TypeError) as exc:
+            log.warning("log cleanup failed on %s: %s", self.topic, exc)
+            return 0
+
+
+def _with_counts(result: AppendResult, counts: dict[int, int]) -> AppendResult:
+    if result.error is not None or not result.duplicate:
+        return result
+    return AppendResult(
+        ranges=tuple(
+            PartitionRange(partition=r.partition, base_offset=r.base_offset, count=counts.get(r.partition, 0))
+            for r in result.ranges
+        ),
+        duplicate=True,
+        table_version=result.table_version,
+    )
+
+
+def _to_topic_table(batch: pa.Table, offsets: np.ndarray, topic: str) -> pa.Table:
+    n = batch.num_rows
+    return pa.table(
+        [
+            batch.column("key"),
+            batch.column("value"),
+            pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int32), pa.array([topic])).cast(pa.string()),
+            batch.column("partition"),
+            pa.array(offsets, pa.int64()),
+            batch.column("timestamp"),
+            batch.column("timestampType"),
+            batch.column("headers"),
+        ],
+        schema=TOPIC_SCHEMA,
+    )

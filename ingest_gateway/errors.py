@@ -1,0 +1,85 @@
+"""One table from error class to HTTP status, and the app's exception handlers."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from delta_log import errors as e
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[type[e.TopiclakeError], int] = {
+    e.TopiclakeError: 500,
+    e.InvalidTopicError: 400,
+    e.TopicNotFoundError: 404,
+    e.TopicExistsError: 409,
+    e.PartitionNotFoundError: 404,
+    e.InvalidConfigError: 400,
+    e.InvalidPartitionsError: 400,
+    e.InvalidRecordError: 422,
+    e.InvalidSchemaError: 422,
+    e.RecordTooLargeError: 413,
+    e.RequestTooLargeError: 413,
+    e.OffsetOutOfRangeError: 416,
+    e.InvalidOffsetError: 400,
+    e.DuplicateSequenceError: 409,
+    e.CommitConflictError: 503,
+    e.StorageUnavailableError: 503,
+    e.BackPressureError: 429,
+    e.WriterClosedError: 503,
+    e.MalformedRequestError: 400,
+    e.UnsupportedMediaTypeError: 415,
+    e.AuthenticationError: 401,
+    e.AuthorizationError: 403,
+}
+
+
+def status_for(exc: e.TopiclakeError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return 500
+
+
+def error_response(exc: e.TopiclakeError, *, retry_after: int = 1) -> JSONResponse:
+    status = status_for(exc)
+    headers = {}
+    if status in (429, 503):
+        headers["Retry-After"] = str(retry_after)
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI, *, retry_after: int, on_error=None) -> None:  # type: ignore[no-untyped-def]
+    @app.exception_handler(e.TopiclakeError)
+    async def _topiclake(request: Request, exc: e.TopiclakeError) -> JSONResponse:
+        if on_error:
+            on_error(exc.code)
+        if status_for(exc) >= 500:
+            log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
+        return error_response(exc, retry_after=retry_after)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if on_error:
+            on_error("INVALID_REQUEST")
+        problems = [
+            {"loc": list(err.get("loc", ())), "message": err.get("msg", "")} for err in exc.errors()
+        ]
+        first = problems[0] if problems else {"loc": [], "message": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"])
+        return JSONResponse(
+            {
+                "error": {
+                    "code": "INVALID_REQUEST",
+                    "message": f"{where}: {first['message']}. Fix the request and send it again.",
+                    "details": {"problems": problems},
+                }
+            },
+            status_code=422,
+        )

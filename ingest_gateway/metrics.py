@@ -1,0 +1,85 @@
+"""Prometheus text-format metrics, kept in process (no client library needed)."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+from delta_log.group_commit import FlushStats
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+def _labels(**kv: str) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in kv.items())
+    return "{" + inner + "}" if inner else ""
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.records_in: dict[str, int] = defaultdict(int)
+        self.bytes_in: dict[str, int] = defaultdict(int)
+        self.requests: dict[tuple[str, str], int] = defaultdict(int)
+        self.errors: dict[str, int] = defaultdict(int)
+        self.commits: dict[str, int] = defaultdict(int)
+        self._buckets = [0] * len(LATENCY_BUCKETS)
+        self._latency_sum = 0.0
+        self._latency_count = 0
+
+    def on_flush(self, stats: FlushStats) -> None:
+        with self._lock:
+            if stats.ok:
+                self.records_in[stats.topic] += stats.records
+                self.bytes_in[stats.topic] += stats.bytes
+                self.commits[stats.topic] += 1
+            for i, bound in enumerate(LATENCY_BUCKETS):
+                if stats.seconds <= bound:
+                    self._buckets[i] += 1
+            self._latency_sum += stats.seconds
+            self._latency_count += 1
+
+    def on_error(self, code: str) -> None:
+        with self._lock:
+            self.errors[code] += 1
+
+    def on_request(self, method: str, status: int) -> None:
+        with self._lock:
+            self.requests[(method, str(status))] += 1
+
+    def render(self, queue_depth: dict[str, int], queued_bytes: dict[str, int]) -> str:
+        lines: list[str] = []
+
+        def family(name: str, kind: str, help_text: str) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+
+        with self._lock:
+            family("topiclake_records_in_total", "counter", "Records committed, per topic.")
+            for t, v in sorted(self.records_in.items()):
+                lines.append(f"topiclake_records_in_total{_labels(topic=t)} {v}")
+            family("topiclake_bytes_in_total", "counter", "Record bytes committed, per topic.")
+            for t, v in sorted(self.bytes_in.items()):
+                lines.append(f"topiclake_bytes_in_total{_labels(topic=t)} {v}")
+            family("topiclake_commits_total", "counter", "Delta commits (group-commit flushes), per topic.")
+            for t, v in sorted(self.commits.items()):
+                lines.append(f"topiclake_commits_total{_labels(topic=t)} {v}")
+            family("topiclake_commit_latency_seconds", "histogram", "Time per group-commit flush.")
+            for bound, count in zip(LATENCY_BUCKETS, self._buckets, strict=True):
+                lines.append(f'topiclake_commit_latency_seconds_bucket{{le="{bound}"}} {count}')
+            lines.append(f'topiclake_commit_latency_seconds_bucket{{le="+Inf"}} {self._latency_count}')
+            lines.append(f"topiclake_commit_latency_seconds_sum {self._latency_sum}")
+            lines.append(f"topiclake_commit_latency_seconds_count {self._latency_count}")
+            family("topiclake_errors_total", "counter", "Errors returned to clients, by code.")
+            for code, v in sorted(self.errors.items()):
+                lines.append(f"topiclake_errors_total{_labels(code=code)} {v}")
+            family("topiclake_http_requests_total", "counter", "HTTP requests by method and status.")
+            for (m, s), v in sorted(self.requests.items()):
+                lines.append(f"topiclake_http_requests_total{_labels(method=m, status=s)} {v}")
+        family("topiclake_queue_depth", "gauge", "Produce requests waiting for a commit, per topic.")
+        for t, v in sorted(queue_depth.items()):
+            lines.append(f"topiclake_queue_depth{_labels(topic=t)} {v}")
+        family("topiclake_queue_bytes", "gauge", "Bytes waiting for a commit, per topic.")
+        for t, v in sorted(queued_bytes.items()):
+            lines.append(f"topiclake_queue_bytes{_labels(topic=t)} {v}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,90 @@
+"""Kafka's default partitioner: murmur2 of the key bytes, so a key lands where Kafka puts it.
+
+Pure functions (numpy-vectorized for batches). Null keys use Kafka's sticky strategy (the
+registry keeps the sticky partition per topic); idempotent requests derive it from the producer id
+and sequence so a retry lands on the same partitions.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pyarrow as pa
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's `Utils.murmur2`, as a signed 32-bit int."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    n4 = length // 4
+    for i in range(n4):
+        i4 = i * 4
+        k = data[i4] | (data[i4 + 1] << 8) | (data[i4 + 2] << 16) | (data[i4 + 3] << 24)
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = (h * _M) & _MASK
+        h ^= k
+    rem = length % 4
+    tail = length & ~3
+    if rem == 3:
+        h ^= data[tail + 2] << 16
+    if rem >= 2:
+        h ^= data[tail + 1] << 8
+    if rem >= 1:
+        h ^= data[tail]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """Kafka: toPositive(murmur2(key)) % numPartitions."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def assign_partitions(
+    keys: pa.Array | pa.ChunkedArray,
+    explicit: pa.Array | pa.ChunkedArray | None,
+    partitions: int,
+    null_key_partition: int,
+) -> np.ndarray:
+    """Partition per record: explicit if given, else by key hash, else `null_key_partition`."""
+    n = len(keys)
+    out = np.full(n, null_key_partition, dtype=np.int32)
+    key_list = keys.to_pylist()
+    cache: dict[bytes, int] = {}
+    for i, k in enumerate(key_list):
+        if k is not None:
+            p = cache.get(k)
+            if p is None:
+                p = cache[k] = partition_for_key(k, partitions)
+            out[i] = p
+    if explicit is not None:
+        exp = explicit.to_numpy(zero_copy_only=False) if explicit.null_count == 0 else None
+        if exp is not None:
+            return np.asarray(exp, dtype=np.int64).astype(np.int32) if _in_int32(exp) else _overflow(exp)
+        for i, v in enumerate(explicit.to_pylist()):
+            if v is not None:
+                out[i] = v if -(2**31) <= v < 2**31 else -1
+    return out
+
+
+def _in_int32(arr: np.ndarray) -> bool:
+    return bool(len(arr) == 0 or (arr.min() >= -(2**31) and arr.max() < 2**31))
+
+
+def _overflow(arr: np.ndarray) -> np.ndarray:
+    return np.where((arr >= -(2**31)) & (arr < 2**31), arr, -1).astype(np.int32)
+
+
+def idempotent_null_key_partition(producer_id: str, sequence: int, partitions: int) -> int:
+    """Deterministic 'sticky' partition for an idempotent request, stable across retries."""
+    return zlib.crc32(f"{producer_id}:{sequence}".encode()) % partitions

@@ -1,0 +1,80 @@
+"""Produce: decoded table -> partitioned, validated AppendRequest -> per-record offsets.
+
+Pure except for reading the topic's config and sticky partition from the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from delta_log.errors import InvalidRecordError
+from delta_log.records import normalize_batch, offsets_for_rows
+from delta_log.registry import TopicRegistry
+from delta_log.writer import AppendRequest, AppendResult, ProducerSequence
+from ingest_gateway.partitioner import assign_partitions, idempotent_null_key_partition
+
+
+def producer_from_headers(
+    producer_id: str | None, producer_sequence: str | None, idempotency_key: str | None
+) -> ProducerSequence | None:
+    """Raises: InvalidRecordError for a half-given or malformed pair."""
+    if idempotency_key is not None:
+        if producer_id is not None or producer_sequence is not None:
+            raise InvalidRecordError("Send either Idempotency-Key or Producer-Id + Producer-Sequence, not both.")
+        if not 1 <= len(idempotency_key) <= 256:
+            raise InvalidRecordError("Idempotency-Key must be 1-256 characters.")
+        digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
+        return ProducerSequence(producer_id=f"ik.{digest}", sequence=0)
+    if producer_id is None and producer_sequence is None:
+        return None
+    if producer_id is None or producer_sequence is None:
+        raise InvalidRecordError("Producer-Id and Producer-Sequence must be sent together.")
+    try:
+        seq = int(producer_sequence)
+    except ValueError:
+        raise InvalidRecordError("Producer-Sequence must be an integer >= 0.") from None
+    return ProducerSequence(producer_id=producer_id, sequence=seq)
+
+
+def prepare(
+    registry: TopicRegistry, topic: str, table: pa.Table, producer: ProducerSequence | None
+) -> AppendRequest:
+    """Assign partitions (explicit, key hash or sticky) and validate against the topic's config.
+
+    Raises: TopicNotFoundError, PartitionNotFoundError, RecordTooLargeError, InvalidSchemaError.
+    """
+    reader = registry.reader(topic)
+    config = reader.config
+    n = config.partitions
+    if producer is not None:
+        sticky = idempotent_null_key_partition(producer.producer_id, producer.sequence, n)
+    else:
+        sticky = registry.sticky_partition(topic, n, advance=True)
+    explicit = table.column("partition") if "partition" in table.column_names else None
+    if explicit is not None and explicit.null_count == len(explicit):
+        explicit = None
+    parts = assign_partitions(table.column("key"), explicit, n, sticky)
+    keyed = table.set_column(table.schema.get_field_index("partition"), "partition", pa.array(parts, pa.int32()))
+    batch = normalize_batch(
+        keyed,
+        partitions=n,
+        topic=topic,
+        max_message_bytes=config.max_message_bytes,
+        now_us=int(time.time() * 1_000_000),
+        log_append_time=config.log_append_time,
+    )
+    return AppendRequest(batch=batch, producer=producer)
+
+
+def record_offsets(request: AppendRequest, result: AppendResult) -> list[tuple[int, int]]:
+    """(partition, offset) of every record, in request order."""
+    parts = request.batch.column("partition").to_numpy()
+    bases = {r.partition: r.base_offset for r in result.ranges}
+    order, offsets = offsets_for_rows(parts, bases)
+    out = np.empty(len(parts), dtype=np.int64)
+    out[order] = offsets
+    return list(zip(parts.tolist(), out.tolist(), strict=True))

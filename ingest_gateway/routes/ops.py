@@ -1,0 +1,42 @@
+"""Health, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from ingest_gateway.dependencies import MetricsDep, RegistryDep
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(registry: RegistryDep) -> JSONResponse:
+    """Readiness: the storage root can be listed."""
+    try:
+        topics = await run_in_threadpool(registry.catalog.list_topics)
+    except Exception as exc:
+        return JSONResponse(
+            {"status": "unavailable", "error": {"code": "STORAGE_UNAVAILABLE", "message": str(exc)}},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+    return JSONResponse({"status": "ready", "topics": len(topics), "root": registry.storage.root})
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(registry: RegistryDep, m: MetricsDep) -> PlainTextResponse:
+    """Prometheus text format."""
+    committers = registry.committers()
+    text = m.render(
+        {t: c.queue_depth for t, c in committers.items()},
+        {t: c.queued_bytes for t, c in committers.items()},
+    )
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

@@ -1,0 +1,91 @@
+"""Topic administration routes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.concurrency import run_in_threadpool
+
+from delta_log.catalog import TopicDescription
+from delta_log.reader import TopicReader
+from ingest_gateway.auth import authorize
+from ingest_gateway.dependencies import PrincipalDep, RegistryDep
+from ingest_gateway.schemas import AddPartitions, AlterConfig, CreateTopic, PartitionInfo, TopicInfo, TopicList
+
+router = APIRouter(prefix="/topics", tags=["topics"])
+
+
+def _info(d: TopicDescription, reader: TopicReader | None = None) -> TopicInfo:
+    parts = None
+    if reader is not None:
+        parts = [
+            PartitionInfo(
+                partition=p.partition,
+                log_start_offset=p.log_start_offset,
+                high_watermark=p.high_watermark,
+                segments=p.segments,
+                size_bytes=p.size_bytes,
+            )
+            for p in reader.partition_offsets()
+        ]
+    return TopicInfo(
+        name=d.name,
+        partitions=d.partitions,
+        config=dict(d.config.values),
+        table_version=d.table_version,
+        partition_offsets=parts,
+    )
+
+
+@router.post("", status_code=201, response_model=TopicInfo, response_model_exclude_none=True)
+def create_topic(body: CreateTopic, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
+    """Create a topic (a Delta table partitioned by `partition`)."""
+    authorize(principal, "admin", body.name)
+    d = registry.catalog.create_topic(body.name, partitions=body.partitions, config=body.config)
+    return _info(d)
+
+
+@router.get("", response_model=TopicList)
+def list_topics(registry: RegistryDep, principal: PrincipalDep) -> TopicList:
+    """List topics this key may see."""
+    names = registry.catalog.list_topics()
+    return TopicList(
+        topics=[n for n in names if any(principal.allows(op, n) for op in ("produce", "consume", "admin"))]
+    )
+
+
+@router.get("/{topic}", response_model=TopicInfo)
+def describe_topic(topic: str, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
+    """Describe a topic: config and, per partition, log start offset and high watermark."""
+    if not any(principal.allows(op, topic) for op in ("produce", "consume", "admin")):
+        authorize(principal, "consume", topic)
+    reader = registry.reader(topic)
+    reader.refresh()
+    return _info(registry.catalog.describe_topic(topic, reader.table), reader)
+
+
+@router.patch("/{topic}/config", response_model=TopicInfo, response_model_exclude_none=True)
+def alter_config(topic: str, body: AlterConfig, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
+    """Set topic config keys (null resets a key to its default)."""
+    authorize(principal, "admin", topic)
+    d = registry.catalog.alter_config(topic, body.config)
+    registry.reader(topic).refresh()
+    return _info(d)
+
+
+@router.post("/{topic}/partitions", response_model=TopicInfo, response_model_exclude_none=True)
+def add_partitions(topic: str, body: AddPartitions, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
+    """Raise the partition count (never lower)."""
+    authorize(principal, "admin", topic)
+    d = registry.catalog.add_partitions(topic, body.count)
+    registry.reader(topic).refresh()
+    return _info(d)
+
+
+@router.delete("/{topic}", status_code=204)
+async def delete_topic(topic: str, registry: RegistryDep, principal: PrincipalDep) -> Response:
+    """Delete a topic and its data."""
+    authorize(principal, "admin", topic)
+    await run_in_threadpool(registry.catalog.describe_topic, topic)  # 404 before touching writers
+    await run_in_threadpool(registry.drop, topic)
+    await run_in_threadpool(registry.catalog.delete_topic, topic)
+    return Response(status_code=204)

@@ -1,0 +1,100 @@
+import time
+
+import pytest
+from deltalake import DeltaTable
+
+from delta_log import TopicReader, TopicWriter
+from delta_log.errors import InvalidOffsetError, OffsetOutOfRangeError, PartitionNotFoundError
+from tests.integration.conftest import make_batch
+
+
+@pytest.fixture
+def filled(storage, settings, topic_factory):
+    topic = topic_factory(partitions=2)
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(20):
+        w.append(make_batch(10, partitions=2, value_size=100))  # 5 per partition per commit
+    return topic, w
+
+
+def test_fetch_across_segments(storage, filled):
+    topic, _ = filled
+    r = TopicReader(storage, topic)
+    res = r.fetch(1, 7, max_records=30)
+    assert res.records.column("offset").to_pylist() == list(range(7, 37))
+    assert set(res.records.column("partition").to_pylist()) == {1}
+    assert res.records.column("topic").to_pylist()[0] == topic
+    assert res.next_offset == 37 and res.high_watermark == 100 and res.log_start_offset == 0
+    assert r.partition_offsets()[1].segments == 20
+
+
+def test_fetch_max_bytes_returns_at_least_one(storage, filled):
+    topic, _ = filled
+    r = TopicReader(storage, topic)
+    assert r.fetch(0, 0, max_records=100, max_bytes=1).records.num_rows == 1
+    res = r.fetch(0, 0, max_records=100, max_bytes=1000)
+    assert 1 < res.records.num_rows < 10
+
+
+def test_fetch_at_high_watermark_is_empty_beyond_is_error(storage, filled):
+    topic, _ = filled
+    r = TopicReader(storage, topic)
+    assert r.fetch(0, 100).records.num_rows == 0
+    with pytest.raises(OffsetOutOfRangeError) as e:
+        r.fetch(0, 101)
+    assert e.value.details["high_watermark"] == 100 and e.value.details["log_start_offset"] == 0
+
+
+def test_bad_fetch_arguments(storage, filled):
+    topic, _ = filled
+    r = TopicReader(storage, topic)
+    with pytest.raises(InvalidOffsetError):
+        r.fetch(0, -1)
+    with pytest.raises(InvalidOffsetError):
+        r.fetch(0, 0, max_records=0)
+    with pytest.raises(PartitionNotFoundError):
+        r.fetch(2, 0)
+
+
+def test_log_start_offset_after_prefix_delete(storage, filled):
+    topic, w = filled
+    DeltaTable(storage.topic_uri(topic)).delete('"offset" < 25 AND partition = 0')
+    r = TopicReader(storage, topic)
+    assert r.log_start_offset(0) >= 25
+    with pytest.raises(OffsetOutOfRangeError) as e:
+        r.fetch(0, 3)
+    assert e.value.details["log_start_offset"] == r.log_start_offset(0)
+
+
+def test_incremental_refresh_sees_other_writer(storage, filled, settings):
+    topic, _ = filled
+    r = TopicReader(storage, topic, refresh_interval_s=3600, end_refresh_interval_s=0)
+    other = TopicWriter(storage, topic, settings.writer)
+    other.append(make_batch(4, partitions=2))
+    # asking past the known high watermark forces a refresh
+    assert r.fetch(0, 100).records.column("offset").to_pylist() == [100, 101]
+
+
+def test_tail_cache_serves_and_survives_gaps(storage, settings, topic_factory):
+    topic = topic_factory()
+    r = TopicReader(storage, topic, refresh_interval_s=3600)
+    w = TopicWriter(storage, topic, settings.writer, on_commit=r.on_commit)
+    w.append(make_batch(5))
+    TopicWriter(storage, topic, settings.writer).append(make_batch(5))  # another writer: a gap in our tail
+    w.append(make_batch(5))
+    res = r.fetch(0, 0, max_records=100)
+    assert res.records.column("offset").to_pylist() == list(range(15))
+
+
+def test_offset_for_timestamp(storage, settings, topic_factory):
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    w.append(make_batch(3))
+    time.sleep(0.01)
+    mid = int(time.time() * 1000)
+    time.sleep(0.01)
+    w.append(make_batch(3))
+    r = TopicReader(storage, topic)
+    assert r.offset_for_timestamp(0, 0) == 0
+    assert r.offset_for_timestamp(0, mid) == 3
+    assert r.offset_for_timestamp(0, mid + 10**9) is None

@@ -1,0 +1,123 @@
+import os
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from delta_log import AppendRequest, ProducerSequence, TopicReader, TopicWriter
+from delta_log.errors import DuplicateSequenceError, InvalidRecordError, TopicNotFoundError
+from tests.integration.conftest import make_batch
+
+
+def all_offsets(storage, topic):
+    t = DeltaTable(storage.topic_uri(topic)).to_pyarrow_table(columns=["partition", "offset"])
+    out: dict[int, list[int]] = {}
+    for p, o in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(), strict=True):
+        out.setdefault(p, []).append(o)
+    return {p: sorted(v) for p, v in out.items()}
+
+
+def test_many_requests_one_commit_one_file_per_partition(storage, settings, topic_factory):
+    topic = topic_factory(partitions=3)
+    w = TopicWriter(storage, topic, settings.writer)
+    v0 = w.table.version()
+    results = w.append_many([AppendRequest(batch=make_batch(9, partitions=3)) for _ in range(4)])
+    assert w.table.version() == v0 + 1
+    assert [r.ranges[0].base_offset for r in results] == [0, 3, 6, 9]
+    assert all(r.table_version == v0 + 1 for r in results)
+    files = DeltaTable(storage.topic_uri(topic)).file_uris()
+    assert len(files) == 3
+    assert all_offsets(storage, topic) == {p: list(range(12)) for p in range(3)}
+    assert {p: w.high_watermark(p) for p in range(3)} == {0: 12, 1: 12, 2: 12}
+    # the high watermark is the Delta app transaction hw-<p>
+    assert DeltaTable(storage.topic_uri(topic)).transaction_version("hw-1") == 12
+
+
+def test_rows_sorted_by_offset_within_files(storage, settings, topic_factory):
+    topic = topic_factory(partitions=2)
+    w = TopicWriter(storage, topic, settings.writer)
+    w.append_many([AppendRequest(batch=make_batch(50, partitions=2)) for _ in range(3)])
+    import pyarrow.parquet as pq
+    for f in DeltaTable(storage.topic_uri(topic)).file_uris():
+        offs = pq.read_table(f, columns=["offset"]).column("offset").to_pylist()
+        assert offs == sorted(offs) and offs == list(range(offs[0], offs[0] + len(offs)))
+
+
+def test_idempotent_retry_returns_original_offsets(storage, settings, topic_factory):
+    topic = topic_factory(partitions=2)
+    w = TopicWriter(storage, topic, settings.writer)
+    w.append(make_batch(4, partitions=2))
+    p = ProducerSequence(producer_id="prod-1", sequence=7)
+    first = w.append(make_batch(6, partitions=2), p)
+    again = TopicWriter(storage, topic, settings.writer).append(make_batch(6, partitions=2), p)
+    assert again.duplicate and again.ranges == first.ranges
+    assert all_offsets(storage, topic) == {0: list(range(5)), 1: list(range(5))}
+    with pytest.raises(DuplicateSequenceError):
+        w.append(make_batch(6, partitions=2), ProducerSequence(producer_id="prod-1", sequence=3))
+    nxt = w.append(make_batch(2, partitions=2), ProducerSequence(producer_id="prod-1", sequence=8))
+    assert not nxt.duplicate and nxt.ranges[0].base_offset == 5
+
+
+def test_duplicate_inside_one_flush_is_written_once(storage, settings, topic_factory):
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    p = ProducerSequence(producer_id="p", sequence=0)
+    r = w.append_many([AppendRequest(batch=make_batch(3), producer=p), AppendRequest(batch=make_batch(3), producer=p)])
+    assert r[0].ranges == r[1].ranges and r[1].duplicate
+    assert all_offsets(storage, topic) == {0: [0, 1, 2]}
+
+
+def test_bad_producer_id():
+    with pytest.raises(InvalidRecordError):
+        ProducerSequence(producer_id="has space", sequence=0)
+    with pytest.raises(InvalidRecordError):
+        ProducerSequence(producer_id="ok", sequence=-1)
+
+
+def test_two_writer_objects_interleave_without_duplicates(storage, settings, topic_factory):
+    topic = topic_factory()
+    a = TopicWriter(storage, topic, settings.writer)
+    b = TopicWriter(storage, topic, settings.writer)
+    seen = []
+    for _ in range(10):
+        seen += [r.base_offset for r in a.append(make_batch(5)).ranges]
+        seen += [r.base_offset for r in b.append(make_batch(5)).ranges]  # b's snapshot is stale: conflict
+    assert sorted(seen) == list(range(0, 100, 5))
+    assert b.conflicts > 0
+    assert all_offsets(storage, topic) == {0: list(range(100))}
+
+
+def test_append_retries_after_concurrent_delete(storage, settings, topic_factory):
+    topic = topic_factory(partitions=2)
+    w = TopicWriter(storage, topic, settings.writer)
+    w.append(make_batch(10, partitions=2))
+    # another engine deletes data concurrently (as retention does), through its own table object
+    DeltaTable(storage.topic_uri(topic)).delete("partition = 0")
+    r = w.append(make_batch(4, partitions=2))
+    assert [x.base_offset for x in r.ranges] == [5, 5]  # offsets continue; no restart at 0
+    assert all_offsets(storage, topic) == {0: [5, 6], 1: list(range(7))}
+
+
+def test_unknown_topic(storage, settings):
+    with pytest.raises(TopicNotFoundError):
+        TopicWriter(storage, "nope", settings.writer)
+
+
+def test_unnormalized_batch_rejected_nothing_written(storage, settings, topic_factory):
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    with pytest.raises(TypeError):
+        w.append(pa.table({"value": [b"x"]}))
+    assert DeltaTable(storage.topic_uri(topic)).version() == 0
+
+
+def test_checkpoints_and_no_per_commit_log_cleanup(storage, settings, topic_factory):
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(105):
+        w.append(make_batch(1))
+    log_dir = os.path.join(storage.topic_uri(topic), "_delta_log")
+    names = os.listdir(log_dir)
+    assert any(n.endswith(".checkpoint.parquet") for n in names)
+    assert "00000000000000000000.json" in names  # hot path never cleans the log
+    assert TopicReader(storage, topic).high_watermark(0) == 105

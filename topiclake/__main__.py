@@ -1,0 +1,3 @@
+from topiclake.cli import main
+
+raise SystemExit(main())

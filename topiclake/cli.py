@@ -1,0 +1,231 @@
+"""The `topiclake` command: serve, topics, produce."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from topiclake.client import DEFAULT_URL, AdminClient, TopiclakeClientError
+
+
+def _url(args: argparse.Namespace) -> str:
+    return args.url or os.environ.get("TOPICLAKE_URL", DEFAULT_URL)
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    return args.api_key or os.environ.get("TOPICLAKE_API_KEY")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging.config
+
+    import uvicorn
+
+    from conf import load_settings
+    from conf.settings import LOGGING_JSON
+    from ingest_gateway.app import create_app
+
+    overrides: dict[str, Any] = {}
+    if args.root:
+        overrides["root"] = args.root
+    settings = load_settings(**overrides)
+    server = settings.server
+    host = args.host or server.host
+    port = args.port if args.port is not None else server.port
+    log_config = json.loads(LOGGING_JSON.read_text())
+    logging.config.dictConfig(log_config)
+    print(f"topiclake serving {settings.root} on http{'s' if server.ssl_certfile else ''}://{host}:{port}", flush=True)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=log_config,
+        ssl_certfile=args.ssl_certfile or server.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile or server.ssl_keyfile,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def _parse_config(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--config expects key=value, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    with AdminClient(_url(args), api_key=_api_key(args)) as admin:
+        if args.action == "create":
+            print(json.dumps(admin.create_topic(args.name, partitions=args.partitions,
+                                                config=_parse_config(args.config)), indent=2))
+        elif args.action == "list":
+            for name in admin.list_topics():
+                print(name)
+        elif args.action == "describe":
+            print(json.dumps(admin.describe_topic(args.name), indent=2))
+        elif args.action == "alter":
+            if args.partitions:
+                admin.add_partitions(args.name, args.partitions)
+            cfg: dict[str, Any] = dict(_parse_config(args.config))
+            cfg.update({k: None for k in args.reset})
+            if cfg:
+                admin.alter_config(args.name, cfg)
+            print(json.dumps(admin.describe_topic(args.name), indent=2))
+        elif args.action == "delete":
+            admin.delete_topic(args.name)
+            print(f"deleted {args.name}")
+    return 0
+
+
+def _lines(paths: list[str]) -> Iterator[str]:
+    if not paths or paths == ["-"]:
+        yield from sys.stdin
+        return
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            yield from f
+
+
+def _progress(done: int, total_bytes: int, read_bytes: int, start: float) -> None:
+    import time
+
+    elapsed = max(time.monotonic() - start, 1e-9)
+    if total_bytes:
+        frac = min(read_bytes / total_bytes, 1.0)
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\r[{bar:<30}] {frac:6.1%} {done:,} records {done / elapsed:,.0f}/s")
+    else:
+        sys.stderr.write(f"\r{done:,} records {done / elapsed:,.0f}/s")
+    sys.stderr.flush()
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    import time
+
+    import httpx
+
+    from topiclake.client import raise_for_error
+
+    total = sum(os.path.getsize(p) for p in args.files if p != "-") if args.files else 0
+    show = args.progress or (args.progress is None and total > 10 * 1024 * 1024)
+    headers = {"Content-Type": "application/x-ndjson"}
+    if _api_key(args):
+        headers["Authorization"] = f"Bearer {_api_key(args)}"
+    params = {"value_format": args.value_format, "key_format": args.key_format}
+    done, read, start = 0, 0, time.monotonic()
+    with httpx.Client(base_url=_url(args), timeout=60) as http:
+
+        def send(batch: list[str]) -> None:
+            nonlocal done
+            for attempt in range(6):
+                resp = http.post(f"/topics/{args.topic}/records", params=params, headers=headers,
+                                 content="".join(batch).encode())
+                if resp.status_code not in (429, 503) or attempt == 5:
+                    break
+                time.sleep(float(resp.headers.get("Retry-After", "1")))
+            raise_for_error(resp)
+            done += len(batch)
+
+        batch: list[str] = []
+        for line in _records(_lines(args.files), args):
+            read += len(line)
+            batch.append(line)
+            if len(batch) >= args.batch_size:
+                send(batch)
+                batch = []
+                if show:
+                    _progress(done, total, read, start)
+        if batch:
+            send(batch)
+    if show:
+        _progress(done, total, read, start)
+        sys.stderr.write("\n")
+    print(f"produced {done} records to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def _records(lines: Iterable[str], args: argparse.Namespace) -> Iterator[str]:
+    """Each input line becomes one NDJSON record: raw lines as string values, or --json objects."""
+    for raw in lines:
+        line = raw.rstrip("\n")
+        if not line:
+            continue
+        if args.line_format == "record":
+            yield line + "\n"
+            continue
+        key = None
+        if args.key_separator and args.key_separator in line:
+            key, line = line.split(args.key_separator, 1)
+        value: Any = json.loads(line) if args.value_format == "json" else line
+        yield json.dumps({"key": key, "value": value}) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="topiclake", description="A Kafka-like log whose topics are Delta tables.")
+    p.add_argument("--url", help=f"server URL (default $TOPICLAKE_URL or {DEFAULT_URL})")
+    p.add_argument("--api-key", help="API key (default $TOPICLAKE_API_KEY)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the server (produce, topics, consume)")
+    s.add_argument("--host", help="bind address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default 8080)")
+    s.add_argument("--root", help="storage root (default $TOPICLAKE_ROOT or ./data)")
+    s.add_argument("--ssl-certfile")
+    s.add_argument("--ssl-keyfile")
+    s.set_defaults(func=cmd_serve)
+
+    t = sub.add_parser("topics", help="manage topics")
+    tsub = t.add_subparsers(dest="action", required=True)
+    c = tsub.add_parser("create")
+    c.add_argument("name")
+    c.add_argument("--partitions", type=int, default=1)
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    tsub.add_parser("list")
+    d = tsub.add_parser("describe")
+    d.add_argument("name")
+    a = tsub.add_parser("alter")
+    a.add_argument("name")
+    a.add_argument("--partitions", type=int, help="new total partition count")
+    a.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    a.add_argument("--reset", action="append", default=[], metavar="KEY")
+    x = tsub.add_parser("delete")
+    x.add_argument("name")
+    t.set_defaults(func=cmd_topics)
+
+    pr = sub.add_parser("produce", help="produce lines from stdin or files")
+    pr.add_argument("topic")
+    pr.add_argument("files", nargs="*", help="input files (default stdin)")
+    pr.add_argument("--line-format", choices=["value", "record"], default="value",
+                    help="value: each line is a value; record: each line is an NDJSON record object")
+    pr.add_argument("--value-format", choices=["string", "json", "binary"], default="string")
+    pr.add_argument("--key-format", choices=["string", "json", "binary"], default="string")
+    pr.add_argument("--key-separator", help="split each line into key and value at this string")
+    pr.add_argument("--batch-size", type=int, default=5000)
+    pr.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="progress bar (default: on for inputs over 10 MB)")
+    pr.set_defaults(func=cmd_produce)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except TopiclakeClientError as exc:
+        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

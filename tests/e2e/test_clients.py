@@ -1,0 +1,66 @@
+"""topiclake.Producer, AdminClient and the CLI against a real server."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.server import REPO
+from topiclake import AdminClient, Producer, TopiclakeClientError
+
+
+def test_producer_batches_and_resolves_futures(server):
+    admin = AdminClient(server.url)
+    admin.create_topic("prod-t", partitions=2)
+    seen = []
+    with Producer(server.url, linger_ms=20, compression="gzip") as p:
+        futs = [p.send("prod-t", {"i": i}, key=f"k{i % 7}", callback=lambda md, err: seen.append((md, err)))
+                for i in range(500)]
+        p.flush()
+        mds = [f.result(timeout=10) for f in futs]
+    assert len(seen) == 500 and all(err is None for _, err in seen)
+    per_partition = {}
+    for md in mds:
+        per_partition.setdefault(md.partition, []).append(md.offset)
+    for offs in per_partition.values():
+        assert sorted(offs) == list(range(len(offs)))  # no duplicates, no gaps
+    info = admin.describe_topic("prod-t")
+    assert sum(p["high_watermark"] for p in info["partition_offsets"]) == 500
+
+
+def test_producer_reports_errors(server):
+    with Producer(server.url, retries=0) as p:
+        fut = p.send("does-not-exist", 1)
+        p.flush()
+        with pytest.raises(TopiclakeClientError) as e:
+            fut.result(timeout=10)
+    assert e.value.code == "UNKNOWN_TOPIC"
+
+
+def run_cli(server, *args, stdin=None):
+    env = {**os.environ, "TOPICLAKE_URL": server.url}
+    return subprocess.run([sys.executable, "-m", "topiclake", *args], cwd=REPO, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_topics_and_produce(server, tmp_path):
+    r = run_cli(server, "topics", "create", "cli-t", "--partitions", "2", "--config", "retention.ms=5000")
+    assert r.returncode == 0, r.stderr
+    assert "cli-t" in run_cli(server, "topics", "list").stdout.split()
+    r = run_cli(server, "produce", "cli-t", stdin="one\ntwo\nthree\n")
+    assert r.returncode == 0 and "produced 3 records" in r.stderr
+    f = tmp_path / "in.txt"
+    f.write_text("".join(f"k{i}:{{\"n\": {i}}}\n" for i in range(2000)))
+    r = run_cli(server, "produce", "cli-t", str(f), "--key-separator", ":", "--value-format", "json",
+                "--batch-size", "300", "--progress")
+    assert r.returncode == 0, r.stderr
+    assert "100.0%" in r.stderr and "2,000 records" in r.stderr
+    d = json.loads(run_cli(server, "topics", "describe", "cli-t").stdout)
+    assert sum(p["high_watermark"] for p in d["partition_offsets"]) == 2003
+    r = run_cli(server, "topics", "alter", "cli-t", "--partitions", "3", "--config", "cleanup.policy=compact")
+    assert r.returncode == 0 and json.loads(r.stdout)["partitions"] == 3
+    r = run_cli(server, "topics", "create", "bad name")
+    assert r.returncode == 1 and "INVALID_TOPIC" in r.stderr
+    assert run_cli(server, "topics", "delete", "cli-t").returncode == 0

@@ -1,0 +1,199 @@
+"""The gateway as users meet it: a real `topiclake serve` process on 127.0.0.1."""
+
+import base64
+import json
+import threading
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+from deltalake import DeltaTable
+
+from tests.e2e.conftest import hw
+
+
+def arrow_body(table):
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def rows(server, topic):
+    t = DeltaTable(f"{server.root}/topics/{topic}").to_pyarrow_table()
+    return t.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()
+
+
+def test_topic_admin_lifecycle(http):
+    r = http.post("/topics", json={"name": "admin-t", "partitions": 2, "config": {"retention.ms": 1000}})
+    assert r.status_code == 201 and r.json()["config"]["retention.ms"] == "1000"
+    assert "admin-t" in http.get("/topics").json()["topics"]
+    d = http.get("/topics/admin-t").json()
+    assert d["partitions"] == 2 and [p["high_watermark"] for p in d["partition_offsets"]] == [0, 0]
+    r = http.patch("/topics/admin-t/config", json={"config": {"cleanup.policy": "compact", "retention.ms": None}})
+    assert r.json()["config"]["cleanup.policy"] == "compact" and r.json()["config"]["retention.ms"] == "604800000"
+    assert http.post("/topics/admin-t/partitions", json={"count": 4}).json()["partitions"] == 4
+    r = http.post("/topics/admin-t/partitions", json={"count": 3})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_PARTITIONS"
+    r = http.post("/topics", json={"name": "admin-t"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "TOPIC_ALREADY_EXISTS"
+    assert http.delete("/topics/admin-t").status_code == 204
+    assert http.get("/topics/admin-t").status_code == 404
+    assert http.delete("/topics/admin-t").json()["error"]["code"] == "UNKNOWN_TOPIC"
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"name": "bad name"}, 400, "INVALID_TOPIC"),
+    ({"name": "x" * 250}, 400, "INVALID_TOPIC"),
+    ({"name": "ok1", "partitions": 0}, 400, "INVALID_PARTITIONS"),
+    ({"name": "ok2", "config": {"retention.ms": "soon"}}, 400, "INVALID_CONFIG"),
+    ({"name": "ok3", "config": {"no.such": 1}}, 400, "INVALID_CONFIG"),
+    ({"partitions": 1}, 422, "INVALID_REQUEST"),
+])
+def test_bad_topic_creation(http, body, status, code):
+    r = http.post("/topics", json=body)
+    assert r.status_code == status and r.json()["error"]["code"] == code
+    assert r.json()["error"]["message"]
+    assert body.get("name") not in http.get("/topics").json()["topics"]
+
+
+def test_produce_json_per_record_offsets(http, server, topic):
+    r = http.post(f"/topics/{topic}/records", json={"records": [
+        {"value": {"n": 0}, "partition": 0},
+        {"value": {"n": 1}, "partition": 0, "headers": {"h": "v"}},
+        {"value": {"n": 2}, "partition": 2, "timestamp": 1_700_000_000_000},
+    ]})
+    assert r.status_code == 200, r.text
+    assert r.json()["offsets"] == [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1},
+                                   {"partition": 2, "offset": 0}]
+    stored = rows(server, topic)
+    assert [json.loads(x["value"]) for x in stored] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert stored[1]["headers"] == [{"key": "h", "value": b"v"}]
+    assert stored[2]["timestampType"] == 0 and stored[0]["timestampType"] == 1
+    assert stored[2]["timestamp"].timestamp() == 1_700_000_000
+
+
+def test_value_formats(http, server, topic):
+    http.post(f"/topics/{topic}/records?value_format=string", json={"records": [{"value": "plain", "partition": 1}]})
+    http.post(f"/topics/{topic}/records", json={
+        "value_format": "binary", "key_format": "binary",
+        "records": [{"key": base64.b64encode(b"\x01").decode(), "value": base64.b64encode(b"\xff\x00").decode(),
+                     "partition": 1}]})
+    assert [(x["key"], x["value"]) for x in rows(server, topic)] == [(None, b"plain"), (b"\x01", b"\xff\x00")]
+
+
+def test_keys_land_where_kafka_puts_them(http, topic):
+    # Kafka: toPositive(murmur2("foobar")) % 3, murmur2("foobar") = -790332482 (Kafka's UtilsTest)
+    expected = (-790332482 & 0x7FFFFFFF) % 3
+    r = http.post(f"/topics/{topic}/records", json={"records": [{"key": "foobar", "value": i} for i in range(5)]})
+    assert {o["partition"] for o in r.json()["offsets"]} == {expected}
+    assert [o["offset"] for o in r.json()["offsets"]] == [0, 1, 2, 3, 4]
+
+
+def test_null_keys_are_sticky_per_request(http, topic):
+    r = http.post(f"/topics/{topic}/records", json={"records": [{"value": i} for i in range(10)]})
+    assert len({o["partition"] for o in r.json()["offsets"]}) == 1
+
+
+def test_ndjson(http, topic):
+    body = "\n".join(json.dumps({"value": i, "partition": 1}) for i in range(4)).encode()
+    r = http.post(f"/topics/{topic}/records", content=body, headers={"Content-Type": "application/x-ndjson"})
+    assert [o["offset"] for o in r.json()["offsets"]] == [0, 1, 2, 3]
+    r = http.post(f"/topics/{topic}/records", content=b'{"value": 1}\n{oops\n',
+                  headers={"Content-Type": "application/x-ndjson"})
+    assert r.status_code == 400 and r.json()["error"]["details"]["line"] == 2
+    assert hw(http, topic)[1] == 4
+
+
+def test_arrow_ipc(http, server, topic):
+    t = pa.table({"key": pa.array([None] * 6, pa.binary()), "value": [b"v%d" % i for i in range(6)],
+                  "partition": pa.array([0, 1, 1, 2, 2, 2], pa.int32())})
+    r = http.post(f"/topics/{topic}/records", content=arrow_body(t),
+                  headers={"Content-Type": "application/vnd.apache.arrow.stream"})
+    assert r.status_code == 200, r.text
+    assert r.json()["partitions"] == [{"partition": 0, "base_offset": 0, "count": 1},
+                                      {"partition": 1, "base_offset": 0, "count": 2},
+                                      {"partition": 2, "base_offset": 0, "count": 3}]
+    assert r.json()["record_count"] == 6
+    bad = pa.table({"value": [b"a"], "colour": ["red"]})
+    r = http.post(f"/topics/{topic}/records", content=arrow_body(bad),
+                  headers={"Content-Type": "application/vnd.apache.arrow.stream"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "INVALID_SCHEMA"
+    assert len(rows(server, topic)) == 6
+
+
+def test_idempotent_retry_never_duplicates(http, server, topic):
+    headers = {"Producer-Id": "p1", "Producer-Sequence": "0"}
+    body = {"records": [{"value": i, "partition": 0} for i in range(5)]}
+    first = http.post(f"/topics/{topic}/records", json=body, headers=headers).json()
+    again = http.post(f"/topics/{topic}/records", json=body, headers=headers).json()
+    assert again["duplicate"] and again["offsets"] == first["offsets"] and not first["duplicate"]
+    nxt = http.post(f"/topics/{topic}/records", json=body, headers={**headers, "Producer-Sequence": "1"}).json()
+    assert not nxt["duplicate"]
+    old = http.post(f"/topics/{topic}/records", json=body, headers=headers)
+    assert old.status_code == 409 and old.json()["error"]["code"] == "DUPLICATE_SEQUENCE"  # older than the last
+    ik = {"Idempotency-Key": "order-42"}
+    a = http.post(f"/topics/{topic}/records", json=body, headers=ik).json()
+    b = http.post(f"/topics/{topic}/records", json=body, headers=ik).json()
+    assert b["duplicate"] and a["offsets"] == b["offsets"]
+    assert len(rows(server, topic)) == 15
+
+
+def test_concurrent_retries_of_one_request_write_once(http, server, topic):
+    body = {"records": [{"value": i, "partition": 0} for i in range(3)]}
+    headers = {"Producer-Id": "racer", "Producer-Sequence": "7"}
+    results = []
+
+    def go():
+        import httpx
+        results.append(httpx.post(f"{server.url}/topics/{topic}/records", json=body, headers=headers).json())
+
+    threads = [threading.Thread(target=go) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({json.dumps(r["offsets"]) for r in results}) == 1
+    assert hw(http, topic)[0] == 3
+
+
+@pytest.mark.parametrize(("kwargs", "status", "code"), [
+    ({"json": {"records": [{"value": 1, "partition": 7}]}}, 404, "UNKNOWN_PARTITION"),
+    ({"json": {"records": [{"value": 1, "partition": -1}]}}, 404, "UNKNOWN_PARTITION"),
+    ({"json": {"records": [{"value": "x" * 2_000_000}]}}, 413, "RECORD_TOO_LARGE"),
+    ({"content": b"{bad", "headers": {"Content-Type": "application/json"}}, 400, "MALFORMED_REQUEST"),
+    ({"json": {"records": [{"value": 1}, {"nope": 1}]}}, 422, "INVALID_RECORD"),
+    ({"json": {"records": []}}, 422, "INVALID_RECORD"),
+    ({"content": b"x", "headers": {"Content-Type": "text/csv"}}, 415, "UNSUPPORTED_MEDIA_TYPE"),
+    ({"json": {"records": [{"value": 1}]}, "headers": {"Producer-Id": "p"}}, 422, "INVALID_RECORD"),
+    ({"json": {"records": [{"value": 1}]}, "headers": {"Producer-Id": "p", "Producer-Sequence": "x"}}, 422,
+     "INVALID_RECORD"),
+])
+def test_bad_produce_changes_nothing(http, server, topic, kwargs, status, code):
+    http.post(f"/topics/{topic}/records", json={"records": [{"value": 0, "partition": 0}]})
+    before = hw(http, topic)
+    r = http.post(f"/topics/{topic}/records", **kwargs)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and err["message"]
+    assert hw(http, topic) == before
+    assert len(rows(server, topic)) == 1
+
+
+def test_unknown_topic(http):
+    r = http.post("/topics/missing/records", json={"records": [{"value": 1}]})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "UNKNOWN_TOPIC"
+    assert "Create it first" in r.json()["error"]["message"]
+
+
+def test_ops_endpoints(http, topic):
+    http.post(f"/topics/{topic}/records", json={"records": [{"value": 1}]})
+    http.post("/topics/missing/records", json={"records": [{"value": 1}]})
+    assert http.get("/healthz").json() == {"status": "ok"}
+    assert http.get("/readyz").json()["status"] == "ready"
+    text = http.get("/metrics").text
+    assert f'topiclake_records_in_total{{topic="{topic}"}}' in text
+    assert 'topiclake_errors_total{code="UNKNOWN_TOPIC"}' in text
+    assert "topiclake_commit_latency_seconds_bucket" in text and "topiclake_queue_depth" in text
+    assert http.get("/docs").status_code == 200
+    assert "/topics/{topic}/records" in http.get("/openapi.json").json()["paths"]

@@ -1,0 +1,135 @@
+"""Crash, back-pressure and auth: each against its own real server process."""
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from tests.e2e.server import ServerProcess
+
+
+def test_sigkill_under_load_loses_no_acked_record(tmp_path):
+    srv = ServerProcess(tmp_path / "data").start()
+    httpx.post(srv.url + "/topics", json={"name": "load", "partitions": 2}).raise_for_status()
+    acked: list[tuple[str, list[dict]]] = []
+    attempted: list[str] = []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def client(cid: int) -> None:
+        with httpx.Client(base_url=srv.url, timeout=10) as c:
+            n = 0
+            while not stop.is_set():
+                tag = f"c{cid}-r{n}"
+                n += 1
+                with lock:
+                    attempted.append(tag)
+                body = {"records": [{"key": tag, "value": {"tag": tag, "i": i}} for i in range(10)]}
+                try:
+                    r = c.post("/topics/load/records", json=body)
+                except httpx.TransportError:
+                    return
+                if r.status_code == 200:
+                    with lock:
+                        acked.append((tag, r.json()["offsets"]))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(acked) < 40 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    srv.kill9()
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert len(acked) >= 40
+
+    srv2 = ServerProcess(tmp_path / "data", port=srv.port).start()
+    try:
+        table = DeltaTable(str(tmp_path / "data/topics/load")).to_pyarrow_table()
+        stored = table.to_pylist()
+        by_tag: dict[str, list[dict]] = {}
+        for row in stored:
+            by_tag.setdefault(json.loads(row["value"])["tag"], []).append(row)
+        for tag, offsets in acked:  # every acked record exactly once, at its acked offset
+            got = sorted((r["partition"], r["offset"]) for r in by_tag[tag])
+            assert got == sorted((o["partition"], o["offset"]) for o in offsets)
+        assert all(len(v) == 10 for v in by_tag.values())  # unacked: fully present or absent
+        for p in (0, 1):
+            offs = sorted(r["offset"] for r in stored if r["partition"] == p)
+            assert offs == list(range(len(offs)))  # contiguous
+        # the restarted server continues at the high watermark
+        info = httpx.get(srv2.url + "/topics/load").json()
+        r = httpx.post(srv2.url + "/topics/load/records", json={"records": [{"value": 1, "partition": 0}]})
+        hw0 = info["partition_offsets"][0]["high_watermark"]
+        assert r.json()["offsets"][0]["offset"] == hw0
+    finally:
+        srv2.stop()
+
+
+def test_back_pressure_429_with_retry_after(tmp_path):
+    env = {"TOPICLAKE_WRITER__MAX_QUEUE_BYTES": "2000", "TOPICLAKE_WRITER__LINGER_MS": "300",
+           "TOPICLAKE_WRITER__BATCH_BYTES": "100000000"}
+    srv = ServerProcess(tmp_path / "data", env=env).start()
+    try:
+        httpx.post(srv.url + "/topics", json={"name": "bp"}).raise_for_status()
+        results = []
+
+        def go() -> None:
+            r = httpx.post(srv.url + "/topics/bp/records", json={"records": [{"value": "x" * 500}] * 3}, timeout=30)
+            results.append(r)
+
+        threads = [threading.Thread(target=go) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        refused = [r for r in results if r.status_code == 429]
+        ok = [r for r in results if r.status_code == 200]
+        assert refused and ok
+        assert refused[0].json()["error"]["code"] == "BACK_PRESSURE" and refused[0].headers["Retry-After"]
+        info = httpx.get(srv.url + "/topics/bp").json()
+        assert info["partition_offsets"][0]["high_watermark"] == 3 * len(ok)  # refused wrote nothing
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def auth_server(tmp_path):
+    cfg = tmp_path / "auth.toml"
+    cfg.write_text(
+        '[[auth.api_keys]]\nkey = "etl-secret"\nprincipal = "etl"\nacls = { "orders-*" = ["produce", "consume"] }\n'
+        '[[auth.api_keys]]\nkey = "ops-secret"\nprincipal = "ops"\nacls = { "*" = ["admin"] }\n'
+    )
+    srv = ServerProcess(tmp_path / "data", env={"TOPICLAKE_CONFIG": str(cfg)}).start()
+    yield srv
+    srv.stop()
+
+
+def test_auth(auth_server):
+    url = auth_server.url
+    ops = {"Authorization": "Bearer ops-secret"}
+    etl = {"Authorization": "Bearer etl-secret"}
+    r = httpx.post(url + "/topics", json={"name": "orders-eu"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "UNAUTHENTICATED"
+    r = httpx.post(url + "/topics", json={"name": "orders-eu"}, headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401
+    r = httpx.post(url + "/topics", json={"name": "orders-eu"}, headers=etl)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "FORBIDDEN"
+    assert httpx.get(url + "/topics", headers=ops).json()["topics"] == []  # nothing created by refusals
+    assert httpx.post(url + "/topics", json={"name": "orders-eu"}, headers=ops).status_code == 201
+    assert httpx.post(url + "/topics", json={"name": "payments"}, headers=ops).status_code == 201
+    body = {"records": [{"value": 1}]}
+    assert httpx.post(url + "/topics/orders-eu/records", json=body, headers=etl).status_code == 200
+    r = httpx.post(url + "/topics/payments/records", json=body, headers=etl)
+    assert r.status_code == 403
+    assert httpx.post(url + "/topics/orders-eu/records", json=body).status_code == 401
+    assert httpx.get(url + "/topics", headers=etl).json()["topics"] == ["orders-eu"]
+    assert httpx.delete(url + "/topics/orders-eu", headers=etl).status_code == 403
+    info = httpx.get(url + "/topics/payments", headers=ops).json()
+    assert info["partition_offsets"][0]["high_watermark"] == 0  # the refused produce wrote nothing
+    assert httpx.get(url + "/healthz").status_code == 200

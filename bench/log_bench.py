@@ -30,24 +30,36 @@ from delta_log.records import TOPIC_SCHEMA
 def make_batch(n: int, value_size: int, partition: int = 0) -> pa.Table:
     value = b"x" * value_size
     return normalize_batch(
-        pa.table({
-            "key": [b"key-%08d" % i for i in range(n)],
-            "value": [value] * n,
-            "partition": pa.array([partition] * n, pa.int32()),
-        }),
-        partitions=partition + 1, topic="bench", max_message_bytes=10**7,
-        now_us=int(time.time() * 1e6), log_append_time=False,
+        pa.table(
+            {
+                "key": [b"key-%08d" % i for i in range(n)],
+                "value": [value] * n,
+                "partition": pa.array([partition] * n, pa.int32()),
+            }
+        ),
+        partitions=partition + 1,
+        topic="bench",
+        max_message_bytes=10**7,
+        now_us=int(time.time() * 1e6),
+        log_append_time=False,
     )
 
 
 def topic_table(batch: pa.Table) -> pa.Table:
     n = batch.num_rows
-    return pa.table({
-        "key": batch.column("key"), "value": batch.column("value"), "topic": pa.array(["bench"] * n),
-        "partition": batch.column("partition"), "offset": pa.array(range(n), pa.int64()),
-        "timestamp": batch.column("timestamp"), "timestampType": batch.column("timestampType"),
-        "headers": batch.column("headers"),
-    }, schema=TOPIC_SCHEMA)
+    return pa.table(
+        {
+            "key": batch.column("key"),
+            "value": batch.column("value"),
+            "topic": pa.array(["bench"] * n),
+            "partition": batch.column("partition"),
+            "offset": pa.array(range(n), pa.int64()),
+            "timestamp": batch.column("timestamp"),
+            "timestampType": batch.column("timestampType"),
+            "headers": batch.column("headers"),
+        },
+        schema=TOPIC_SCHEMA,
+    )
 
 
 def bench_append(workdir: Path, quick: bool) -> list[dict]:
@@ -72,16 +84,26 @@ def bench_append(workdir: Path, quick: bool) -> list[dict]:
             table = topic_table(batch)
             with Timer() as raw:
                 for i in range(commits):
-                    pq.write_table(table, raw_dir / f"{i}.parquet", compression="snappy",
-                                   row_group_size=settings.writer.max_row_group_rows)
+                    pq.write_table(
+                        table,
+                        raw_dir / f"{i}.parquet",
+                        compression="snappy",
+                        row_group_size=settings.writer.max_row_group_rows,
+                    )
             records = commits * batch_size
             mb = records * (value_size + 12) / 1e6
-            rows.append({
-                "value_bytes": value_size, "batch": batch_size, "commits": commits,
-                "records_per_s": records / t.seconds, "MB_per_s": mb / t.seconds,
-                "raw_parquet_MB_per_s": mb / raw.seconds, "ratio_vs_raw": raw.seconds / t.seconds,
-                "ms_per_commit": t.seconds / commits * 1000,
-            })
+            rows.append(
+                {
+                    "value_bytes": value_size,
+                    "batch": batch_size,
+                    "commits": commits,
+                    "records_per_s": records / t.seconds,
+                    "MB_per_s": mb / t.seconds,
+                    "raw_parquet_MB_per_s": mb / raw.seconds,
+                    "ratio_vs_raw": raw.seconds / t.seconds,
+                    "ms_per_commit": t.seconds / commits * 1000,
+                }
+            )
     return rows
 
 
@@ -132,11 +154,16 @@ def bench_cold_fetch(workdir: Path, quick: bool) -> list[dict]:
         with Timer() as t2:
             reader.fetch(0, off, max_records=1000, max_bytes=10**8)
         warm.append(t2.seconds * 1000)
-    return [{
-        "segments": segments, "records": hw, "open_reader_ms": open_t.seconds * 1000,
-        "cold_fetch_1000_median_ms": median(cold), "cold_p99_ms": percentile(cold, 99),
-        "warm_fetch_1000_median_ms": median(warm),
-    }]
+    return [
+        {
+            "segments": segments,
+            "records": hw,
+            "open_reader_ms": open_t.seconds * 1000,
+            "cold_fetch_1000_median_ms": median(cold),
+            "cold_p99_ms": percentile(cold, 99),
+            "warm_fetch_1000_median_ms": median(warm),
+        }
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,8 +174,19 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print("## Append throughput (one request per commit) vs raw parquet write")
         append = bench_append(workdir, args.quick)
-        print_table(append, ["value_bytes", "batch", "commits", "records_per_s", "MB_per_s",
-                             "raw_parquet_MB_per_s", "ratio_vs_raw", "ms_per_commit"])
+        print_table(
+            append,
+            [
+                "value_bytes",
+                "batch",
+                "commits",
+                "records_per_s",
+                "MB_per_s",
+                "raw_parquet_MB_per_s",
+                "ratio_vs_raw",
+                "ms_per_commit",
+            ],
+        )
         print("\n## Commit latency as the topic ages (10-record commits)")
         latency = bench_commit_latency(workdir, args.quick)
         print_table(latency, ["after_commits", "median_ms", "p99_ms", "vs_100"])

@@ -118,9 +118,7 @@ class Catalog:
     def list_topics(self) -> list[str]:
         """Names of every topic under the root, sorted."""
         return [
-            name
-            for name in self.storage.list_dirs(TOPICS_DIR)
-            if self.storage.is_table(self.storage.topic_uri(name))
+            name for name in self.storage.list_dirs(TOPICS_DIR) if self.storage.is_table(self.storage.topic_uri(name))
         ]
 
     def open_topic(self, name: str) -> DeltaTable:

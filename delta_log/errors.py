@@ -99,9 +99,7 @@ class RequestTooLargeError(TopiclakeError):
 class OffsetOutOfRangeError(TopiclakeError):
     code = "OFFSET_OUT_OF_RANGE"
 
-    def __init__(
-        self, *, topic: str, partition: int, offset: int, log_start_offset: int, high_watermark: int
-    ) -> None:
+    def __init__(self, *, topic: str, partition: int, offset: int, log_start_offset: int, high_watermark: int) -> None:
         super().__init__(
             f"Offset {offset} is outside [{log_start_offset}, {high_watermark}] for {topic}-{partition}. "
             "Seek to a valid offset (auto.offset.reset earliest or latest).",

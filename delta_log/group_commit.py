@@ -98,7 +98,8 @@ class GroupCommitter:
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            taken, size = [], 0
+            taken: list[tuple[AppendRequest, int, Future[AppendResult], float]] = []
+            size = 0
             while self._queue and (not taken or size + self._queue[0][1] <= self.batch_bytes):
                 item = self._queue.popleft()
                 taken.append(item)

@@ -154,9 +154,7 @@ class OffsetStore:
                 "metadata": [c.metadata for c in commits],
                 "member_id": [c.member_id for c in commits],
                 "generation": pa.array([c.generation for c in commits], pa.int32()),
-                "commit_timestamp": pa.array(
-                    [c.commit_timestamp_us for c in commits], pa.timestamp("us", tz="UTC")
-                ),
+                "commit_timestamp": pa.array([c.commit_timestamp_us for c in commits], pa.timestamp("us", tz="UTC")),
             },
             schema=OFFSETS_SCHEMA,
         )
@@ -180,11 +178,7 @@ class OffsetStore:
     def committed(self, group: str, topic: str | None = None) -> dict[tuple[str, int], OffsetCommit]:
         """Latest committed offset per (topic, partition) of a group, from memory."""
         with self._lock:
-            return {
-                (t, p): c
-                for (g, t, p), c in self._latest.items()
-                if g == group and (topic is None or t == topic)
-            }
+            return {(t, p): c for (g, t, p), c in self._latest.items() if g == group and (topic is None or t == topic)}
 
     def groups(self) -> list[str]:
         with self._lock:

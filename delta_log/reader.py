@@ -336,7 +336,11 @@ class TopicReader:
             lso = self._lso(snap, partition)
             if offset > hw or offset < lso:
                 raise OffsetOutOfRangeError(
-                    topic=self.topic, partition=partition, offset=offset, log_start_offset=lso, high_watermark=hw
+                    topic=self.topic,
+                    partition=partition,
+                    offset=offset,
+                    log_start_offset=lso,
+                    high_watermark=hw,
                 )
         pieces: list[pa.Table] = []
         cur, remaining, budget = offset, max_records, max_bytes

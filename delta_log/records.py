@@ -62,9 +62,7 @@ def _column(table: pa.Table, name: str, target: pa.DataType) -> pa.ChunkedArray 
     try:
         return col.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InvalidSchemaError(
-            f"Column {name!r} has type {col.type}; expected {target}.", column=name
-        ) from exc
+        raise InvalidSchemaError(f"Column {name!r} has type {col.type}; expected {target}.", column=name) from exc
 
 
 def _first_index(mask: pa.ChunkedArray | pa.Array) -> int:
@@ -150,9 +148,7 @@ def normalize_batch(
         missing = pc.is_null(ts)
         ts_type = pc.if_else(missing, pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32()))
         ts = pc.if_else(missing, now, ts)
-    out = pa.table(
-        [key, value, partition, ts, ts_type, headers], schema=BATCH_SCHEMA
-    )
+    out = pa.table([key, value, partition, ts, ts_type, headers], schema=BATCH_SCHEMA)
     sizes = record_sizes(out)
     over = np.flatnonzero(sizes > max_message_bytes)
     if len(over):

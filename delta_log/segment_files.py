@@ -6,6 +6,7 @@ become visible only when a Delta commit adds them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -58,12 +59,18 @@ def segment_stats(table: pa.Table) -> str:
     if mm_tt["min"].is_valid:
         min_values["timestampType"] = mm_tt["min"].as_py()
         max_values["timestampType"] = mm_tt["max"].as_py()
-    return json.dumps({
-        "numRecords": table.num_rows,
-        "minValues": min_values,
-        "maxValues": max_values,
-        "nullCount": {"offset": offsets.null_count, "timestamp": ts.null_count, "timestampType": tt.null_count},
-    })
+    return json.dumps(
+        {
+            "numRecords": table.num_rows,
+            "minValues": min_values,
+            "maxValues": max_values,
+            "nullCount": {
+                "offset": offsets.null_count,
+                "timestamp": ts.null_count,
+                "timestampType": tt.null_count,
+            },
+        }
+    )
 
 
 def write_segments(
@@ -73,8 +80,10 @@ def write_segments(
     fs, _ = storage.filesystem()
     base = table_uri if storage.is_local else pafs.FileSystem.from_uri(table_uri)[1]
     parts = records.column("partition").to_numpy()
-    starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]])) if len(parts) else []
-    ends = list(starts[1:]) + [len(parts)]
+    if not len(parts):
+        return []
+    starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]])).tolist()
+    ends = [*starts[1:], len(parts)]
     out: list[WrittenSegment] = []
     now_ms = int(time.time() * 1000)
     for s, e in zip(starts, ends, strict=True):
@@ -86,7 +95,10 @@ def write_segments(
         fs.create_dir(f"{base}/partition={partition}", recursive=True)
         with fs.open_output_stream(path) as sink:
             pq.write_table(
-                data, sink, compression=options.compression, row_group_size=options.row_group_rows,
+                data,
+                sink,
+                compression=options.compression,
+                row_group_size=options.row_group_rows,
                 write_statistics=list(STATS_COLUMNS),
             )
         size = fs.get_file_info(path).size
@@ -100,7 +112,5 @@ def remove_files(storage: StorageRoot, table_uri: str, relative_paths: list[str]
     fs, _ = storage.filesystem()
     base = table_uri if storage.is_local else pafs.FileSystem.from_uri(table_uri)[1]
     for rel in relative_paths:
-        try:
+        with contextlib.suppress(OSError):
             fs.delete_file(f"{base}/{rel}")
-        except OSError:
-            pass

@@ -271,9 +271,9 @@ class TopicWriter:
             version = self._dt.version()
             for i, plan in zip(pending, plans, strict=True):
                 results[i] = AppendResult(ranges=tuple(plan), table_version=version)
-            self._after_commit(CommitInfo(
-                topic=self.topic, table_version=version, records=records, high_watermarks=new_hws
-            ))
+            self._after_commit(
+                CommitInfo(topic=self.topic, table_version=version, records=records, high_watermarks=new_hws)
+            )
         # In-flush duplicates share the first request's result.
         for i, req in enumerate(requests):
             if results[i] is None and req.producer is not None:
@@ -322,13 +322,12 @@ class TopicWriter:
             self._commits_since_open = 0
             self._dt = self._reopen_quietly()
 
-    def cleanup_log(self) -> int:
-        """Delete expired `_delta_log` entries (older than delta.logRetentionDuration, before a checkpoint)."""
+    def cleanup_log(self) -> None:
+        """Delete expired `_delta_log` entries (older than delta.logRetentionDuration and a checkpoint)."""
         try:
-            return len(self._dt.cleanup_metadata() or [])
-        except (DeltaError, OSError, TypeError) as exc:
+            self._dt.cleanup_metadata()
+        except (DeltaError, OSError) as exc:
             log.warning("log cleanup failed on %s: %s", self.topic, exc)
-            return 0
 
 
 def _with_counts(result: AppendResult, counts: dict[int, int]) -> AppendResult:

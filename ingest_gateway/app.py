@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
@@ -41,7 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
 
     @app.middleware("http")
-    async def count_requests(request: Request, call_next):  # type: ignore[no-untyped-def]
+    async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         response: Response = await call_next(request)
         metrics.on_request(request.method, response.status_code)
         return response

@@ -28,9 +28,9 @@ class Principal:
         if self.anonymous:
             return True
         for pattern, ops in self.acls:
-            if topic is None or fnmatch.fnmatchcase(topic, pattern):
-                if operation in ops or "admin" in ops:
-                    return True
+            matches = topic is None or fnmatch.fnmatchcase(topic, pattern)
+            if matches and (operation in ops or "admin" in ops):
+                return True
         return False
 
 
@@ -46,9 +46,7 @@ def authenticate(settings: AuthSettings, authorization: str | None) -> Principal
     token = authorization[7:].strip().encode()
     for key in settings.api_keys:
         if hmac.compare_digest(key.key.get_secret_value().encode(), token):
-            return Principal(
-                name=key.principal, acls=tuple((p, frozenset(ops)) for p, ops in key.acls.items())
-            )
+            return Principal(name=key.principal, acls=tuple((p, frozenset(ops)) for p, ops in key.acls.items()))
     raise AuthenticationError("Unknown API key.")
 
 

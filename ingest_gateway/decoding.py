@@ -174,7 +174,9 @@ def decode_ndjson(body: bytes, *, key_format: str = "string", value_format: str 
             records.append(json.loads(line))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise MalformedRequestError(
-                f"Line {i + 1} (record {len(records)}) is not valid JSON: {exc}.", index=len(records), line=i + 1
+                f"Line {i + 1} (record {len(records)}) is not valid JSON: {exc}.",
+                index=len(records),
+                line=i + 1,
             ) from exc
     return records_to_table(records, kf, vf)
 

@@ -13,15 +13,15 @@ from ingest_gateway.metrics import Metrics
 
 
 def get_settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return request.app.state.settings
 
 
 def get_registry(request: Request) -> TopicRegistry:
-    return request.app.state.registry  # type: ignore[no-any-return]
+    return request.app.state.registry
 
 
 def get_metrics(request: Request) -> Metrics:
-    return request.app.state.metrics  # type: ignore[no-any-return]
+    return request.app.state.metrics
 
 
 def get_principal(

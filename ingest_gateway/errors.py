@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -41,7 +42,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
 def status_for(exc: e.TopiclakeError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 
@@ -55,7 +56,7 @@ def error_response(exc: e.TopiclakeError, *, retry_after: int = 1) -> JSONRespon
     return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
 
 
-def install_error_handlers(app: FastAPI, *, retry_after: int, on_error=None) -> None:  # type: ignore[no-untyped-def]
+def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable[[str], None] | None = None) -> None:
     @app.exception_handler(e.TopiclakeError)
     async def _topiclake(request: Request, exc: e.TopiclakeError) -> JSONResponse:
         if on_error:
@@ -68,9 +69,7 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error=None) -> 
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         if on_error:
             on_error("INVALID_REQUEST")
-        problems = [
-            {"loc": list(err.get("loc", ())), "message": err.get("msg", "")} for err in exc.errors()
-        ]
+        problems = [{"loc": list(err.get("loc", ())), "message": err.get("msg", "")} for err in exc.errors()]
         first = problems[0] if problems else {"loc": [], "message": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
         return JSONResponse(

@@ -40,9 +40,7 @@ def producer_from_headers(
     return ProducerSequence(producer_id=producer_id, sequence=seq)
 
 
-def prepare(
-    registry: TopicRegistry, topic: str, table: pa.Table, producer: ProducerSequence | None
-) -> AppendRequest:
+def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: ProducerSequence | None) -> AppendRequest:
     """Assign partitions (explicit, key hash or sticky) and validate against the topic's config.
 
     Raises: TopicNotFoundError, PartitionNotFoundError, RecordTooLargeError, InvalidSchemaError.

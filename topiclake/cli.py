@@ -38,7 +38,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else server.port
     log_config = json.loads(LOGGING_JSON.read_text())
     logging.config.dictConfig(log_config)
-    print(f"topiclake serving {settings.root} on http{'s' if server.ssl_certfile else ''}://{host}:{port}", flush=True)
+    print(
+        f"topiclake serving {settings.root} on http{'s' if server.ssl_certfile else ''}://{host}:{port}",
+        flush=True,
+    )
     uvicorn.run(
         create_app(settings),
         host=host,
@@ -64,8 +67,12 @@ def _parse_config(pairs: list[str]) -> dict[str, str]:
 def cmd_topics(args: argparse.Namespace) -> int:
     with AdminClient(_url(args), api_key=_api_key(args)) as admin:
         if args.action == "create":
-            print(json.dumps(admin.create_topic(args.name, partitions=args.partitions,
-                                                config=_parse_config(args.config)), indent=2))
+            print(
+                json.dumps(
+                    admin.create_topic(args.name, partitions=args.partitions, config=_parse_config(args.config)),
+                    indent=2,
+                )
+            )
         elif args.action == "list":
             for name in admin.list_topics():
                 print(name)
@@ -126,8 +133,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
         def send(batch: list[str]) -> None:
             nonlocal done
             for attempt in range(6):
-                resp = http.post(f"/topics/{args.topic}/records", params=params, headers=headers,
-                                 content="".join(batch).encode())
+                resp = http.post(
+                    f"/topics/{args.topic}/records",
+                    params=params,
+                    headers=headers,
+                    content="".join(batch).encode(),
+                )
                 if resp.status_code not in (429, 503) or attempt == 5:
                     break
                 time.sleep(float(resp.headers.get("Retry-After", "1")))
@@ -203,14 +214,22 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("produce", help="produce lines from stdin or files")
     pr.add_argument("topic")
     pr.add_argument("files", nargs="*", help="input files (default stdin)")
-    pr.add_argument("--line-format", choices=["value", "record"], default="value",
-                    help="value: each line is a value; record: each line is an NDJSON record object")
+    pr.add_argument(
+        "--line-format",
+        choices=["value", "record"],
+        default="value",
+        help="value: each line is a value; record: each line is an NDJSON record object",
+    )
     pr.add_argument("--value-format", choices=["string", "json", "binary"], default="string")
     pr.add_argument("--key-format", choices=["string", "json", "binary"], default="string")
     pr.add_argument("--key-separator", help="split each line into key and value at this string")
     pr.add_argument("--batch-size", type=int, default=5000)
-    pr.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="progress bar (default: on for inputs over 10 MB)")
+    pr.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: on for inputs over 10 MB)",
+    )
     pr.set_defaults(func=cmd_produce)
     return p
 

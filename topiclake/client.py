@@ -1,11 +1,11 @@
 """Python clients for a topiclake server. Imports only httpx and pyarrow (and the standard library).
 
-    from topiclake import Producer, AdminClient
-    admin = AdminClient("http://127.0.0.1:8080")
-    admin.create_topic("orders", partitions=3)
-    with Producer("http://127.0.0.1:8080") as p:
-        fut = p.send("orders", value={"id": 1}, key="customer-7")
-        print(fut.result())   # RecordMetadata(topic='orders', partition=2, offset=0)
+from topiclake import Producer, AdminClient
+admin = AdminClient("http://127.0.0.1:8080")
+admin.create_topic("orders", partitions=3)
+with Producer("http://127.0.0.1:8080") as p:
+    fut = p.send("orders", value={"id": 1}, key="customer-7")
+    print(fut.result())   # RecordMetadata(topic='orders', partition=2, offset=0)
 """
 
 from __future__ import annotations
@@ -240,7 +240,11 @@ class Producer:
 
     def _send_batch(self, topic: str, batch: list[_Pending], sequence: int) -> None:
         body = json.dumps(
-            {"key_format": self.key_format, "value_format": self.value_format, "records": [p.record for p in batch]}
+            {
+                "key_format": self.key_format,
+                "value_format": self.value_format,
+                "records": [p.record for p in batch],
+            }
         ).encode()
         headers = {
             "Content-Type": "application/json",

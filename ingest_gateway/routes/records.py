@@ -82,13 +82,9 @@ async def produce(
     if media == decoding.ARROW_STREAM:
         table = await run_in_threadpool(decoding.decode_arrow, body)
     elif media in ("application/x-ndjson", "application/ndjson", "application/jsonlines"):
-        table = await run_in_threadpool(
-            decoding.decode_ndjson, body, key_format=key_format, value_format=value_format
-        )
+        table = await run_in_threadpool(decoding.decode_ndjson, body, key_format=key_format, value_format=value_format)
     elif media == "application/json":
-        table = await run_in_threadpool(
-            decoding.decode_json, body, key_format=key_format, value_format=value_format
-        )
+        table = await run_in_threadpool(decoding.decode_json, body, key_format=key_format, value_format=value_format)
     else:
         raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not supported.", content_type=media)
     append = await run_in_threadpool(prepare, registry, topic, table, producer)
@@ -99,8 +95,7 @@ async def produce(
             topic=topic,
             record_count=append.batch.num_rows,
             partitions=[
-                PartitionBatch(partition=r.partition, base_offset=r.base_offset, count=r.count)
-                for r in result.ranges
+                PartitionBatch(partition=r.partition, base_offset=r.base_offset, count=r.count) for r in result.ranges
             ],
             duplicate=result.duplicate,
         )

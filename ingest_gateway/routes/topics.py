@@ -9,7 +9,14 @@ from delta_log.catalog import TopicDescription
 from delta_log.reader import TopicReader
 from ingest_gateway.auth import authorize
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep
-from ingest_gateway.schemas import AddPartitions, AlterConfig, CreateTopic, PartitionInfo, TopicInfo, TopicList
+from ingest_gateway.schemas import (
+    AddPartitions,
+    AlterConfig,
+    CreateTopic,
+    PartitionInfo,
+    TopicInfo,
+    TopicList,
+)
 
 router = APIRouter(prefix="/topics", tags=["topics"])
 

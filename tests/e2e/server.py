@@ -34,9 +34,22 @@ class ServerProcess:
         self.root.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "topiclake", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-             "--root", str(self.root)],
-            cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "topiclake",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--root",
+                str(self.root),
+            ],
+            cwd=REPO,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

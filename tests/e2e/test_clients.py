@@ -16,8 +16,10 @@ def test_producer_batches_and_resolves_futures(server):
     admin.create_topic("prod-t", partitions=2)
     seen = []
     with Producer(server.url, linger_ms=20, compression="gzip") as p:
-        futs = [p.send("prod-t", {"i": i}, key=f"k{i % 7}", callback=lambda md, err: seen.append((md, err)))
-                for i in range(500)]
+        futs = [
+            p.send("prod-t", {"i": i}, key=f"k{i % 7}", callback=lambda md, err: seen.append((md, err)))
+            for i in range(500)
+        ]
         p.flush()
         mds = [f.result(timeout=10) for f in futs]
     assert len(seen) == 500 and all(err is None for _, err in seen)
@@ -41,8 +43,15 @@ def test_producer_reports_errors(server):
 
 def run_cli(server, *args, stdin=None):
     env = {**os.environ, "TOPICLAKE_URL": server.url}
-    return subprocess.run([sys.executable, "-m", "topiclake", *args], cwd=REPO, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "topiclake", *args],
+        cwd=REPO,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_topics_and_produce(server, tmp_path):
@@ -52,9 +61,20 @@ def test_cli_topics_and_produce(server, tmp_path):
     r = run_cli(server, "produce", "cli-t", stdin="one\ntwo\nthree\n")
     assert r.returncode == 0 and "produced 3 records" in r.stderr
     f = tmp_path / "in.txt"
-    f.write_text("".join(f"k{i}:{{\"n\": {i}}}\n" for i in range(2000)))
-    r = run_cli(server, "produce", "cli-t", str(f), "--key-separator", ":", "--value-format", "json",
-                "--batch-size", "300", "--progress")
+    f.write_text("".join(f'k{i}:{{"n": {i}}}\n' for i in range(2000)))
+    r = run_cli(
+        server,
+        "produce",
+        "cli-t",
+        str(f),
+        "--key-separator",
+        ":",
+        "--value-format",
+        "json",
+        "--batch-size",
+        "300",
+        "--progress",
+    )
     assert r.returncode == 0, r.stderr
     assert "100.0%" in r.stderr and "2,000 records" in r.stderr
     d = json.loads(run_cli(server, "topics", "describe", "cli-t").stdout)

@@ -42,14 +42,17 @@ def test_topic_admin_lifecycle(http):
     assert http.delete("/topics/admin-t").json()["error"]["code"] == "UNKNOWN_TOPIC"
 
 
-@pytest.mark.parametrize(("body", "status", "code"), [
-    ({"name": "bad name"}, 400, "INVALID_TOPIC"),
-    ({"name": "x" * 250}, 400, "INVALID_TOPIC"),
-    ({"name": "ok1", "partitions": 0}, 400, "INVALID_PARTITIONS"),
-    ({"name": "ok2", "config": {"retention.ms": "soon"}}, 400, "INVALID_CONFIG"),
-    ({"name": "ok3", "config": {"no.such": 1}}, 400, "INVALID_CONFIG"),
-    ({"partitions": 1}, 422, "INVALID_REQUEST"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"name": "bad name"}, 400, "INVALID_TOPIC"),
+        ({"name": "x" * 250}, 400, "INVALID_TOPIC"),
+        ({"name": "ok1", "partitions": 0}, 400, "INVALID_PARTITIONS"),
+        ({"name": "ok2", "config": {"retention.ms": "soon"}}, 400, "INVALID_CONFIG"),
+        ({"name": "ok3", "config": {"no.such": 1}}, 400, "INVALID_CONFIG"),
+        ({"partitions": 1}, 422, "INVALID_REQUEST"),
+    ],
+)
 def test_bad_topic_creation(http, body, status, code):
     r = http.post("/topics", json=body)
     assert r.status_code == status and r.json()["error"]["code"] == code
@@ -58,14 +61,22 @@ def test_bad_topic_creation(http, body, status, code):
 
 
 def test_produce_json_per_record_offsets(http, server, topic):
-    r = http.post(f"/topics/{topic}/records", json={"records": [
-        {"value": {"n": 0}, "partition": 0},
-        {"value": {"n": 1}, "partition": 0, "headers": {"h": "v"}},
-        {"value": {"n": 2}, "partition": 2, "timestamp": 1_700_000_000_000},
-    ]})
+    r = http.post(
+        f"/topics/{topic}/records",
+        json={
+            "records": [
+                {"value": {"n": 0}, "partition": 0},
+                {"value": {"n": 1}, "partition": 0, "headers": {"h": "v"}},
+                {"value": {"n": 2}, "partition": 2, "timestamp": 1_700_000_000_000},
+            ]
+        },
+    )
     assert r.status_code == 200, r.text
-    assert r.json()["offsets"] == [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1},
-                                   {"partition": 2, "offset": 0}]
+    assert r.json()["offsets"] == [
+        {"partition": 0, "offset": 0},
+        {"partition": 0, "offset": 1},
+        {"partition": 2, "offset": 0},
+    ]
     stored = rows(server, topic)
     assert [json.loads(x["value"]) for x in stored] == [{"n": 0}, {"n": 1}, {"n": 2}]
     assert stored[1]["headers"] == [{"key": "h", "value": b"v"}]
@@ -75,10 +86,20 @@ def test_produce_json_per_record_offsets(http, server, topic):
 
 def test_value_formats(http, server, topic):
     http.post(f"/topics/{topic}/records?value_format=string", json={"records": [{"value": "plain", "partition": 1}]})
-    http.post(f"/topics/{topic}/records", json={
-        "value_format": "binary", "key_format": "binary",
-        "records": [{"key": base64.b64encode(b"\x01").decode(), "value": base64.b64encode(b"\xff\x00").decode(),
-                     "partition": 1}]})
+    http.post(
+        f"/topics/{topic}/records",
+        json={
+            "value_format": "binary",
+            "key_format": "binary",
+            "records": [
+                {
+                    "key": base64.b64encode(b"\x01").decode(),
+                    "value": base64.b64encode(b"\xff\x00").decode(),
+                    "partition": 1,
+                }
+            ],
+        },
+    )
     assert [(x["key"], x["value"]) for x in rows(server, topic)] == [(None, b"plain"), (b"\x01", b"\xff\x00")]
 
 
@@ -99,25 +120,41 @@ def test_ndjson(http, topic):
     body = "\n".join(json.dumps({"value": i, "partition": 1}) for i in range(4)).encode()
     r = http.post(f"/topics/{topic}/records", content=body, headers={"Content-Type": "application/x-ndjson"})
     assert [o["offset"] for o in r.json()["offsets"]] == [0, 1, 2, 3]
-    r = http.post(f"/topics/{topic}/records", content=b'{"value": 1}\n{oops\n',
-                  headers={"Content-Type": "application/x-ndjson"})
+    r = http.post(
+        f"/topics/{topic}/records",
+        content=b'{"value": 1}\n{oops\n',
+        headers={"Content-Type": "application/x-ndjson"},
+    )
     assert r.status_code == 400 and r.json()["error"]["details"]["line"] == 2
     assert hw(http, topic)[1] == 4
 
 
 def test_arrow_ipc(http, server, topic):
-    t = pa.table({"key": pa.array([None] * 6, pa.binary()), "value": [b"v%d" % i for i in range(6)],
-                  "partition": pa.array([0, 1, 1, 2, 2, 2], pa.int32())})
-    r = http.post(f"/topics/{topic}/records", content=arrow_body(t),
-                  headers={"Content-Type": "application/vnd.apache.arrow.stream"})
+    t = pa.table(
+        {
+            "key": pa.array([None] * 6, pa.binary()),
+            "value": [b"v%d" % i for i in range(6)],
+            "partition": pa.array([0, 1, 1, 2, 2, 2], pa.int32()),
+        }
+    )
+    r = http.post(
+        f"/topics/{topic}/records",
+        content=arrow_body(t),
+        headers={"Content-Type": "application/vnd.apache.arrow.stream"},
+    )
     assert r.status_code == 200, r.text
-    assert r.json()["partitions"] == [{"partition": 0, "base_offset": 0, "count": 1},
-                                      {"partition": 1, "base_offset": 0, "count": 2},
-                                      {"partition": 2, "base_offset": 0, "count": 3}]
+    assert r.json()["partitions"] == [
+        {"partition": 0, "base_offset": 0, "count": 1},
+        {"partition": 1, "base_offset": 0, "count": 2},
+        {"partition": 2, "base_offset": 0, "count": 3},
+    ]
     assert r.json()["record_count"] == 6
     bad = pa.table({"value": [b"a"], "colour": ["red"]})
-    r = http.post(f"/topics/{topic}/records", content=arrow_body(bad),
-                  headers={"Content-Type": "application/vnd.apache.arrow.stream"})
+    r = http.post(
+        f"/topics/{topic}/records",
+        content=arrow_body(bad),
+        headers={"Content-Type": "application/vnd.apache.arrow.stream"},
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] == "INVALID_SCHEMA"
     assert len(rows(server, topic)) == 6
 
@@ -146,6 +183,7 @@ def test_concurrent_retries_of_one_request_write_once(http, server, topic):
 
     def go():
         import httpx
+
         results.append(httpx.post(f"{server.url}/topics/{topic}/records", json=body, headers=headers).json())
 
     threads = [threading.Thread(target=go) for _ in range(6)]
@@ -157,18 +195,24 @@ def test_concurrent_retries_of_one_request_write_once(http, server, topic):
     assert hw(http, topic)[0] == 3
 
 
-@pytest.mark.parametrize(("kwargs", "status", "code"), [
-    ({"json": {"records": [{"value": 1, "partition": 7}]}}, 404, "UNKNOWN_PARTITION"),
-    ({"json": {"records": [{"value": 1, "partition": -1}]}}, 404, "UNKNOWN_PARTITION"),
-    ({"json": {"records": [{"value": "x" * 2_000_000}]}}, 413, "RECORD_TOO_LARGE"),
-    ({"content": b"{bad", "headers": {"Content-Type": "application/json"}}, 400, "MALFORMED_REQUEST"),
-    ({"json": {"records": [{"value": 1}, {"nope": 1}]}}, 422, "INVALID_RECORD"),
-    ({"json": {"records": []}}, 422, "INVALID_RECORD"),
-    ({"content": b"x", "headers": {"Content-Type": "text/csv"}}, 415, "UNSUPPORTED_MEDIA_TYPE"),
-    ({"json": {"records": [{"value": 1}]}, "headers": {"Producer-Id": "p"}}, 422, "INVALID_RECORD"),
-    ({"json": {"records": [{"value": 1}]}, "headers": {"Producer-Id": "p", "Producer-Sequence": "x"}}, 422,
-     "INVALID_RECORD"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "status", "code"),
+    [
+        ({"json": {"records": [{"value": 1, "partition": 7}]}}, 404, "UNKNOWN_PARTITION"),
+        ({"json": {"records": [{"value": 1, "partition": -1}]}}, 404, "UNKNOWN_PARTITION"),
+        ({"json": {"records": [{"value": "x" * 2_000_000}]}}, 413, "RECORD_TOO_LARGE"),
+        ({"content": b"{bad", "headers": {"Content-Type": "application/json"}}, 400, "MALFORMED_REQUEST"),
+        ({"json": {"records": [{"value": 1}, {"nope": 1}]}}, 422, "INVALID_RECORD"),
+        ({"json": {"records": []}}, 422, "INVALID_RECORD"),
+        ({"content": b"x", "headers": {"Content-Type": "text/csv"}}, 415, "UNSUPPORTED_MEDIA_TYPE"),
+        ({"json": {"records": [{"value": 1}]}, "headers": {"Producer-Id": "p"}}, 422, "INVALID_RECORD"),
+        (
+            {"json": {"records": [{"value": 1}]}, "headers": {"Producer-Id": "p", "Producer-Sequence": "x"}},
+            422,
+            "INVALID_RECORD",
+        ),
+    ],
+)
 def test_bad_produce_changes_nothing(http, server, topic, kwargs, status, code):
     http.post(f"/topics/{topic}/records", json={"records": [{"value": 0, "partition": 0}]})
     before = hw(http, topic)

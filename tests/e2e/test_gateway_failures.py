@@ -72,8 +72,11 @@ def test_sigkill_under_load_loses_no_acked_record(tmp_path):
 
 
 def test_back_pressure_429_with_retry_after(tmp_path):
-    env = {"TOPICLAKE_WRITER__MAX_QUEUE_BYTES": "2000", "TOPICLAKE_WRITER__LINGER_MS": "300",
-           "TOPICLAKE_WRITER__BATCH_BYTES": "100000000"}
+    env = {
+        "TOPICLAKE_WRITER__MAX_QUEUE_BYTES": "2000",
+        "TOPICLAKE_WRITER__LINGER_MS": "300",
+        "TOPICLAKE_WRITER__BATCH_BYTES": "100000000",
+    }
     srv = ServerProcess(tmp_path / "data", env=env).start()
     try:
         httpx.post(srv.url + "/topics", json={"name": "bp"}).raise_for_status()

@@ -25,13 +25,18 @@ def main(argv: list[str]) -> None:
     with open(ack_file, "a", buffering=1) as acks:
         for b in range(int(batches)):
             batch = normalize_batch(
-                pa.table({
-                    "key": [f"{tag}-{b}-{i}".encode() for i in range(n)],
-                    "value": [b"v" * 50] * n,
-                    "partition": pa.array([p] * n, pa.int32()),
-                }),
-                partitions=p + 1, topic=topic, max_message_bytes=10**6,
-                now_us=int(time.time() * 1e6), log_append_time=False,
+                pa.table(
+                    {
+                        "key": [f"{tag}-{b}-{i}".encode() for i in range(n)],
+                        "value": [b"v" * 50] * n,
+                        "partition": pa.array([p] * n, pa.int32()),
+                    }
+                ),
+                partitions=p + 1,
+                topic=topic,
+                max_message_bytes=10**6,
+                now_us=int(time.time() * 1e6),
+                log_append_time=False,
             )
             r = writer.append(batch).ranges[0]
             acks.write(f"{r.base_offset} {r.count} {tag}-{b}\n")

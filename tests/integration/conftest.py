@@ -37,15 +37,27 @@ def topic_factory(catalog):
     return make
 
 
-def make_batch(n: int, *, partitions: int = 1, partition_of=None, value_size: int = 10, topic: str = "t",
-               key_prefix: str = "k") -> pa.Table:
+def make_batch(
+    n: int,
+    *,
+    partitions: int = 1,
+    partition_of=None,
+    value_size: int = 10,
+    topic: str = "t",
+    key_prefix: str = "k",
+) -> pa.Table:
     parts = [partition_of(i) if partition_of else i % partitions for i in range(n)]
     return normalize_batch(
-        pa.table({
-            "key": [f"{key_prefix}{i}".encode() for i in range(n)],
-            "value": [(f"{key_prefix}{i}:".encode() + b"x" * value_size)[:max(value_size, 1)] for i in range(n)],
-            "partition": pa.array(parts, pa.int32()),
-        }),
-        partitions=max(parts) + 1 if parts else 1, topic=topic, max_message_bytes=10**7,
-        now_us=int(time.time() * 1e6), log_append_time=False,
+        pa.table(
+            {
+                "key": [f"{key_prefix}{i}".encode() for i in range(n)],
+                "value": [(f"{key_prefix}{i}:".encode() + b"x" * value_size)[: max(value_size, 1)] for i in range(n)],
+                "partition": pa.array(parts, pa.int32()),
+            }
+        ),
+        partitions=max(parts) + 1 if parts else 1,
+        topic=topic,
+        max_message_bytes=10**7,
+        now_us=int(time.time() * 1e6),
+        log_append_time=False,
     )

@@ -18,6 +18,7 @@ def test_create_describe_list_delete(catalog, storage):
     dt = catalog.open_topic("orders")
     assert dt.metadata().partition_columns == ["partition"]
     import pyarrow as pa
+
     assert pa.schema(dt.schema().to_arrow()) == TOPIC_SCHEMA
     # config is persisted with the table: a fresh catalog sees it
     fresh = Catalog(StorageRoot(storage.root), catalog.settings)

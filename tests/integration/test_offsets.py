@@ -6,11 +6,13 @@ from delta_log.errors import InvalidOffsetError
 
 def test_commit_many_latest_wins_and_survives_restart(storage):
     s = OffsetStore(storage)
-    v = s.commit([
-        OffsetCommit(group="g", topic="a", partition=0, offset=5, commit_timestamp_us=1),
-        OffsetCommit(group="g", topic="a", partition=1, offset=7, commit_timestamp_us=1),
-        OffsetCommit(group="h", topic="a", partition=0, offset=1, commit_timestamp_us=1),
-    ])
+    v = s.commit(
+        [
+            OffsetCommit(group="g", topic="a", partition=0, offset=5, commit_timestamp_us=1),
+            OffsetCommit(group="g", topic="a", partition=1, offset=7, commit_timestamp_us=1),
+            OffsetCommit(group="h", topic="a", partition=0, offset=1, commit_timestamp_us=1),
+        ]
+    )
     s.commit([OffsetCommit(group="g", topic="a", partition=0, offset=9, metadata="m", commit_timestamp_us=2)])
     assert s._dt.version() == v + 1
     restarted = OffsetStore(StorageRoot(storage.root))
@@ -27,12 +29,15 @@ def test_other_server_commits_visible_after_load(storage):
     assert a.committed("g")[("a", 0)].offset == 3
 
 
-@pytest.mark.parametrize("bad", [
-    OffsetCommit(group="", topic="a", partition=0, offset=1),
-    OffsetCommit(group="g", topic="a b", partition=0, offset=1),
-    OffsetCommit(group="g", topic="a", partition=-1, offset=1),
-    OffsetCommit(group="g", topic="a", partition=0, offset=-5),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        OffsetCommit(group="", topic="a", partition=0, offset=1),
+        OffsetCommit(group="g", topic="a b", partition=0, offset=1),
+        OffsetCommit(group="g", topic="a", partition=-1, offset=1),
+        OffsetCommit(group="g", topic="a", partition=0, offset=-5),
+    ],
+)
 def test_bad_commits_write_nothing(storage, bad):
     s = OffsetStore(storage)
     before = s._dt.version()

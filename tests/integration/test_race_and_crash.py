@@ -17,8 +17,10 @@ ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 def spawn(*args: object) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.append_worker", *map(str, args)], cwd=ROOT_DIR,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "tests.integration.append_worker", *map(str, args)],
+        cwd=ROOT_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -50,7 +52,7 @@ def test_two_processes_same_partition(storage, topic_factory, tmp_path):
     for i in range(2):
         for base, count, tag in read_acks(tmp_path / f"acks{i}"):
             # every acked range holds exactly that request's records
-            assert {k.rsplit("-", 1)[0] for k in keys[base:base + count]} == {tag}
+            assert {k.rsplit("-", 1)[0] for k in keys[base : base + count]} == {tag}
 
 
 @pytest.mark.slow
@@ -70,9 +72,10 @@ def test_sigkill_mid_stream_loses_nothing_acked(storage, topic_factory, tmp_path
     assert offsets == list(range(len(offsets)))  # contiguous, unique
     tags = Counter(k.rsplit("-", 1)[0] for k in keys)
     assert all(n == 20 for n in tags.values())  # no partial commit visible
-    for base, count, tag in acks:
+    for base, _count, tag in acks:
         assert tags[tag] == 20 and keys[base].startswith(tag + "-")
     # reopening and appending continues at the right offset
     w = TopicWriter(storage, topic, settings.writer)
     from tests.integration.conftest import make_batch
+
     assert w.append(make_batch(1)).ranges[0].base_offset == len(offsets)

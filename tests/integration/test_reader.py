@@ -57,7 +57,7 @@ def test_bad_fetch_arguments(storage, filled):
 
 
 def test_log_start_offset_after_prefix_delete(storage, filled):
-    topic, w = filled
+    topic, _w = filled
     DeltaTable(storage.topic_uri(topic)).delete('"offset" < 25 AND partition = 0')
     r = TopicReader(storage, topic)
     assert r.log_start_offset(0) >= 25

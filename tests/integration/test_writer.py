@@ -38,6 +38,7 @@ def test_rows_sorted_by_offset_within_files(storage, settings, topic_factory):
     w = TopicWriter(storage, topic, settings.writer)
     w.append_many([AppendRequest(batch=make_batch(50, partitions=2)) for _ in range(3)])
     import pyarrow.parquet as pq
+
     for f in DeltaTable(storage.topic_uri(topic)).file_uris():
         offs = pq.read_table(f, columns=["offset"]).column("offset").to_pylist()
         assert offs == sorted(offs) and offs == list(range(offs[0], offs[0] + len(offs)))

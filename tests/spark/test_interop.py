@@ -9,17 +9,21 @@ from conf import load_settings
 from delta_log import Catalog, StorageRoot, TopicReader, TopicWriter
 from tests.integration.conftest import make_batch
 
-KAFKA_SOURCE_SCHEMA = T.StructType([
-    T.StructField("key", T.BinaryType()),
-    T.StructField("value", T.BinaryType()),
-    T.StructField("topic", T.StringType()),
-    T.StructField("partition", T.IntegerType()),
-    T.StructField("offset", T.LongType()),
-    T.StructField("timestamp", T.TimestampType()),
-    T.StructField("timestampType", T.IntegerType()),
-    T.StructField("headers", T.ArrayType(T.StructType([
-        T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType())]))),
-])
+KAFKA_SOURCE_SCHEMA = T.StructType(
+    [
+        T.StructField("key", T.BinaryType()),
+        T.StructField("value", T.BinaryType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+        T.StructField("timestampType", T.IntegerType()),
+        T.StructField(
+            "headers",
+            T.ArrayType(T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType())])),
+        ),
+    ]
+)
 
 COLS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
 
@@ -46,19 +50,24 @@ def test_spark_reads_kafka_schema(spark, tmp_path):
 
 
 def test_spark_rewrite_with_datachange_false_then_delta_rs_continues(spark, tmp_path):
-    settings, storage, w = setup_topic(tmp_path)
+    _settings, storage, w = setup_topic(tmp_path)
     uri = storage.topic_uri("interop")
     before = TopicReader(storage, "interop").fetch(0, 0, max_records=1000).records
     (
-        spark.read.format("delta").load(uri).where("partition = 0")
-        .repartition(1).sortWithinPartitions("offset")
-        .write.format("delta").mode("overwrite")
-        .option("dataChange", "false").option("replaceWhere", "partition = 0")
+        spark.read.format("delta")
+        .load(uri)
+        .where("partition = 0")
+        .repartition(1)
+        .sortWithinPartitions("offset")
+        .write.format("delta")
+        .mode("overwrite")
+        .option("dataChange", "false")
+        .option("replaceWhere", "partition = 0")
         .save(uri)
     )
     history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version", ascending=False).first()
     assert history["operation"] == "WRITE"
-    segments = [s for s in TopicReader(storage, "interop").partition_offsets() if s.partition == 0][0].segments
+    segments = next(s for s in TopicReader(storage, "interop").partition_offsets() if s.partition == 0).segments
     assert segments == 1  # six segments merged into one
     after = TopicReader(storage, "interop").fetch(0, 0, max_records=1000).records
     assert after.select(COLS).equals(before.select(COLS))  # same records at the same offsets
@@ -67,8 +76,11 @@ def test_spark_rewrite_with_datachange_false_then_delta_rs_continues(spark, tmp_
     # the same writer object (stale snapshot) keeps appending at the right offsets
     r = w.append(make_batch(4, partitions=2, topic="interop"))
     assert [x.base_offset for x in r.ranges] == [30, 30]
-    final = DeltaTable(uri).to_pyarrow_table(columns=["partition", "offset"]).filter(
-        pa.compute.equal(pa.compute.field("partition"), 0))
+    final = (
+        DeltaTable(uri)
+        .to_pyarrow_table(columns=["partition", "offset"])
+        .filter(pa.compute.equal(pa.compute.field("partition"), 0))
+    )
     assert sorted(final.column("offset").to_pylist()) == list(range(32))
 
 

@@ -6,10 +6,12 @@ from delta_log.errors import AuthenticationError, AuthorizationError, all_error_
 from ingest_gateway.auth import authenticate, authorize
 from ingest_gateway.errors import STATUS, status_for
 
-AUTH = AuthSettings(api_keys=[
-    ApiKeySettings(key=SecretStr("etl-key"), principal="etl", acls={"orders-*": ["produce", "consume"]}),
-    ApiKeySettings(key=SecretStr("ops-key"), principal="ops", acls={"*": ["admin"]}),
-])
+AUTH = AuthSettings(
+    api_keys=[
+        ApiKeySettings(key=SecretStr("etl-key"), principal="etl", acls={"orders-*": ["produce", "consume"]}),
+        ApiKeySettings(key=SecretStr("ops-key"), principal="ops", acls={"*": ["admin"]}),
+    ]
+)
 
 
 def test_auth_off_without_keys():

@@ -14,10 +14,19 @@ def body(records, **extra):
 
 
 def test_json_formats():
-    t = decode_json(body([
-        {"key": "k", "value": {"a": 1}, "headers": {"h": "v"}, "timestamp": 1000},
-        {"value": None, "partition": 2, "timestamp": "2024-01-01T00:00:00Z", "headers": [{"key": "x", "value": None}]},
-    ]))
+    t = decode_json(
+        body(
+            [
+                {"key": "k", "value": {"a": 1}, "headers": {"h": "v"}, "timestamp": 1000},
+                {
+                    "value": None,
+                    "partition": 2,
+                    "timestamp": "2024-01-01T00:00:00Z",
+                    "headers": [{"key": "x", "value": None}],
+                },
+            ]
+        )
+    )
     assert t.column("key").to_pylist() == [b"k", None]
     assert t.column("value").to_pylist() == [b'{"a":1}', None]
     assert t.column("partition").to_pylist() == [None, 2]
@@ -27,19 +36,22 @@ def test_json_formats():
     assert t.column("value").to_pylist() == [b"\x00\x01"]
 
 
-@pytest.mark.parametrize(("payload", "error", "index"), [
-    (b"{not json", MalformedRequestError, None),
-    (b"[]", MalformedRequestError, None),
-    (json.dumps({"records": [], "extra": 1}).encode(), MalformedRequestError, None),
-    (body([]), InvalidRecordError, None),
-    (body([{"value": 1}, {"key": "k"}]), InvalidRecordError, 1),
-    (body([{"value": 1}, {"value": 1, "bogus": 2}]), InvalidRecordError, 1),
-    (body([{"value": 1, "partition": "x"}]), InvalidRecordError, 0),
-    (body([{"value": 1}, {"value": 1, "timestamp": "yesterday"}]), InvalidRecordError, 1),
-    (body([{"value": 5}], value_format="string"), InvalidRecordError, 0),
-    (body([{"value": "***"}], value_format="binary"), InvalidRecordError, 0),
-    (body([{"value": 1}], value_format="xml"), MalformedRequestError, None),
-])
+@pytest.mark.parametrize(
+    ("payload", "error", "index"),
+    [
+        (b"{not json", MalformedRequestError, None),
+        (b"[]", MalformedRequestError, None),
+        (json.dumps({"records": [], "extra": 1}).encode(), MalformedRequestError, None),
+        (body([]), InvalidRecordError, None),
+        (body([{"value": 1}, {"key": "k"}]), InvalidRecordError, 1),
+        (body([{"value": 1}, {"value": 1, "bogus": 2}]), InvalidRecordError, 1),
+        (body([{"value": 1, "partition": "x"}]), InvalidRecordError, 0),
+        (body([{"value": 1}, {"value": 1, "timestamp": "yesterday"}]), InvalidRecordError, 1),
+        (body([{"value": 5}], value_format="string"), InvalidRecordError, 0),
+        (body([{"value": "***"}], value_format="binary"), InvalidRecordError, 0),
+        (body([{"value": 1}], value_format="xml"), MalformedRequestError, None),
+    ],
+)
 def test_json_errors_name_the_record(payload, error, index):
     with pytest.raises(error) as e:
         decode_json(payload)
@@ -69,11 +81,14 @@ def test_arrow_accepts_strings_and_ms_timestamps():
     assert t.column("timestamp").cast(pa.int64()).to_pylist() == [5000]
 
 
-@pytest.mark.parametrize(("table", "error"), [
-    (pa.table({"key": [b"a"]}), InvalidSchemaError),
-    (pa.table({"value": [b"a"], "nope": [1]}), InvalidSchemaError),
-    (pa.table({"value": [b"a"], "headers": [1]}), InvalidSchemaError),
-])
+@pytest.mark.parametrize(
+    ("table", "error"),
+    [
+        (pa.table({"key": [b"a"]}), InvalidSchemaError),
+        (pa.table({"value": [b"a"], "nope": [1]}), InvalidSchemaError),
+        (pa.table({"value": [b"a"], "headers": [1]}), InvalidSchemaError),
+    ],
+)
 def test_arrow_schema_errors(table, error):
     with pytest.raises(error):
         decode_arrow(arrow_bytes(table))

@@ -15,5 +15,10 @@ def test_offset_out_of_range_carries_bounds():
     e = OffsetOutOfRangeError(topic="t", partition=1, offset=99, log_start_offset=3, high_watermark=10)
     assert isinstance(e, TopiclakeError)
     assert e.to_dict()["details"] == {
-        "topic": "t", "partition": 1, "offset": 99, "log_start_offset": 3, "high_watermark": 10}
+        "topic": "t",
+        "partition": 1,
+        "offset": 99,
+        "log_start_offset": 3,
+        "high_watermark": 10,
+    }
     assert "[3, 10]" in e.message and "Seek" in e.message

@@ -4,7 +4,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.errors import InvalidRecordError, InvalidSchemaError, PartitionNotFoundError, RecordTooLargeError
+from delta_log.errors import (
+    InvalidRecordError,
+    InvalidSchemaError,
+    PartitionNotFoundError,
+    RecordTooLargeError,
+)
 from delta_log.records import (
     BATCH_SCHEMA,
     CREATE_TIME,
@@ -20,14 +25,16 @@ NOW = 1_700_000_000_000_000
 
 def norm(table, partitions=3, max_bytes=1000, log_append_time=False):
     return normalize_batch(
-        table, partitions=partitions, topic="t", max_message_bytes=max_bytes, now_us=NOW,
+        table,
+        partitions=partitions,
+        topic="t",
+        max_message_bytes=max_bytes,
+        now_us=NOW,
         log_append_time=log_append_time,
     )
 
 
-requests_st = st.lists(
-    st.dictionaries(st.integers(0, 5), st.integers(0, 50), max_size=6), max_size=20
-)
+requests_st = st.lists(st.dictionaries(st.integers(0, 5), st.integers(0, 50), max_size=6), max_size=20)
 hws_st = st.dictionaries(st.integers(0, 5), st.integers(0, 10**12), max_size=6)
 
 
@@ -70,8 +77,10 @@ def test_normalize_fills_defaults_and_timestamp_types():
 
 def test_log_append_time_overrides_producer_timestamps():
     ts = pa.array([5_000_000], pa.timestamp("us", tz="UTC"))
-    out = norm(pa.table({"value": [b"a"], "partition": pa.array([0], pa.int32()), "timestamp": ts}),
-               log_append_time=True)
+    out = norm(
+        pa.table({"value": [b"a"], "partition": pa.array([0], pa.int32()), "timestamp": ts}),
+        log_append_time=True,
+    )
     assert out.column("timestampType").to_pylist() == [LOG_APPEND_TIME]
     assert out.column("timestamp").cast(pa.int64()).to_pylist() == [NOW]
 
@@ -93,10 +102,19 @@ def test_record_too_large_names_index():
     [
         (pa.table({"partition": pa.array([0], pa.int32())}), InvalidSchemaError),
         (pa.table({"value": [b"a"]}), InvalidSchemaError),
-        (pa.table({"value": [b"a"], "partition": pa.array([0], pa.int32()), "bogus": [1]}), InvalidSchemaError),
-        (pa.table({"value": [b"a"], "partition": pa.array([0], pa.int32()), "timestamp": [[1]]}), InvalidSchemaError),
+        (
+            pa.table({"value": [b"a"], "partition": pa.array([0], pa.int32()), "bogus": [1]}),
+            InvalidSchemaError,
+        ),
+        (
+            pa.table({"value": [b"a"], "partition": pa.array([0], pa.int32()), "timestamp": [[1]]}),
+            InvalidSchemaError,
+        ),
         (pa.table({"value": [b"a", b"b"], "partition": pa.array([0, None], pa.int32())}), InvalidRecordError),
-        (pa.table({"value": pa.array([], pa.binary()), "partition": pa.array([], pa.int32())}), InvalidRecordError),
+        (
+            pa.table({"value": pa.array([], pa.binary()), "partition": pa.array([], pa.int32())}),
+            InvalidRecordError,
+        ),
     ],
 )
 def test_bad_batches(table, error):

@@ -20,8 +20,8 @@ def test_illegal_names(name):
 
 @given(st.text(min_size=1, max_size=300))
 def test_names_accepted_iff_kafka_legal(name):
-    legal = len(name) <= 249 and name not in {".", ".."} and all(
-        c.isascii() and (c.isalnum() or c in "._-") for c in name
+    legal = (
+        len(name) <= 249 and name not in {".", ".."} and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
     )
     try:
         validate_topic_name(name)
@@ -38,8 +38,14 @@ def test_bad_partitions(n):
 
 @pytest.mark.parametrize(
     "cfg",
-    [{"nope": "1"}, {"retention.ms": "abc"}, {"retention.ms": -2}, {"cleanup.policy": "forever"},
-     {"max.message.bytes": 0}, {"message.timestamp.type": "Now"}],
+    [
+        {"nope": "1"},
+        {"retention.ms": "abc"},
+        {"retention.ms": -2},
+        {"cleanup.policy": "forever"},
+        {"max.message.bytes": 0},
+        {"message.timestamp.type": "Now"},
+    ],
 )
 def test_bad_config(cfg):
     with pytest.raises(InvalidConfigError):
@@ -47,7 +53,12 @@ def test_bad_config(cfg):
 
 
 def test_config_roundtrip_through_properties():
-    cfg = TopicConfig(partitions=4, values={**TopicConfig(partitions=1).values, **validate_config(
-        {"retention.ms": 1000, "cleanup.policy": "compact, delete"})})
+    cfg = TopicConfig(
+        partitions=4,
+        values={
+            **TopicConfig(partitions=1).values,
+            **validate_config({"retention.ms": 1000, "cleanup.policy": "compact, delete"}),
+        },
+    )
     back = TopicConfig.from_properties(cfg.to_properties() | {"delta.checkpointInterval": "100"})
     assert back == cfg and back.retention_ms == 1000 and back.cleanup_policy == "compact,delete"

@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 
 from bench.common import Timer, median, percentile, print_table, write_results
 from conf import load_settings
-from delta_log import Catalog, StorageRoot, TopicReader, TopicWriter, normalize_batch
+from delta_log import AppendRequest, Catalog, StorageRoot, TopicReader, TopicWriter, normalize_batch
 from delta_log.records import TOPIC_SCHEMA
+from delta_log.rollup import SegmentRoller
 
 
 def make_batch(n: int, value_size: int, partition: int = 0) -> pa.Table:
@@ -70,40 +71,47 @@ def bench_append(workdir: Path, quick: bool) -> list[dict]:
     target_bytes = (40 if quick else 200) * 1024 * 1024
     for value_size in (100, 1024):
         for batch_size in (100, 10_000):
-            batch = make_batch(batch_size, value_size)
-            batch_bytes = batch_size * (value_size + 12)
-            commits = max(5, min(2000 if not quick else 300, target_bytes // batch_bytes))
-            name = f"append-{value_size}-{batch_size}"
-            catalog.create_topic(name)
-            writer = TopicWriter(storage, name, settings.writer)
-            with Timer() as t:
-                for _ in range(commits):
-                    writer.append(batch)
-            raw_dir = workdir / f"raw-{name}"
-            raw_dir.mkdir()
-            table = topic_table(batch)
-            with Timer() as raw:
-                for i in range(commits):
-                    pq.write_table(
-                        table,
-                        raw_dir / f"{i}.parquet",
-                        compression="snappy",
-                        row_group_size=settings.writer.max_row_group_rows,
-                    )
-            records = commits * batch_size
-            mb = records * (value_size + 12) / 1e6
-            rows.append(
-                {
-                    "value_bytes": value_size,
-                    "batch": batch_size,
-                    "commits": commits,
-                    "records_per_s": records / t.seconds,
-                    "MB_per_s": mb / t.seconds,
-                    "raw_parquet_MB_per_s": mb / raw.seconds,
-                    "ratio_vs_raw": raw.seconds / t.seconds,
-                    "ms_per_commit": t.seconds / commits * 1000,
-                }
-            )
+            for per_commit in (1, 8):
+                batch = make_batch(batch_size, value_size)
+                batch_bytes = batch_size * (value_size + 12)
+                requests = max(8, min(2000 if not quick else 300, target_bytes // batch_bytes))
+                requests -= requests % per_commit
+                name = f"append-{value_size}-{batch_size}-{per_commit}"
+                catalog.create_topic(name)
+                roller = SegmentRoller(storage, name, settings.writer)
+                writer = TopicWriter(storage, name, settings.writer, on_commit=roller.notify_commit)
+                group = [AppendRequest(batch=batch)] * per_commit
+                with Timer() as t:
+                    for _ in range(requests // per_commit):
+                        writer.append_many(group)
+                roller.close()
+                raw_dir = workdir / f"raw-{name}"
+                raw_dir.mkdir()
+                table = topic_table(batch)
+                with Timer() as raw:
+                    for i in range(requests):
+                        pq.write_table(
+                            table,
+                            raw_dir / f"{i}.parquet",
+                            compression="snappy",
+                            row_group_size=settings.writer.max_row_group_rows,
+                        )
+                records = requests * batch_size
+                mb = records * (value_size + 12) / 1e6
+                rows.append(
+                    {
+                        "value_bytes": value_size,
+                        "batch": batch_size,
+                        "requests_per_commit": per_commit,
+                        "commits": requests // per_commit,
+                        "records_per_s": records / t.seconds,
+                        "MB_per_s": mb / t.seconds,
+                        "raw_parquet_MB_per_s": mb / raw.seconds,
+                        "ratio_vs_raw": raw.seconds / t.seconds,
+                        "ms_per_commit": t.seconds / (requests // per_commit) * 1000,
+                    }
+                )
+                shutil.rmtree(raw_dir)
     return rows
 
 
@@ -111,7 +119,9 @@ def bench_commit_latency(workdir: Path, quick: bool) -> list[dict]:
     settings = load_settings(root=str(workdir / "latency"))
     storage = StorageRoot(settings.root)
     Catalog(storage, settings.writer).create_topic("aging")
-    writer = TopicWriter(storage, "aging", settings.writer)
+    # As the server runs a topic: the writer plus its SegmentRoller (roll-ups, log cleanup).
+    roller = SegmentRoller(storage, "aging", settings.writer)
+    writer = TopicWriter(storage, "aging", settings.writer, on_commit=roller.notify_commit)
     batch = make_batch(10, 100)
     marks = [100, 1000] if quick else [100, 1000, 10_000]
     window = 100
@@ -120,6 +130,9 @@ def bench_commit_latency(workdir: Path, quick: bool) -> list[dict]:
         t0 = time.perf_counter()
         writer.append(batch)
         lat.append((time.perf_counter() - t0) * 1000)
+    roller.close()
+    files = len(writer.table.file_uris())
+    log_files = len(list((Path(storage.topic_uri("aging")) / "_delta_log").iterdir()))
     rows = []
     base = None
     for m in marks:
@@ -127,6 +140,8 @@ def bench_commit_latency(workdir: Path, quick: bool) -> list[dict]:
         med = median(w)
         base = base or med
         rows.append({"after_commits": m, "median_ms": med, "p99_ms": percentile(w, 99), "vs_100": med / base})
+    rows[-1]["data_files_at_end"] = files
+    rows[-1]["log_files_at_end"] = log_files
     return rows
 
 
@@ -169,32 +184,43 @@ def bench_cold_fetch(workdir: Path, quick: bool) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["append", "latency", "fetch"])
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="topiclake-bench-"))
+    rows: list[dict] = []
     try:
-        print("## Append throughput (one request per commit) vs raw parquet write")
-        append = bench_append(workdir, args.quick)
-        print_table(
-            append,
-            [
-                "value_bytes",
-                "batch",
-                "commits",
-                "records_per_s",
-                "MB_per_s",
-                "raw_parquet_MB_per_s",
-                "ratio_vs_raw",
-                "ms_per_commit",
-            ],
-        )
-        print("\n## Commit latency as the topic ages (10-record commits)")
-        latency = bench_commit_latency(workdir, args.quick)
-        print_table(latency, ["after_commits", "median_ms", "p99_ms", "vs_100"])
-        print("\n## Fetch 1,000 records by offset from a table of many segments")
-        fetch = bench_cold_fetch(workdir, args.quick)
-        print_table(fetch, list(fetch[0]))
-        path = write_results("log_bench", append + latency + fetch, {"quick": args.quick})
-        print(f"\nwritten: {path}")
+        if args.only in (None, "append"):
+            print("## Append throughput vs a raw parquet write of the same records (random values)")
+            append = bench_append(workdir, args.quick)
+            print_table(
+                append,
+                [
+                    "value_bytes",
+                    "batch",
+                    "requests_per_commit",
+                    "commits",
+                    "records_per_s",
+                    "MB_per_s",
+                    "raw_parquet_MB_per_s",
+                    "ratio_vs_raw",
+                    "ms_per_commit",
+                ],
+            )
+            rows += append
+        if args.only in (None, "latency"):
+            print("\n## Commit latency as the topic ages (10-record commits, default settings, roll-up on)")
+            latency = bench_commit_latency(workdir, args.quick)
+            print_table(
+                latency, ["after_commits", "median_ms", "p99_ms", "vs_100", "data_files_at_end", "log_files_at_end"]
+            )
+            rows += latency
+        if args.only in (None, "fetch"):
+            print("\n## Fetch 1,000 records by offset from a table of many segments")
+            fetch = bench_cold_fetch(workdir, args.quick)
+            print_table(fetch, list(fetch[0]))
+            rows += fetch
+        name = "log_bench" if args.only is None else f"log_bench_{args.only}"
+        print(f"\nwritten: {write_results(name, rows, {'quick': args.quick, 'only': args.only})}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -39,9 +39,18 @@ class WriterSettings(BaseModel):
     max_queue_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Back-pressure above this.")
     max_commit_attempts: int = Field(50, ge=1, description="Conflict retries before giving up.")
     reopen_every_commits: int = Field(2000, ge=1, description="Re-open the table to keep memory flat.")
-    cleanup_every_commits: int = Field(1000, ge=1, description="Expired-log cleanup, off the hot path.")
+    cleanup_every_commits: int = Field(100, ge=1, description="Expired-log cleanup, off the hot path.")
+    rollup_every_commits: int = Field(8, ge=1, description="Wake the segment roll-up after this many commits.")
+    rollup_fanout: int = Field(8, ge=2, description="Adjacent same-tier segments merged at once.")
+    rollup_base_bytes: int = Field(1024 * 1024, gt=0, description="Segments below this are tier 0.")
+    rollup_max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="The roll-up never writes larger files.")
+    maintenance_interval_s: float = Field(5.0, gt=0, description="Roll-up check when commits are few.")
+    vacuum_interval_s: float = Field(600.0, gt=0, description="Vacuum of replaced files (older than retention).")
     checkpoint_interval: int = Field(100, ge=1)
-    log_retention: str = Field("interval 1 days", description="delta.logRetentionDuration")
+    log_retention: str = Field(
+        "interval 1 minutes",
+        description="delta.logRetentionDuration of new topics: short, since local-disk log listing costs ~4 us a file",
+    )
     deleted_file_retention: str = Field("interval 1 hours", description="delta.deletedFileRetentionDuration")
     max_row_group_rows: int = Field(8192, gt=0, description="Parquet row group size; a fetch reads only these.")
     compression: Literal["SNAPPY", "ZSTD", "LZ4_RAW", "UNCOMPRESSED"] = "SNAPPY"

@@ -179,3 +179,35 @@ class AuthenticationError(TopiclakeError):
 class AuthorizationError(TopiclakeError):
     code = "FORBIDDEN"
     hint = "Ask an admin to grant this key the operation on the topic (auth.api_keys acls)."
+
+
+# --- consumer groups -------------------------------------------------------------------------
+class UnknownGroupError(TopiclakeError):
+    code = "UNKNOWN_GROUP"
+    hint = "Join the group first (POST /groups/{group}/members)."
+
+
+class UnknownMemberError(TopiclakeError):
+    code = "UNKNOWN_MEMBER"
+    hint = "The member left or its session expired; join the group again."
+
+
+class FencedMemberError(TopiclakeError):
+    """A commit or heartbeat from an old generation or from a member that does not own the partition."""
+
+    code = "FENCED_MEMBER"
+    hint = "A rebalance happened; rejoin the group and continue from the committed offsets."
+
+
+class UnknownAssignorError(TopiclakeError):
+    code = "UNKNOWN_ASSIGNOR"
+    hint = "Use range, roundrobin or sticky."
+
+
+class GroupNotEmptyError(TopiclakeError):
+    code = "GROUP_NOT_EMPTY"
+    hint = "Stop the group's consumers (or wait for their sessions to expire), then retry."
+
+
+class InvalidGroupError(TopiclakeError):
+    code = "INVALID_GROUP"

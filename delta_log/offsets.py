@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, write_deltalake
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
+from deltalake.exceptions import DeltaError
 
 from delta_log.errors import InvalidOffsetError, StorageUnavailableError
 from delta_log.storage import StorageRoot, translate_storage_errors
@@ -86,25 +86,8 @@ class OffsetStore:
         self._lock = threading.Lock()
         self._latest: dict[tuple[str, str, int], OffsetCommit] = {}
         self._version = -1
-        self._dt = self._open_or_create()
+        self._dt = storage.open_or_create_system_table(OFFSETS_TABLE, OFFSETS_SCHEMA)
         self.load()
-
-    def _open_or_create(self) -> DeltaTable:
-        with translate_storage_errors():
-            try:
-                return DeltaTable(self.uri, storage_options=self.storage.options())
-            except TableNotFoundError:
-                try:
-                    return DeltaTable.create(
-                        self.uri,
-                        OFFSETS_SCHEMA,
-                        mode="ignore",
-                        name="consumer_offsets",
-                        configuration={"delta.checkpointInterval": "100"},
-                        storage_options=self.storage.options(),
-                    )
-                except DeltaError:  # created concurrently by another process
-                    return DeltaTable(self.uri, storage_options=self.storage.options())
 
     def load(self) -> None:
         """Read versions committed since the last load (by anyone) into memory."""

@@ -199,8 +199,15 @@ class TopicReader:
                 self._dt.update_incremental()
             except TableNotFoundError as exc:
                 raise TopicNotFoundError(self.topic) from exc
-            except (DeltaError, OSError) as exc:
-                raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
+            except (DeltaError, OSError):
+                # An idle reader's version may predate the retained log (short log retention):
+                # start again from the latest checkpoint.
+                try:
+                    self._dt = self.storage.open_table(self.uri)
+                except TableNotFoundError as exc:
+                    raise TopicNotFoundError(self.topic) from exc
+                except (DeltaError, OSError) as exc:
+                    raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
             if self._dt.version() != self._snap.table_version:
                 self._snap = self._build_snapshot()
             else:
@@ -276,11 +283,14 @@ class TopicReader:
         return self._lso(self._snap, partition)
 
     def _lso(self, snap: _Snapshot, partition: int) -> int:
+        """First offset still stored. With no segment in the snapshot, everything below the
+        snapshot's own high watermark is gone (retention); records the tail cache holds beyond it
+        are newer than the snapshot, so they do not move the log start offset."""
         index = snap.partitions.get(partition)
-        hw = max(snap.high_watermarks.get(partition, 0), self._tail_hw(partition))
+        snap_hw = snap.high_watermarks.get(partition, 0)
         if index is None or not index.segments:
-            return hw
-        return min(index.segments[0].first_offset, hw)
+            return snap_hw
+        return min(index.segments[0].first_offset, snap_hw)
 
     def partition_offsets(self) -> list[PartitionOffsets]:
         """Log start offset, high watermark, segment count and bytes for every partition."""

@@ -15,6 +15,7 @@ from delta_log.catalog import Catalog
 from delta_log.group_commit import FlushStats, GroupCommitter
 from delta_log.offsets import OffsetStore
 from delta_log.reader import TopicReader
+from delta_log.rollup import SegmentRoller
 from delta_log.storage import StorageRoot
 from delta_log.topic_config import validate_topic_name
 from delta_log.writer import CommitInfo, TopicWriter
@@ -32,6 +33,7 @@ class TopicRegistry:
         self._on_flush = on_flush
         self._lock = threading.Lock()
         self._committers: dict[str, GroupCommitter] = {}
+        self._rollers: dict[str, SegmentRoller] = {}
         self._readers: dict[str, TopicReader] = {}
         self._listeners: list[Callable[[CommitInfo], None]] = []
         self._offsets: OffsetStore | None = None
@@ -65,7 +67,8 @@ class TopicRegistry:
             c = self._committers.get(topic)
             if c is not None:
                 return c
-        writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader))
+        roller = SegmentRoller(self.storage, topic, self.settings.writer)
+        writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, roller))
         w = self.settings.writer
         committer = GroupCommitter(
             writer,
@@ -78,13 +81,16 @@ class TopicRegistry:
             existing = self._committers.get(topic)
             if existing is None:
                 self._committers[topic] = committer
+                self._rollers[topic] = roller
                 return committer
         committer.close()
+        roller.close()
         return existing
 
-    def _fanout(self, reader: TopicReader) -> Callable[[CommitInfo], None]:
+    def _fanout(self, reader: TopicReader, roller: SegmentRoller) -> Callable[[CommitInfo], None]:
         def on_commit(info: CommitInfo) -> None:
             reader.on_commit(info)
+            roller.notify_commit()
             for listener in self._listeners:
                 try:
                     listener(info)
@@ -109,15 +115,22 @@ class TopicRegistry:
         """Forget a topic's handles (after delete); flushes what its committer holds."""
         with self._lock:
             c = self._committers.pop(topic, None)
+            r = self._rollers.pop(topic, None)
             self._readers.pop(topic, None)
             self._sticky.pop(topic, None)
         if c is not None:
             c.close()
+        if r is not None:
+            r.close()
 
     def close(self) -> None:
         with self._lock:
             committers = list(self._committers.values())
+            rollers = list(self._rollers.values())
             self._committers.clear()
+            self._rollers.clear()
             self._readers.clear()
         for c in committers:
             c.close()
+        for r in rollers:
+            r.close()

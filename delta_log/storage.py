@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
@@ -83,6 +84,28 @@ class StorageRoot:
     def is_table(self, uri: str) -> bool:
         with translate_storage_errors():
             return DeltaTable.is_deltatable(uri, storage_options=self.options())
+
+    def open_or_create_system_table(self, name: str, schema: pa.Schema) -> DeltaTable:
+        """`<root>/_system/<name>`, created on first use (concurrent creators both succeed).
+
+        Raises: StorageUnavailableError.
+        """
+        uri = self.system_uri(name)
+        with translate_storage_errors():
+            try:
+                return DeltaTable(uri, storage_options=self.options())
+            except TableNotFoundError:
+                try:
+                    return DeltaTable.create(
+                        uri,
+                        schema,
+                        mode="ignore",
+                        name=name,
+                        configuration={"delta.checkpointInterval": "100"},
+                        storage_options=self.options(),
+                    )
+                except DeltaError:  # created concurrently by another process
+                    return DeltaTable(uri, storage_options=self.options())
 
     def open_table(self, uri: str) -> DeltaTable:
         """Raises: TableNotFoundError (deltalake's) if absent; StorageUnavailableError on I/O."""

@@ -12,8 +12,9 @@ Concurrency contract
 - Conflicts with concurrent DELETE/OPTIMIZE commits (jobs) are retried the same way.
 - Idempotent producers: txn `p-<producer>-<p>` = last sequence, `o-<producer>-<p>` = its base
   offset. A retried (producer, sequence) gets its original ranges and writes nothing.
-- Table hygiene: checkpoints stay on (post-commit hook); expired-log cleanup is NOT run per commit
-  but every `cleanup_every_commits`; the table object is re-opened every `reopen_every_commits`.
+- Table hygiene: checkpoints stay on (post-commit hook); expired-log cleanup, segment roll-up and
+  vacuum run in the topic's SegmentRoller thread (delta_log.rollup), never on the produce path;
+  the table object is re-opened every `reopen_every_commits`.
 - A commit is atomic (Delta log put-if-absent): a request is in it entirely or not at all. Data
   files written by a commit that then failed are orphans that vacuum removes later.
 """
@@ -132,7 +133,6 @@ class TopicWriter:
             row_group_rows=settings.max_row_group_rows, compression=settings.compression.lower()
         )
         self._commits_since_open = 0
-        self._commits_since_cleanup = 0
         self.commits = 0
         self.conflicts = 0
         self._dt = self._open()
@@ -309,25 +309,14 @@ class TopicWriter:
     def _after_commit(self, info: CommitInfo) -> None:
         self.commits += 1
         self._commits_since_open += 1
-        self._commits_since_cleanup += 1
         if self.on_commit is not None:
             try:
                 self.on_commit(info)
             except Exception:  # a listener must never fail an acked commit
                 log.exception("on_commit listener failed for %s", self.topic)
-        if self._commits_since_cleanup >= self.settings.cleanup_every_commits:
-            self._commits_since_cleanup = 0
-            self.cleanup_log()
         if self._commits_since_open >= self.settings.reopen_every_commits:
             self._commits_since_open = 0
             self._dt = self._reopen_quietly()
-
-    def cleanup_log(self) -> None:
-        """Delete expired `_delta_log` entries (older than delta.logRetentionDuration and a checkpoint)."""
-        try:
-            self._dt.cleanup_metadata()
-        except (DeltaError, OSError) as exc:
-            log.warning("log cleanup failed on %s: %s", self.topic, exc)
 
 
 def _with_counts(result: AppendResult, counts: dict[int, int]) -> AppendResult:

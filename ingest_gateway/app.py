@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from conf import Settings, load_settings
+from consumer_api.coordinator import GroupCoordinator
+from consumer_api.notifier import CommitNotifier
+from consumer_api.router import router as consumer_router
+from delta_log.groups_store import GroupStore
 from delta_log.registry import TopicRegistry
+from ingest_gateway.auth import Operation, authenticate, authorize
 from ingest_gateway.errors import install_error_handlers
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.routes import ops, records, topics
@@ -24,12 +31,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.registry = TopicRegistry(settings, on_flush=metrics.on_flush)
-        log.info("topiclake serving root %s", app.state.registry.storage.root)
+        registry = TopicRegistry(settings, on_flush=metrics.on_flush)
+        app.state.registry = registry
+        notifier = CommitNotifier(asyncio.get_running_loop())
+        registry.add_commit_listener(notifier.on_commit)
+        app.state.notifier = notifier
+        store = await run_in_threadpool(GroupStore, registry.storage)
+        offsets = await run_in_threadpool(lambda: registry.offsets)
+        coordinator = GroupCoordinator(offsets, store, lambda t: registry.reader(t).config.partitions)
+        await coordinator.start()
+        app.state.coordinator = coordinator
+        log.info("topiclake serving root %s", registry.storage.root)
         try:
             yield
         finally:
-            app.state.registry.close()  # flushes queued requests before exit
+            await coordinator.stop()
+            registry.close()  # flushes queued requests before exit
 
     app = FastAPI(
         title="topiclake",
@@ -39,6 +56,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+
+    def authorize_request(request: Request, operation: Operation, topic: str | None) -> None:
+        principal = authenticate(settings.auth, request.headers.get("authorization"))
+        authorize(principal, operation, topic)
+
+    app.state.authorize = authorize_request  # used by consumer_api (which cannot import the gateway)
 
     @app.middleware("http")
     async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -50,10 +73,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(topics.router)
     app.include_router(records.router)
-    try:  # the consumer API mounts here once it exists (issue 4)
-        from consumer_api.router import router as consumer_router
-    except ImportError:
-        consumer_router = None
-    if consumer_router is not None:
-        app.include_router(consumer_router)
+    app.include_router(consumer_router)
     return app

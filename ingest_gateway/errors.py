@@ -36,6 +36,12 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.UnsupportedMediaTypeError: 415,
     e.AuthenticationError: 401,
     e.AuthorizationError: 403,
+    e.UnknownGroupError: 404,
+    e.UnknownMemberError: 404,
+    e.FencedMemberError: 409,
+    e.UnknownAssignorError: 400,
+    e.GroupNotEmptyError: 409,
+    e.InvalidGroupError: 400,
 }
 
 

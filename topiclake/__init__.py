@@ -1,5 +1,6 @@
-"""topiclake: CLI and Python clients (`Producer`, `AdminClient`)."""
+"""topiclake: CLI and Python clients (`Producer`, `Consumer`, `AdminClient`)."""
 
 from topiclake.client import AdminClient, Producer, RecordMetadata, TopiclakeClientError
+from topiclake.consumer import Consumer, ConsumerRecord
 
-__all__ = ["AdminClient", "Producer", "RecordMetadata", "TopiclakeClientError"]
+__all__ = ["AdminClient", "Consumer", "ConsumerRecord", "Producer", "RecordMetadata", "TopiclakeClientError"]

@@ -179,6 +179,114 @@ def _records(lines: Iterable[str], args: argparse.Namespace) -> Iterator[str]:
         yield json.dumps({"key": key, "value": value}) + "\n"
 
 
+def cmd_consume(args: argparse.Namespace) -> int:
+    """Print records (one line each) or write them to a file; Ctrl-C or --max-records stops."""
+    import base64
+    import time
+
+    from topiclake.consumer import Consumer
+
+    consumer = Consumer(
+        _url(args),
+        group_id=args.group,
+        api_key=_api_key(args),
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+    )
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    seen = 0
+    idle_deadline = time.monotonic() + args.idle_timeout if args.idle_timeout else None
+    try:
+        if args.group:
+            consumer.subscribe([args.topic])
+        else:
+            partitions = [
+                p["partition"]
+                for p in AdminClient(_url(args), api_key=_api_key(args)).describe_topic(args.topic)["partition_offsets"]
+            ]
+            consumer.assign([(args.topic, p) for p in partitions])
+            if args.from_beginning:
+                consumer.seek_to_beginning()
+        while args.max_records is None or seen < args.max_records:
+            records = consumer.poll(1.0)
+            if records and idle_deadline is not None:
+                idle_deadline = time.monotonic() + args.idle_timeout
+            for r in records:
+                if args.max_records is not None and seen >= args.max_records:
+                    break
+                if args.format == "json":
+                    out.write(
+                        json.dumps(
+                            {
+                                "partition": r.partition,
+                                "offset": r.offset,
+                                "timestamp": r.timestamp_ms,
+                                "key": r.key.decode("utf-8", "replace") if r.key is not None else None,
+                                "value": base64.b64encode(r.value).decode()
+                                if r.value is not None and args.binary
+                                else (r.value.decode("utf-8", "replace") if r.value is not None else None),
+                            }
+                        )
+                        + "\n"
+                    )
+                else:
+                    value = r.value.decode("utf-8", "replace") if r.value is not None else ""
+                    out.write(
+                        (f"{r.key.decode('utf-8', 'replace')}{args.key_separator}" if args.print_key and r.key else "")
+                        + value
+                        + "\n"
+                    )
+                seen += 1
+            out.flush()
+            if idle_deadline is not None and time.monotonic() > idle_deadline:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+        if args.output:
+            out.close()
+    print(f"consumed {seen} records", file=sys.stderr)
+    return 0
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    import httpx
+
+    from topiclake.client import raise_for_error
+
+    headers = {"Authorization": f"Bearer {_api_key(args)}"} if _api_key(args) else {}
+    with httpx.Client(base_url=_url(args), headers=headers, timeout=30) as http:
+        if args.action == "list":
+            resp = http.get("/groups")
+            raise_for_error(resp)
+            for g in resp.json()["groups"]:
+                print(f"{g['group']}\t{g['state']}\tmembers={g['members']}\tgeneration={g['generation']}")
+        elif args.action == "describe":
+            resp = http.get(f"/groups/{args.group}")
+            raise_for_error(resp)
+            d = resp.json()
+            print(f"group {d['group']}  state {d['state']}  generation {d['generation']}  assignor {d['assignor']}")
+            for m in d["members"]:
+                print(f"  member {m['member_id']}  {m['assignment']}")
+            print("  TOPIC  PARTITION  COMMITTED  HIGH-WATERMARK  LAG")
+            for lag in d["lag"]:
+                print(
+                    f"  {lag['topic']}  {lag['partition']}  {lag['committed_offset']}  "
+                    f"{lag['high_watermark']}  {lag['lag']}"
+                )
+        elif args.action == "reset":
+            body: dict[str, Any] = {"topic": args.topic, "to": args.to}
+            if args.to == "timestamp":
+                body["timestamp"] = args.value
+            if args.to == "offset":
+                body["offset"] = args.value
+            resp = http.post(f"/groups/{args.group}/offsets/reset", json=body)
+            raise_for_error(resp)
+            for o in resp.json()["offsets"]:
+                print(f"{o['topic']}-{o['partition']} -> {o['offset']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="topiclake", description="A Kafka-like log whose topics are Delta tables.")
     p.add_argument("--url", help=f"server URL (default $TOPICLAKE_URL or {DEFAULT_URL})")
@@ -231,6 +339,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress bar (default: on for inputs over 10 MB)",
     )
     pr.set_defaults(func=cmd_produce)
+
+    co = sub.add_parser("consume", help="print or save records")
+    co.add_argument("topic")
+    co.add_argument("--group", help="consume as a member of this group (commits offsets)")
+    co.add_argument("--from-beginning", action="store_true", help="without committed offsets, start at the earliest")
+    co.add_argument("--max-records", type=int)
+    co.add_argument("--idle-timeout", type=float, help="stop after this many seconds without records")
+    co.add_argument("--output", help="write to this file instead of stdout")
+    co.add_argument("--format", choices=["value", "json"], default="value")
+    co.add_argument("--binary", action="store_true", help="with --format json: values as base64")
+    co.add_argument("--print-key", action="store_true")
+    co.add_argument("--key-separator", default="\t")
+    co.set_defaults(func=cmd_consume)
+
+    g = sub.add_parser("groups", help="consumer groups")
+    gsub = g.add_subparsers(dest="action", required=True)
+    gsub.add_parser("list")
+    gd = gsub.add_parser("describe")
+    gd.add_argument("group")
+    gr = gsub.add_parser("reset", help="move an empty group's committed offsets")
+    gr.add_argument("group")
+    gr.add_argument("topic")
+    gr.add_argument("--to", choices=["earliest", "latest", "timestamp", "offset"], required=True)
+    gr.add_argument("--value", type=int, help="epoch ms for --to timestamp, the offset for --to offset")
+    g.set_defaults(func=cmd_groups)
     return p
 
 

@@ -1,0 +1,181 @@
+"""Fetch by offset (JSON or Arrow, with long-poll), offset lookups, and SSE push."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from consumer_api.dependencies import NotifierDep, RegistryDep, authorize
+from consumer_api.encoding import check_format, records_to_json
+from consumer_api.schemas import OffsetLookup
+from delta_log.errors import InvalidOffsetError
+from delta_log.reader import FetchResult, TopicReader
+
+router = APIRouter(tags=["consume"])
+
+ARROW = "application/vnd.apache.arrow.stream"
+MAX_WAIT_MS = 60_000
+
+
+def _arrow(result: FetchResult) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, result.records.schema) as w:
+        w.write_table(result.records)
+    return sink.getvalue().to_pybytes()
+
+
+async def _fetch(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
+    return await run_in_threadpool(reader.fetch, partition, offset, max_records=max_records, max_bytes=max_bytes)
+
+
+@router.get("/topics/{topic}/partitions/{partition}/records")
+async def fetch(
+    topic: str,
+    partition: int,
+    request: Request,
+    registry: RegistryDep,
+    notifier: NotifierDep,
+    offset: Annotated[int, Query(description="First offset to return.")],
+    max_records: Annotated[int, Query()] = 500,
+    max_bytes: Annotated[int, Query()] = 1024 * 1024,
+    max_wait_ms: Annotated[int, Query(description="Long-poll: wait up to this long for new records.")] = 0,
+    key_format: str = "string",
+    value_format: str = "binary",
+    accept: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Records of one partition from an offset: JSON, or Arrow IPC with `Accept: application/vnd.apache.arrow.stream`."""
+    authorize(request, "consume", topic)
+    check_format("key_format", key_format)
+    check_format("value_format", value_format)
+    if not 0 <= max_wait_ms <= MAX_WAIT_MS:
+        raise InvalidOffsetError(f"max_wait_ms must be between 0 and {MAX_WAIT_MS}.", max_wait_ms=max_wait_ms)
+    reader = await run_in_threadpool(registry.reader, topic)
+    result = await _fetch(reader, partition, offset, max_records, max_bytes)
+    deadline = time.monotonic() + max_wait_ms / 1000
+    while result.records.num_rows == 0 and (remaining := deadline - time.monotonic()) > 0:
+        # Wake on this process's commits at once; re-check other writers' commits every 100 ms.
+        await notifier.wait(topic, partition, min(remaining, 0.1))
+        result = await _fetch(reader, partition, offset, max_records, max_bytes)
+    headers = {
+        "X-Next-Offset": str(result.next_offset),
+        "X-High-Watermark": str(result.high_watermark),
+        "X-Log-Start-Offset": str(result.log_start_offset),
+    }
+    if accept and ARROW in accept:
+        body = await run_in_threadpool(_arrow, result)
+        return Response(body, media_type=ARROW, headers=headers)
+    records = records_to_json(result.records, key_format=key_format, value_format=value_format)
+    return Response(
+        json.dumps(
+            {
+                "topic": topic,
+                "partition": partition,
+                "records": records,
+                "next_offset": result.next_offset,
+                "high_watermark": result.high_watermark,
+                "log_start_offset": result.log_start_offset,
+            }
+        ),
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+@router.get("/topics/{topic}/offsets", response_model=OffsetLookup)
+async def lookup_offsets(
+    topic: str,
+    request: Request,
+    registry: RegistryDep,
+    at: Annotated[str, Query(description="earliest, latest, or an epoch-ms timestamp")] = "latest",
+) -> OffsetLookup:
+    """Per partition: the earliest offset, the latest (high watermark), or the first offset at/after a timestamp."""
+    authorize(request, "consume", topic)
+    reader = await run_in_threadpool(registry.reader, topic)
+    ts: int | None = None
+    if at not in ("earliest", "latest"):
+        try:
+            ts = int(at)
+        except ValueError:
+            raise InvalidOffsetError(f"at must be earliest, latest or epoch ms; got {at!r}.") from None
+    parts = []
+    for info in await run_in_threadpool(reader.partition_offsets):
+        if at == "earliest":
+            off: int | None = info.log_start_offset
+        elif at == "latest":
+            off = info.high_watermark
+        else:
+            assert ts is not None
+            off = await run_in_threadpool(reader.offset_for_timestamp, info.partition, ts)
+            off = info.high_watermark if off is None else off
+        parts.append(
+            {
+                "partition": info.partition,
+                "offset": off,
+                "log_start_offset": info.log_start_offset,
+                "high_watermark": info.high_watermark,
+            }
+        )
+    return OffsetLookup(topic=topic, partitions=parts)
+
+
+@router.get("/topics/{topic}/partitions/{partition}/stream")
+async def stream(
+    topic: str,
+    partition: int,
+    request: Request,
+    registry: RegistryDep,
+    notifier: NotifierDep,
+    offset: int | None = None,
+    key_format: str = "string",
+    value_format: str = "binary",
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """Server-Sent Events: records as they commit; `id` is the offset, resume with Last-Event-ID."""
+    authorize(request, "consume", topic)
+    check_format("key_format", key_format)
+    check_format("value_format", value_format)
+    reader = await run_in_threadpool(registry.reader, topic)
+    if last_event_id is not None:
+        try:
+            position = int(last_event_id) + 1
+        except ValueError:
+            raise InvalidOffsetError("Last-Event-ID must be an offset.") from None
+    elif offset is not None:
+        position = offset
+    else:
+        position = await run_in_threadpool(reader.high_watermark, partition)
+    first = await _fetch(reader, partition, position, 500, 1024 * 1024)  # 416/404 before streaming starts
+
+    async def events() -> AsyncIterator[bytes]:
+        nonlocal position
+        result: FetchResult | None = first
+        last_ping = time.monotonic()
+        while not await request.is_disconnected():
+            if result is None:
+                result = await _fetch(reader, partition, position, 500, 1024 * 1024)
+            if result.records.num_rows:
+                chunks = []
+                for rec in records_to_json(result.records, key_format=key_format, value_format=value_format):
+                    chunks.append(f"id: {rec['offset']}\nevent: record\ndata: {json.dumps(rec)}\n\n")
+                yield "".join(chunks).encode()
+                position = result.next_offset
+                result = None
+                continue
+            position = max(position, result.next_offset)
+            result = None
+            if time.monotonic() - last_ping > 15:
+                last_ping = time.monotonic()
+                yield b": keep-alive\n\n"
+            await notifier.wait(topic, partition, 0.1)
+
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )

@@ -1,0 +1,93 @@
+"""Pure consumer-group rules: who may commit, who expired, how to validate a join. No I/O, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from delta_log.assignors import ASSIGNORS
+from delta_log.errors import FencedMemberError, InvalidGroupError, UnknownAssignorError, UnknownMemberError
+
+MIN_SESSION_TIMEOUT_MS = 1_000
+MAX_SESSION_TIMEOUT_MS = 300_000
+
+
+@dataclass(slots=True, kw_only=True)
+class MemberState:
+    member_id: str
+    instance_id: str | None
+    topics: frozenset[str]
+    session_timeout_ms: int
+    last_heartbeat: float  # monotonic seconds
+    assignment: dict[str, list[int]] = field(default_factory=dict)
+    rejoined: bool = True
+
+    def owns(self, topic: str, partition: int) -> bool:
+        return partition in self.assignment.get(topic, ())
+
+
+def validate_group_id(group: str) -> str:
+    """Raises: InvalidGroupError."""
+    if not 1 <= len(group) <= 255 or any(c in group for c in "/\\\x00"):
+        raise InvalidGroupError("Group ids are 1-255 characters without '/' or '\\'.", group=group)
+    return group
+
+
+def validate_join(assignor: str, session_timeout_ms: int, topics: Iterable[str]) -> None:
+    """Raises: UnknownAssignorError, InvalidGroupError."""
+    if assignor not in ASSIGNORS:
+        raise UnknownAssignorError(f"Unknown assignor {assignor!r}.", assignor=assignor)
+    if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+        raise InvalidGroupError(
+            f"session_timeout_ms must be between {MIN_SESSION_TIMEOUT_MS} and {MAX_SESSION_TIMEOUT_MS}.",
+            session_timeout_ms=session_timeout_ms,
+        )
+    if not list(topics):
+        raise InvalidGroupError("Subscribe to at least one topic.")
+
+
+def check_commit(
+    members: Mapping[str, MemberState],
+    generation: int,
+    *,
+    member_id: str | None,
+    member_generation: int | None,
+    partitions: Iterable[tuple[str, int]],
+) -> None:
+    """Only the current generation's owner of a partition may commit its offset (invariant 5).
+
+    A commit without member id and generation is a standalone commit (an admin tool, a Spark job
+    with groupId), accepted only while the group has no members.
+
+    Raises: UnknownMemberError, FencedMemberError.
+    """
+    if member_id is None and member_generation is None:
+        if members:
+            raise FencedMemberError(
+                "The group has active members; only they may commit (send member_id and generation).",
+                members=len(members),
+            )
+        return
+    member = members.get(member_id or "")
+    if member is None:
+        raise UnknownMemberError(f"Member {member_id!r} is not in the group.", member_id=member_id)
+    if member_generation != generation:
+        raise FencedMemberError(
+            f"Generation {member_generation} is not the group's current generation {generation}.",
+            member_id=member_id,
+            generation=member_generation,
+            current_generation=generation,
+        )
+    for topic, partition in partitions:
+        if not member.owns(topic, partition):
+            raise FencedMemberError(
+                f"Member {member_id!r} does not own {topic}-{partition} in generation {generation}.",
+                member_id=member_id,
+                topic=topic,
+                partition=partition,
+            )
+
+
+def expired(members: Mapping[str, MemberState], now: float) -> list[str]:
+    """Members whose session timed out."""
+    return sorted(m.member_id for m in members.values() if now - m.last_heartbeat > m.session_timeout_ms / 1000)

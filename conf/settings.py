@@ -47,10 +47,9 @@ class WriterSettings(BaseModel):
     maintenance_interval_s: float = Field(5.0, gt=0, description="Roll-up check when commits are few.")
     vacuum_interval_s: float = Field(600.0, gt=0, description="Vacuum of replaced files (older than retention).")
     checkpoint_interval: int = Field(100, ge=1)
-    log_retention: str = Field(
-        "interval 1 minutes",
-        description="delta.logRetentionDuration of new topics: short, since local-disk log listing costs ~4 us a file",
-    )
+    log_retention: str = Field("interval 7 days", description="delta.logRetentionDuration of new topics")
+    log_keep_versions: int = Field(1000, ge=10, description="Log versions kept by topiclake's cleanup.")
+    log_min_age_s: float = Field(10.0, ge=0, description="Log files younger than this are never cleaned.")
     deleted_file_retention: str = Field("interval 1 hours", description="delta.deletedFileRetentionDuration")
     max_row_group_rows: int = Field(8192, gt=0, description="Parquet row group size; a fetch reads only these.")
     compression: Literal["SNAPPY", "ZSTD", "LZ4_RAW", "UNCOMPRESSED"] = "SNAPPY"

@@ -35,6 +35,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from conf import WriterSettings
+from delta_log.log_cleanup import cleanup_log
 from delta_log.records import TOPIC_SCHEMA
 from delta_log.segment_files import ParquetOptions, remove_files, write_segments
 from delta_log.storage import StorageRoot
@@ -172,7 +173,12 @@ class SegmentRoller:
         self._commits_since_cleanup += commits + report.runs
         if self._commits_since_cleanup >= self.settings.cleanup_every_commits:
             self._commits_since_cleanup = 0
-            dt.cleanup_metadata()
+            cleanup_log(
+                self.storage,
+                self.uri,
+                keep_versions=self.settings.log_keep_versions,
+                min_age_s=self.settings.log_min_age_s,
+            )
         if time.monotonic() - self._last_vacuum >= self.settings.vacuum_interval_s:
             self._last_vacuum = time.monotonic()
             dt.vacuum(dry_run=False, enforce_retention_duration=True)

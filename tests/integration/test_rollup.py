@@ -82,3 +82,32 @@ def test_two_rollers_race_without_doubling(storage, settings, topic_factory):
     assert snapshot(storage, topic).equals(before)
     done = sum(rep.runs for r in rollers for rep in r.reports)
     assert done >= 8  # 64 segments -> at least 8 runs between the two
+
+
+def test_log_stays_small_and_stale_readers_recover(tmp_path):
+    import os
+
+    from conf import load_settings
+    from delta_log import Catalog, StorageRoot
+
+    settings = load_settings(
+        root=str(tmp_path / "root"),
+        writer={"log_keep_versions": 20, "log_min_age_s": 0, "cleanup_every_commits": 10, "checkpoint_interval": 10},
+    )
+    storage = StorageRoot(settings.root)
+    Catalog(storage, settings.writer).create_topic("small-log")
+    stale = TopicReader(storage, "small-log", refresh_interval_s=3600)
+    roller = SegmentRoller(storage, "small-log", settings.writer)
+    w = TopicWriter(storage, "small-log", settings.writer, on_commit=roller.notify_commit)
+    for _ in range(150):
+        w.append(make_batch(2))
+    roller.run_once(commits=10)
+    roller.close()
+    log_dir = os.path.join(storage.topic_uri("small-log"), "_delta_log")
+    commits = [n for n in os.listdir(log_dir) if n.endswith(".json")]
+    assert len(commits) <= 20 + 10 + 20, len(commits)  # keep + checkpoint interval + roll-up commits
+    assert "00000000000000000000.json" not in commits
+    # a reader whose version predates the retained log re-opens from the checkpoint
+    stale.refresh()
+    assert stale.fetch(0, 0, max_records=1000).records.column("offset").to_pylist() == list(range(300))
+    assert TopicWriter(storage, "small-log", settings.writer).append(make_batch(1)).ranges[0].base_offset == 300

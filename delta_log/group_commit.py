@@ -113,22 +113,23 @@ class GroupCommitter:
             if taken is None:
                 return
             requests = [t[0] for t in taken]
+            nbytes = sum(t[1] for t in taken)
             start = time.perf_counter()
             try:
                 results = self.writer.append_many(requests)
             except BaseException as exc:  # resolve every future; the thread must survive
                 for _, _, fut, _ in taken:
                     fut.set_exception(exc)
-                self._report(requests, start, ok=False)
+                self._report(requests, nbytes, start, ok=False)
                 continue
             for (_, _, fut, _), result in zip(taken, results, strict=True):
                 if result.error is not None:
                     fut.set_exception(result.error)
                 else:
                     fut.set_result(result)
-            self._report(requests, start, ok=True)
+            self._report(requests, nbytes, start, ok=True)
 
-    def _report(self, requests: list[AppendRequest], start: float, *, ok: bool) -> None:
+    def _report(self, requests: list[AppendRequest], nbytes: int, start: float, *, ok: bool) -> None:
         if self.on_flush is None:
             return
         try:
@@ -137,7 +138,7 @@ class GroupCommitter:
                     topic=self.writer.topic,
                     requests=len(requests),
                     records=sum(r.batch.num_rows for r in requests),
-                    bytes=sum(r.batch.nbytes for r in requests),
+                    bytes=nbytes,
                     seconds=time.perf_counter() - start,
                     ok=ok,
                 )

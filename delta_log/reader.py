@@ -123,6 +123,7 @@ class TopicReader:
         self.end_refresh_interval_s = end_refresh_interval_s
         self.tail_cache_bytes = tail_cache_bytes
         self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
         self._tails: dict[int, _Tail] = {}
         self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
         self._footer_cache_entries = footer_cache_entries
@@ -221,8 +222,16 @@ class TopicReader:
             return self._snap.table_version
 
     def _fresh(self) -> _Snapshot:
-        if time.monotonic() - self._snap.loaded_at > self.refresh_interval_s:
-            self.refresh()
+        """The snapshot, refreshed when older than `refresh_interval_s` by ONE caller; the others go
+        on with the current one (measured: under load every request thread queued on the lock to
+        rebuild the index in turn)."""
+        if time.monotonic() - self._snap.loaded_at > self.refresh_interval_s and self._refreshing.acquire(
+            blocking=False
+        ):
+            try:
+                self.refresh()
+            finally:
+                self._refreshing.release()
         return self._snap
 
     @property

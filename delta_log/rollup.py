@@ -37,7 +37,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from conf import WriterSettings
 from delta_log.log_cleanup import cleanup_log
 from delta_log.records import TOPIC_SCHEMA
-from delta_log.segment_files import ParquetOptions, remove_files, write_segments
+from delta_log.segment_files import ParquetOptions, WrittenSegment, remove_files, write_segments
 from delta_log.storage import StorageRoot
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,12 @@ def size_tier(size_bytes: int, *, base_bytes: int, fanout: int) -> int:
 def plan_rollup(
     segments: Sequence[SegmentInfo], *, fanout: int, base_bytes: int, max_bytes: int
 ) -> list[tuple[SegmentInfo, ...]]:
-    """Runs of `fanout` adjacent same-tier segments of one partition to merge (pure).
+    """Runs of `fanout` adjacent small segments of one partition to merge (pure).
 
-    `segments` are one partition's files in any order. Runs never overlap and each run's merged
-    size is at most `max_bytes`.
+    Only segments below `base_bytes` are merged (measured: re-merging ~1 MB flush files took 44% of
+    the server's busy time under Arrow load); larger ones are the Spark compaction job's. So a byte
+    is rewritten about log_fanout(base/commit size) times while small, never after. `segments` are
+    one partition's files in any order; runs never overlap; a run's merged size is <= `max_bytes`.
     """
     ordered = sorted(segments, key=lambda s: s.first_offset)
     runs: list[tuple[SegmentInfo, ...]] = []
@@ -79,7 +81,8 @@ def plan_rollup(
     while i + fanout <= len(ordered):
         window = ordered[i : i + fanout]
         tiers = {size_tier(s.size_bytes, base_bytes=base_bytes, fanout=fanout) for s in window}
-        if len(tiers) == 1 and sum(s.size_bytes for s in window) <= max_bytes:
+        small = all(s.size_bytes < base_bytes for s in window)
+        if small and len(tiers) == 1 and sum(s.size_bytes for s in window) <= max_bytes:
             runs.append(tuple(window))
             i += fanout
         else:
@@ -192,33 +195,57 @@ class SegmentRoller:
         return self._dt
 
     def rollup(self, dt: DeltaTable) -> RollupReport:
-        """Plan and merge every due run; a conflict abandons that run only."""
-        runs = removed = added = conflicts = 0
-        for partition, segments in sorted(segments_of(dt).items()):
+        """Plan every due run, write the merged files, commit them all in ONE commit.
+
+        One commit per pass, not per run: each roll-up commit makes the writer's next commit
+        rebase past it (measured: per-run commits every 8 writer commits hurt produce latency).
+        A conflict abandons the pass; its files are deleted and the next pass plans again.
+        """
+        plan = [
+            (partition, run)
+            for partition, segments in sorted(segments_of(dt).items())
             for run in plan_rollup(
                 segments,
                 fanout=self.settings.rollup_fanout,
                 base_bytes=self.settings.rollup_base_bytes,
                 max_bytes=self.settings.rollup_max_bytes,
-            ):
-                if self._closed:
-                    break
-                try:
-                    self._merge(dt, partition, run)
-                    runs += 1
-                    removed += len(run)
-                    added += 1
-                except (CommitFailedError, _RunAbandoned) as exc:
-                    conflicts += 1
-                    log.info("roll-up of %s-%d abandoned after a conflict: %s", self.topic, partition, exc)
-                    dt.update_incremental()
-        report = RollupReport(runs=runs, files_removed=removed, files_added=added, conflicts=conflicts)
-        if runs or conflicts:
-            self.reports.append(report)
-            del self.reports[:-100]
+            )
+        ]
+        if not plan or self._closed:
+            return RollupReport(runs=0, files_removed=0, files_added=0, conflicts=0)
+        actions: list[AddAction | RemoveAction] = []
+        written: list[str] = []
+        now_ms = int(time.time() * 1000)
+        try:
+            for partition, run in plan:
+                for w in self._write_merged(partition, run):
+                    written.append(w.relative_path)
+                    actions.append(
+                        AddAction(
+                            w.action.path, w.action.size, w.action.partition_values, now_ms, False, w.action.stats
+                        )
+                    )
+                actions.extend(
+                    RemoveAction(seg.path, False, now_ms, seg.size_bytes, {"partition": str(partition)}) for seg in run
+                )
+            self._commit_if_sources_live(dt, [seg for _, run in plan for seg in run], actions)
+        except (CommitFailedError, _RunAbandoned) as exc:
+            remove_files(self.storage, self.uri, written)
+            dt.update_incremental()
+            log.info("roll-up pass of %s abandoned after a conflict: %s", self.topic, exc)
+            report = RollupReport(runs=0, files_removed=0, files_added=0, conflicts=1)
+        except BaseException:
+            remove_files(self.storage, self.uri, written)
+            raise
+        else:
+            report = RollupReport(
+                runs=len(plan), files_removed=sum(len(r) for _, r in plan), files_added=len(written), conflicts=0
+            )
+        self.reports.append(report)
+        del self.reports[:-100]
         return report
 
-    def _merge(self, dt: DeltaTable, partition: int, run: tuple[SegmentInfo, ...]) -> None:
+    def _write_merged(self, partition: int, run: tuple[SegmentInfo, ...]) -> list[WrittenSegment]:
         fs, _ = self.storage.filesystem()
         tables = []
         for seg in run:
@@ -227,21 +254,11 @@ class SegmentRoller:
         merged = pa.concat_tables(tables).sort_by("offset")
         n = merged.num_rows
         merged = merged.append_column("partition", pa.array([partition] * n, pa.int32())).select(TOPIC_SCHEMA.names)
-        merged = merged.cast(TOPIC_SCHEMA)
-        written = write_segments(self.storage, self.uri, merged, self._options)
-        now_ms = int(time.time() * 1000)
-        adds = [
-            AddAction(w.action.path, w.action.size, w.action.partition_values, now_ms, False, w.action.stats)
-            for w in written
-        ]
-        removes = [RemoveAction(seg.path, False, now_ms, seg.size_bytes, {"partition": str(partition)}) for seg in run]
-        try:
-            self._commit_if_sources_live(dt, run, [*adds, *removes])
-        except BaseException:
-            remove_files(self.storage, self.uri, [w.relative_path for w in written])
-            raise
+        return write_segments(self.storage, self.uri, merged.cast(TOPIC_SCHEMA), self._options)
 
-    def _commit_if_sources_live(self, dt: DeltaTable, run: tuple[SegmentInfo, ...], actions: list) -> None:
+    def _commit_if_sources_live(
+        self, dt: DeltaTable, sources: list[SegmentInfo], actions: list[AddAction | RemoveAction]
+    ) -> None:
         """Commit only on the exact snapshot where every source file is still live.
 
         delta-rs's internal commit retry does not refuse a remove of a file another commit removed
@@ -249,7 +266,7 @@ class SegmentRoller:
         commit is made with no internal retry, after checking the sources on the version it is
         based on; any commit in between fails it, and we check again.
         """
-        wanted = {seg.path for seg in run}
+        wanted = {seg.path for seg in sources}
         for _ in range(self.settings.max_commit_attempts):
             dt.update_incremental()
             live = set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conf import Settings, load_settings
 from consumer_api.coordinator import GroupCoordinator
@@ -22,6 +23,26 @@ from ingest_gateway.metrics import Metrics
 from ingest_gateway.routes import ops, records, topics
 
 log = logging.getLogger(__name__)
+
+
+class RequestMetricsMiddleware:
+    """Counts responses by method and status (pure ASGI: BaseHTTPMiddleware costs far more per request)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.on_request(scope["method"], message["status"])
+            await send(message)
+
+        await self.app(scope, receive, counting_send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -63,11 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.state.authorize = authorize_request  # used by consumer_api (which cannot import the gateway)
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response: Response = await call_next(request)
-        metrics.on_request(request.method, response.status_code)
-        return response
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
 
     install_error_handlers(app, retry_after=settings.server.retry_after_seconds, on_error=metrics.on_error)
     app.include_router(ops.router)

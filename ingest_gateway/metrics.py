@@ -47,7 +47,12 @@ class Metrics:
         with self._lock:
             self.requests[(method, str(status))] += 1
 
-    def render(self, queue_depth: dict[str, int], queued_bytes: dict[str, int]) -> str:
+    def render(
+        self,
+        queue_depth: dict[str, int],
+        queued_bytes: dict[str, int],
+        phases: dict[str, dict[str, float]] | None = None,
+    ) -> str:
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:
@@ -82,4 +87,8 @@ class Metrics:
         family("topiclake_queue_bytes", "gauge", "Bytes waiting for a commit, per topic.")
         for t, v in sorted(queued_bytes.items()):
             lines.append(f"topiclake_queue_bytes{_labels(topic=t)} {v}")
+        family("topiclake_writer_phase_seconds_total", "counter", "Flush time by phase, per topic.")
+        for t, by_phase in sorted((phases or {}).items()):
+            for phase, secs in by_phase.items():
+                lines.append(f"topiclake_writer_phase_seconds_total{_labels(topic=t, phase=phase)} {secs:.6f}")
         return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +41,7 @@ def producer_from_headers(
     return ProducerSequence(producer_id=producer_id, sequence=seq)
 
 
-def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: ProducerSequence | None) -> AppendRequest:
+def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: ProducerSequence | None) -> PreparedRequest:
     """Assign partitions (explicit, key hash or sticky) and validate against the topic's config.
 
     Raises: TopicNotFoundError, PartitionNotFoundError, RecordTooLargeError, InvalidSchemaError.
@@ -65,12 +66,26 @@ def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: Prod
         now_us=int(time.time() * 1_000_000),
         log_append_time=config.log_append_time,
     )
-    return AppendRequest(batch=batch, producer=producer)
+    # Group rows by partition and compute the partition array here, in the request's own thread:
+    # the single flusher thread then needs no per-request Arrow work (measured: per-request calls
+    # there, each waiting for the GIL, took half of every flush under load).
+    order = np.argsort(parts, kind="stable")
+    if len(order) > 1 and (np.diff(order) != 1).any():
+        batch = batch.take(pa.array(order))
+    batch = batch.combine_chunks()
+    append = AppendRequest(batch=batch, producer=producer, partitions=parts[order])
+    return PreparedRequest(append=append, partitions=parts)
 
 
-def record_offsets(request: AppendRequest, result: AppendResult) -> list[tuple[int, int]]:
-    """(partition, offset) of every record, in request order."""
-    parts = request.batch.column("partition").to_numpy()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedRequest:
+    append: AppendRequest
+    partitions: np.ndarray  # partition of each record, in the client's order
+
+
+def record_offsets(request: PreparedRequest, result: AppendResult) -> list[tuple[int, int]]:
+    """(partition, offset) of every record, in the client's order (stable sort keeps ranks)."""
+    parts = request.partitions
     bases = {r.partition: r.base_offset for r in result.ranges}
     order, offsets = offsets_for_rows(parts, bases)
     out = np.empty(len(parts), dtype=np.int64)

@@ -36,6 +36,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = settings.server
     host = args.host or server.host
     port = args.port if args.port is not None else server.port
+    # The group-commit thread releases the GIL in every Delta and parquet call; a short switch
+    # interval lets it back in quickly while the event loop is busy (5 ms by default).
+    sys.setswitchinterval(0.0005)
     log_config = json.loads(LOGGING_JSON.read_text())
     logging.config.dictConfig(log_config)
     print(

@@ -38,5 +38,6 @@ def metrics(registry: RegistryDep, m: MetricsDep) -> PlainTextResponse:
     text = m.render(
         {t: c.queue_depth for t, c in committers.items()},
         {t: c.queued_bytes for t, c in committers.items()},
+        {t: dict(c.writer.phase_seconds) for t, c in committers.items()},
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

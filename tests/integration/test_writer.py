@@ -122,3 +122,31 @@ def test_checkpoints_and_no_per_commit_log_cleanup(storage, settings, topic_fact
     assert any(n.endswith(".checkpoint.parquet") for n in names)
     assert "00000000000000000000.json" in names  # hot path never cleans the log
     assert TopicReader(storage, topic).high_watermark(0) == 105
+
+
+def test_partition_sorted_batches_take_the_slice_path_with_same_result(storage, settings, topic_factory):
+    import numpy as np
+
+    def sort(b):
+        return b.take(pa.array(np.argsort(b.column("partition").to_numpy(), kind="stable")))
+
+    results = {}
+    for name, prep in (("unsorted", lambda b: b), ("sorted", sort)):
+        topic = topic_factory(partitions=3)
+        w = TopicWriter(storage, topic, settings.writer)
+        r = w.append_many(
+            [AppendRequest(batch=prep(make_batch(10, partitions=3, key_prefix=f"r{i}-"))) for i in range(3)]
+        )
+        t = DeltaTable(storage.topic_uri(topic)).to_pyarrow_table(columns=["partition", "offset", "key"])
+        results[name] = (
+            [x.ranges for x in r],
+            sorted(
+                zip(
+                    t.column("partition").to_pylist(),
+                    t.column("offset").to_pylist(),
+                    t.column("key").to_pylist(),
+                    strict=True,
+                )
+            ),
+        )
+    assert results["sorted"] == results["unsorted"]

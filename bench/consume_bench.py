@@ -1,0 +1,208 @@
+"""Consume benchmark (issue 4): a real `topiclake serve` on 127.0.0.1.
+
+    python -m bench.consume_bench [--records 1000000] [--seconds 10]
+
+- Fetch throughput over HTTP (Arrow IPC): 100-byte values served from the tail cache (records/s),
+  and 1 KB values from cold segments after a server restart (MB/s).
+- End-to-end latency at 500 records/s: produce ack -> record received by a long-polling fetch
+  consumer and by an SSE subscriber (p50 / p99).
+Prints tables and writes bench/results/consume_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from bench.common import median, percentile, print_table, write_results
+from tests.e2e.server import ServerProcess
+
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+def load(url: str, topic: str, partitions: int, records: int, value_size: int) -> None:
+    """Produce `records` over Arrow IPC, 50,000 a request."""
+    per = 50_000
+    blob = os.urandom(per * value_size)
+    values = [blob[i * value_size : (i + 1) * value_size] for i in range(per)]
+    with httpx.Client(base_url=url, timeout=120) as c:
+        sent = 0
+        while sent < records:
+            n = min(per, records - sent)
+            t = pa.table(
+                {"value": values[:n], "partition": pa.array([(sent + i) % partitions for i in range(n)], pa.int32())}
+            )
+            sink = pa.BufferOutputStream()
+            with ipc.new_stream(sink, t.schema) as w:
+                w.write_table(t)
+            c.post(
+                f"/topics/{topic}/records", content=sink.getvalue().to_pybytes(), headers={"Content-Type": ARROW}
+            ).raise_for_status()
+            sent += n
+
+
+def fetch_all(url: str, topic: str, partitions: int, max_records: int) -> tuple[int, int, float]:
+    """Read every partition from offset 0 to its high watermark, one thread per partition."""
+    totals = [0, 0]
+    lock = threading.Lock()
+
+    def one(p: int) -> None:
+        with httpx.Client(base_url=url, timeout=120) as c:
+            offset, recs, nbytes = 0, 0, 0
+            while True:
+                r = c.get(
+                    f"/topics/{topic}/partitions/{p}/records",
+                    params={"offset": offset, "max_records": max_records, "max_bytes": 256 * 1024 * 1024},
+                    headers={"Accept": ARROW},
+                )
+                r.raise_for_status()
+                table = ipc.open_stream(pa.BufferReader(r.content)).read_all()
+                if table.num_rows == 0:
+                    break
+                recs += table.num_rows
+                nbytes += pa.compute.sum(pa.compute.binary_length(table.column("value"))).as_py()
+                offset = int(r.headers["X-Next-Offset"])
+                if offset >= int(r.headers["X-High-Watermark"]):
+                    break
+            with lock:
+                totals[0] += recs
+                totals[1] += nbytes
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in range(partitions)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return totals[0], totals[1], time.perf_counter() - start
+
+
+def e2e_latency(url: str, topic: str, seconds: float, rate: float) -> dict[str, list[float]]:
+    """Produce one record per request at `rate`; a long-poll consumer and an SSE subscriber time arrival."""
+    sent_at: dict[int, float] = {}
+    got: dict[str, list[float]] = {"long-poll fetch": [], "SSE": []}
+    stop = threading.Event()
+
+    def long_poll() -> None:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            offset = 0
+            while not stop.is_set():
+                r = c.get(
+                    f"/topics/{topic}/partitions/0/records",
+                    params={"offset": offset, "max_wait_ms": 1000, "value_format": "string"},
+                )
+                now = time.perf_counter()
+                for rec in r.json()["records"]:
+                    i = int(rec["value"])
+                    if i in sent_at:
+                        got["long-poll fetch"].append((now - sent_at[i]) * 1000)
+                offset = r.json()["next_offset"]
+
+    def sse() -> None:
+        with httpx.stream(
+            "GET",
+            f"{url}/topics/{topic}/partitions/0/stream",
+            params={"offset": 0, "value_format": "string"},
+            timeout=30,
+        ) as resp:
+            for line in resp.iter_lines():
+                if stop.is_set():
+                    break
+                if line.startswith("data: "):
+                    now = time.perf_counter()
+                    i = int(json.loads(line[6:])["value"])
+                    if i in sent_at:
+                        got["SSE"].append((now - sent_at[i]) * 1000)
+
+    readers = [threading.Thread(target=long_poll, daemon=True), threading.Thread(target=sse, daemon=True)]
+    for t in readers:
+        t.start()
+    time.sleep(0.5)
+    with httpx.Client(base_url=url, timeout=30) as c:
+        start = time.perf_counter()
+        i = 0
+        while time.perf_counter() - start < seconds:
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            t0 = time.perf_counter()
+            c.post(
+                f"/topics/{topic}/records?value_format=string", json={"records": [{"value": str(i), "partition": 0}]}
+            ).raise_for_status()
+            sent_at[i] = t0  # measured from the send; the ack comes first, then delivery
+            i += 1
+    time.sleep(1.5)
+    stop.set()
+    return got
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--cold-mb", type=int, default=500)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="topiclake-consume-"))
+    rows = []
+    srv = ServerProcess(work / "data").start()
+    try:
+        httpx.post(srv.url + "/topics", json={"name": "tail100", "partitions": 4}).raise_for_status()
+        httpx.post(srv.url + "/topics", json={"name": "cold1k", "partitions": 4}).raise_for_status()
+        httpx.post(srv.url + "/topics", json={"name": "latency", "partitions": 1}).raise_for_status()
+        load(srv.url, "tail100", 4, args.records, 100)
+        recs, nbytes, secs = fetch_all(srv.url, "tail100", 4, 100_000)
+        rows.append(
+            {
+                "workload": "fetch Arrow, 100 B values, tail cache",
+                "records": recs,
+                "records_per_s": recs / secs,
+                "MB_per_s": nbytes / 1e6 / secs,
+            }
+        )
+        load(srv.url, "cold1k", 4, args.cold_mb * 1000, 1000)
+    finally:
+        srv.stop()
+    srv = ServerProcess(work / "data", port=srv.port).start()  # cold: a new process, no caches
+    try:
+        recs, nbytes, secs = fetch_all(srv.url, "cold1k", 4, 20_000)
+        rows.append(
+            {
+                "workload": "fetch Arrow, 1 KB values, cold segments",
+                "records": recs,
+                "records_per_s": recs / secs,
+                "MB_per_s": nbytes / 1e6 / secs,
+            }
+        )
+        print_table(rows, ["workload", "records", "records_per_s", "MB_per_s"])
+        lat = e2e_latency(srv.url, "latency", args.seconds, 500)
+        lat_rows = [
+            {
+                "consumer": k,
+                "received": len(v),
+                "p50_ms": median(v),
+                "p99_ms": percentile(v, 99),
+                "max_ms": max(v) if v else float("nan"),
+            }
+            for k, v in lat.items()
+        ]
+        print("\n## End-to-end latency at 500 records/s (send -> received)")
+        print_table(lat_rows, ["consumer", "received", "p50_ms", "p99_ms", "max_ms"])
+        print(f"\nwritten: {write_results('consume_bench', rows + lat_rows, vars(args))}")
+    finally:
+        srv.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

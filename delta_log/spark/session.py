@@ -9,6 +9,7 @@ version, pinned in pyproject.toml.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,11 +45,21 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
     settings = settings or load_settings()
     active = SparkSession.getActiveSession()
     if active is not None:
+        from delta_log.spark.source import TopiclakeDataSource
+
+        active.dataSource.register(TopiclakeDataSource)
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (UDFs, the topiclake source) must run the interpreter that has our packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(settings.spark.master).appName(app_name or settings.spark.app_name)
     for key, value in (spark_conf_from_file() | settings.spark.conf).items():
         builder = builder.config(key, value)
     if settings.spark.ivy_dir:
         builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
-    return configure_spark_with_delta_pip(builder).getOrCreate()
+    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    from delta_log.spark.source import TopiclakeDataSource
+
+    spark.dataSource.register(TopiclakeDataSource)
+    return spark

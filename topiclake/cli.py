@@ -290,6 +290,26 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sql(args: argparse.Namespace) -> int:
+    """Run SQL over topics in a local Spark session (topics registered as topics.<name>)."""
+    from conf import load_settings
+    from delta_log.spark import get_spark, register_topics
+
+    settings = load_settings(**({"root": args.root} if args.root else {}))
+    spark = get_spark(settings, app_name="topiclake-sql")
+    try:
+        tables = register_topics(spark, settings.root)
+        if not args.query:
+            for topic, table in tables.items():
+                print(f"topics.{table}\t<- topic {topic}")
+            print("topics._partitions\ntopics._consumer_lag")
+            return 0
+        spark.sql(args.query).show(args.limit, truncate=False)
+    finally:
+        spark.stop()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="topiclake", description="A Kafka-like log whose topics are Delta tables.")
     p.add_argument("--url", help=f"server URL (default $TOPICLAKE_URL or {DEFAULT_URL})")
@@ -367,6 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--to", choices=["earliest", "latest", "timestamp", "offset"], required=True)
     gr.add_argument("--value", type=int, help="epoch ms for --to timestamp, the offset for --to offset")
     g.set_defaults(func=cmd_groups)
+
+    q = sub.add_parser("sql", help="SQL over topics in a local Spark session (no query: list the tables)")
+    q.add_argument("query", nargs="?")
+    q.add_argument("--root", help="storage root (default $TOPICLAKE_ROOT or ./data)")
+    q.add_argument("--limit", type=int, default=20)
+    q.set_defaults(func=cmd_sql)
     return p
 
 

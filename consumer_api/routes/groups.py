@@ -90,6 +90,7 @@ async def commit(group: str, body: CommitRequest, request: Request, coordinator:
 
 
 def _committed(registry: TopicRegistry, group: str) -> list[PartitionOffset]:
+    registry.offsets.load()  # commits by other writers (Spark queries with groupId, other servers)
     return [
         PartitionOffset(topic=t, partition=p, offset=c.offset, metadata=c.metadata)
         for (t, p), c in sorted(registry.offsets.committed(group).items())
@@ -108,6 +109,7 @@ async def committed(group: str, registry: RegistryDep, coordinator: CoordinatorD
 @router.get("", response_model=GroupList)
 async def list_groups(registry: RegistryDep, coordinator: CoordinatorDep) -> GroupList:
     """Every group with members or committed offsets."""
+    await run_in_threadpool(registry.offsets.load)
     names = set(coordinator.all_groups()) | set(await run_in_threadpool(registry.offsets.groups))
     out: list[dict[str, str | int]] = []
     for name in sorted(names):
@@ -124,6 +126,7 @@ async def list_groups(registry: RegistryDep, coordinator: CoordinatorDep) -> Gro
 
 
 def _lag(registry: TopicRegistry, group: str, topics: set[str]) -> list[LagInfo]:
+    registry.offsets.load()
     committed = registry.offsets.committed(group)
     topics = topics | {t for t, _ in committed}
     rows = []
@@ -152,6 +155,7 @@ def _lag(registry: TopicRegistry, group: str, topics: set[str]) -> list[LagInfo]
 async def describe(group: str, registry: RegistryDep, coordinator: CoordinatorDep) -> GroupInfo:
     """State, generation, members and assignment, committed offsets and lag per partition."""
     g = coordinator.all_groups().get(group)
+    await run_in_threadpool(registry.offsets.load)
     has_offsets = bool(await run_in_threadpool(registry.offsets.committed, group))
     if g is None and not has_offsets:
         raise UnknownGroupError(f"Group {group!r} does not exist.", group=group)

@@ -1,5 +1,12 @@
-"""The Spark face of delta_log: session factory (Kafka-compatible source and SQL come later)."""
+"""The Spark face of delta_log: session factory, the Kafka-compatible `topiclake` source, SQL."""
 
 from delta_log.spark.session import get_spark, spark_conf_from_file
 
-__all__ = ["get_spark", "spark_conf_from_file"]
+__all__ = ["get_spark", "register_topics", "spark_conf_from_file"]
+
+
+def register_topics(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """See delta_log.spark.sql.register_topics (imported lazily: it needs pyspark)."""
+    from delta_log.spark.sql import register_topics as _register
+
+    return _register(*args, **kwargs)

@@ -1,0 +1,83 @@
+"""Topics as SQL tables: `register_topics(spark)`.
+
+- `topics.<name>`: every topic, a Delta table at its location, `-` and `.` written `_`
+  (time travel works: `SELECT * FROM topics.orders VERSION AS OF 3`).
+- `topics._partitions`: topic, partition, log start offset, high watermark, segments, bytes
+  (a snapshot, written to `<root>/_system/partitions` at each registration).
+- `topics._consumer_lag`: a view over `<root>/_system/consumer_offsets` (live) and `_partitions`:
+  group, topic, partition, committed offset, high watermark, log start offset, lag.
+
+Tables live in the session's catalog; call register_topics again to pick up new topics and
+refresh `_partitions`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from conf import WriterSettings
+from delta_log.catalog import Catalog
+from delta_log.offsets import OffsetStore
+from delta_log.reader import TopicReader
+from delta_log.spark.source import default_root
+from delta_log.storage import StorageRoot
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PARTITIONS_SCHEMA = (
+    "topic string, partition int, log_start_offset long, high_watermark long, segments int, size_bytes long"
+)
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_name(topic: str) -> str:
+    """SQL table name of a topic: Spark's catalog allows only letters, digits and `_` ("orders-eu" -> "orders_eu")."""
+    return topic.replace("-", "_").replace(".", "_")
+
+
+def register_topics(spark: SparkSession, root: str | None = None, *, database: str = "topics") -> dict[str, str]:
+    """Register every topic under `root` as `<database>.<table_name(topic)>`, plus `_partitions` and
+    `_consumer_lag`. Returns {topic: table}. Two topics whose SQL names collide: the second is
+    registered as `<name>_2` (and so on), never silently replaced."""
+    storage = StorageRoot(root or default_root())
+    OffsetStore(storage)  # make sure the offsets table exists, so the lag view always resolves
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {_q(database)}")
+    topics = Catalog(storage, WriterSettings()).list_topics()
+    tables: dict[str, str] = {}
+    rows = []
+    for t in topics:
+        name, n = table_name(t), 1
+        while name in tables.values():
+            n += 1
+            name = f"{table_name(t)}_{n}"
+        tables[t] = name
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {_q(database)}.{name} USING DELTA LOCATION '{storage.topic_uri(t)}'")
+        for p in TopicReader(storage, t).partition_offsets():
+            rows.append((t, p.partition, p.log_start_offset, p.high_watermark, p.segments, p.size_bytes))
+    partitions_uri = storage.system_uri("partitions")
+    (
+        spark.createDataFrame(rows, PARTITIONS_SCHEMA)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .save(partitions_uri)
+    )
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {_q(database)}._partitions USING DELTA LOCATION '{partitions_uri}'")
+    spark.sql(f"REFRESH TABLE {_q(database)}._partitions")
+    offsets_uri = storage.system_uri("consumer_offsets")
+    spark.sql(f"""
+        CREATE OR REPLACE VIEW {_q(database)}._consumer_lag AS
+        WITH latest AS (
+            SELECT `group`, topic, partition, max_by(offset, commit_timestamp) AS committed_offset
+            FROM delta.`{offsets_uri}`
+            GROUP BY `group`, topic, partition
+        )
+        SELECT l.`group`, l.topic, l.partition, l.committed_offset, p.high_watermark, p.log_start_offset,
+               greatest(0, p.high_watermark - greatest(l.committed_offset, p.log_start_offset)) AS lag
+        FROM latest l JOIN {_q(database)}._partitions p ON l.topic = p.topic AND l.partition = p.partition
+    """)
+    return tables

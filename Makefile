@@ -35,8 +35,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-bench: $(STAMP)
+bench: setup
 	$(PY) -m bench.log_bench
+	$(PY) -m bench.produce_bench
+	$(PY) -m bench.consume_bench
+	$(PY) -m bench.spark_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

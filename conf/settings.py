@@ -46,6 +46,7 @@ class WriterSettings(BaseModel):
     rollup_max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="The roll-up never writes larger files.")
     maintenance_interval_s: float = Field(5.0, gt=0, description="Roll-up check when commits are few.")
     vacuum_interval_s: float = Field(600.0, gt=0, description="Vacuum of replaced files (older than retention).")
+    retention_check_interval_s: float = Field(60.0, gt=0, description="How often the server applies retention.")
     checkpoint_interval: int = Field(100, ge=1)
     log_retention: str = Field("interval 7 days", description="delta.logRetentionDuration of new topics")
     log_keep_versions: int = Field(1000, ge=10, description="Log versions kept by topiclake's cleanup.")

@@ -46,6 +46,16 @@ class TopicRegistry:
                 self._offsets = OffsetStore(self.storage)
             return self._offsets
 
+    def lowest_committed(self, topic: str) -> dict[int, int]:
+        """Per partition, the lowest offset any consumer group committed (for consumer-aware retention)."""
+        offsets = self.offsets
+        offsets.load()
+        out: dict[int, int] = {}
+        for c in offsets.all_committed():
+            if c.topic == topic:
+                out[c.partition] = min(out.get(c.partition, c.offset), c.offset)
+        return out
+
     def add_commit_listener(self, listener: Callable[[CommitInfo], None]) -> None:
         self._listeners.append(listener)
 
@@ -67,7 +77,7 @@ class TopicRegistry:
             c = self._committers.get(topic)
             if c is not None:
                 return c
-        roller = SegmentRoller(self.storage, topic, self.settings.writer)
+        roller = SegmentRoller(self.storage, topic, self.settings.writer, lowest_committed=self.lowest_committed)
         writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, roller))
         w = self.settings.writer
         committer = GroupCommitter(

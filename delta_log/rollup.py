@@ -25,26 +25,24 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from conf import WriterSettings
+from delta_log.file_commit import SourcesGoneError, commit_file_changes
 from delta_log.log_cleanup import cleanup_log
 from delta_log.records import TOPIC_SCHEMA
 from delta_log.segment_files import ParquetOptions, WrittenSegment, remove_files, write_segments
 from delta_log.storage import StorageRoot
 
 log = logging.getLogger(__name__)
-
-
-class _RunAbandoned(Exception):
-    """A roll-up run lost a race (its sources changed, or commits kept landing first)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +54,8 @@ class SegmentInfo:
     first_offset: int
     last_offset: int
     size_bytes: int
+    records: int = 0
+    max_timestamp_ms: int = 0
 
 
 def size_tier(size_bytes: int, *, base_bytes: int, fanout: int) -> int:
@@ -96,19 +96,32 @@ def segments_of(dt: DeltaTable) -> dict[int, list[SegmentInfo]]:
     out: dict[int, list[SegmentInfo]] = {}
     if not actions.num_rows:
         return out
-    cols = actions.select(["path", "size_bytes", "min.offset", "max.offset", "partition.partition"]).to_pydict()
-    for path, size, lo, hi, part in zip(
+    names = ["path", "size_bytes", "min.offset", "max.offset", "partition.partition", "num_records", "max.timestamp"]
+    cols = actions.select([n for n in names if n in actions.column_names]).to_pydict()
+    n = actions.num_rows
+    for path, size, lo, hi, part, records, max_ts in zip(
         cols["path"],
         cols["size_bytes"],
         cols["min.offset"],
         cols["max.offset"],
         cols["partition.partition"],
+        cols.get("num_records", [0] * n),
+        cols.get("max.timestamp", [None] * n),
         strict=True,
     ):
         if lo is None or hi is None:
             continue  # no stats: leave it to the Spark compaction job
+        ts_ms = int(max_ts.timestamp() * 1000) if max_ts is not None else 0
         out.setdefault(int(part), []).append(
-            SegmentInfo(path=path, partition=int(part), first_offset=int(lo), last_offset=int(hi), size_bytes=int(size))
+            SegmentInfo(
+                path=path,
+                partition=int(part),
+                first_offset=int(lo),
+                last_offset=int(hi),
+                size_bytes=int(size),
+                records=int(records or 0),
+                max_timestamp_ms=ts_ms,
+            )
         )
     return out
 
@@ -124,7 +137,14 @@ class RollupReport:
 class SegmentRoller:
     """Rolls up small segments of one topic in a background thread (see module docstring)."""
 
-    def __init__(self, storage: StorageRoot, topic: str, settings: WriterSettings) -> None:
+    def __init__(
+        self,
+        storage: StorageRoot,
+        topic: str,
+        settings: WriterSettings,
+        *,
+        lowest_committed: Callable[[str], dict[int, int]] | None = None,
+    ) -> None:
         self.storage = storage
         self.topic = topic
         self.settings = settings
@@ -137,6 +157,9 @@ class SegmentRoller:
         self._pending_commits = 0
         self._closed = False
         self._last_vacuum = time.monotonic()
+        self._last_retention = 0.0
+        self.lowest_committed = lowest_committed
+        self.retention_reports: list[Any] = []
         self._commits_since_cleanup = 0
         self._pass_lock = threading.Lock()  # one maintenance pass at a time
         self.reports: list[RollupReport] = []
@@ -182,6 +205,15 @@ class SegmentRoller:
                 keep_versions=self.settings.log_keep_versions,
                 min_age_s=self.settings.log_min_age_s,
             )
+        if time.monotonic() - self._last_retention >= self.settings.retention_check_interval_s:
+            self._last_retention = time.monotonic()
+            committed = self.lowest_committed(self.topic) if self.lowest_committed else None
+            from delta_log.retention import apply_retention  # retention builds on this module's SegmentInfo
+
+            retention = apply_retention(self.storage, self.topic, self.settings, lowest_committed=committed)
+            if retention.committed or retention.conflict:
+                self.retention_reports = [*self.retention_reports[-99:], retention]
+                log.info("retention on %s: %s", self.topic, retention.to_dict())
         if time.monotonic() - self._last_vacuum >= self.settings.vacuum_interval_s:
             self._last_vacuum = time.monotonic()
             dt.vacuum(dry_run=False, enforce_retention_duration=True)
@@ -228,8 +260,14 @@ class SegmentRoller:
                 actions.extend(
                     RemoveAction(seg.path, False, now_ms, seg.size_bytes, {"partition": str(partition)}) for seg in run
                 )
-            self._commit_if_sources_live(dt, [seg for _, run in plan for seg in run], actions)
-        except (CommitFailedError, _RunAbandoned) as exc:
+            commit_file_changes(
+                dt,
+                [seg.path for _, run in plan for seg in run],
+                actions,
+                operation="rollup",
+                attempts=self.settings.max_commit_attempts,
+            )
+        except (CommitFailedError, SourcesGoneError) as exc:
             remove_files(self.storage, self.uri, written)
             dt.update_incremental()
             log.info("roll-up pass of %s abandoned after a conflict: %s", self.topic, exc)
@@ -255,41 +293,6 @@ class SegmentRoller:
         n = merged.num_rows
         merged = merged.append_column("partition", pa.array([partition] * n, pa.int32())).select(TOPIC_SCHEMA.names)
         return write_segments(self.storage, self.uri, merged.cast(TOPIC_SCHEMA), self._options)
-
-    def _commit_if_sources_live(
-        self, dt: DeltaTable, sources: list[SegmentInfo], actions: list[AddAction | RemoveAction]
-    ) -> None:
-        """Commit only on the exact snapshot where every source file is still live.
-
-        delta-rs's internal commit retry does not refuse a remove of a file another commit removed
-        meanwhile (measured: two roll-ups of one run both committed, doubling records). So the
-        commit is made with no internal retry, after checking the sources on the version it is
-        based on; any commit in between fails it, and we check again.
-        """
-        wanted = {seg.path for seg in sources}
-        for _ in range(self.settings.max_commit_attempts):
-            dt.update_incremental()
-            live = set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
-            if not wanted <= live:
-                raise _RunAbandoned("a source segment was removed by another commit")
-            try:
-                dt.create_write_transaction(
-                    actions,
-                    "append",
-                    TOPIC_SCHEMA,
-                    partition_by=["partition"],
-                    commit_properties=CommitProperties(
-                        custom_metadata={"topiclake.operation": "rollup"}, max_commit_retries=0
-                    ),
-                    post_commithook_properties=PostCommitHookProperties(
-                        create_checkpoint=True, cleanup_expired_logs=False
-                    ),
-                )
-            except CommitFailedError:
-                continue
-            dt.update_incremental()
-            return
-        raise _RunAbandoned("too many concurrent commits")
 
     def close(self, timeout: float = 30.0) -> None:
         with self._cond:

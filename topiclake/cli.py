@@ -310,6 +310,17 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from jobs import retention
+
+    argv = ["--root", args.root] if args.root else []
+    for t in args.topic or []:
+        argv += ["--topic", t]
+    if args.local:
+        argv.append("--local")
+    return retention.main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="topiclake", description="A Kafka-like log whose topics are Delta tables.")
     p.add_argument("--url", help=f"server URL (default $TOPICLAKE_URL or {DEFAULT_URL})")
@@ -393,6 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--root", help="storage root (default $TOPICLAKE_ROOT or ./data)")
     q.add_argument("--limit", type=int, default=20)
     q.set_defaults(func=cmd_sql)
+
+    j = sub.add_parser("jobs", help="maintenance jobs (Spark)")
+    jsub = j.add_subparsers(dest="job", required=True)
+    jr = jsub.add_parser("retention", help="drop segments past retention.ms / retention.bytes")
+    jr.add_argument("--root")
+    jr.add_argument("--topic", action="append")
+    jr.add_argument("--local", action="store_true", help="without Spark")
+    j.set_defaults(func=cmd_jobs)
     return p
 
 

@@ -1,0 +1,96 @@
+"""Retention job: drop whole oldest segments past retention.ms / retention.bytes on every topic.
+
+    python -m jobs.retention [--root DIR] [--topic T ...] [--local]
+    spark-submit jobs/retention.py --root s3://bucket/topiclake
+    topiclake jobs retention
+
+With Spark (the default), topics are spread over the executors, one task each; `--local` runs in
+this process. Planning is `delta_log.retention.plan_retention` (pure); the removal commits are
+safe beside live producers and consumers (see delta_log.retention). `topiclake serve` also applies
+retention itself every `writer.retention_check_interval_s`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from conf import Settings, load_settings
+from delta_log.catalog import Catalog
+from delta_log.offsets import OffsetStore
+from delta_log.retention import RetentionReport, apply_retention, plan_retention
+from delta_log.storage import StorageRoot
+
+__all__ = ["JobReport", "main", "plan_retention", "run"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobReport:
+    topics: list[dict[str, Any]]
+
+    @property
+    def records_removed(self) -> int:
+        return sum(int(t["records_removed"]) for t in self.topics)
+
+
+def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: str) -> dict[str, Any]:
+    settings = Settings.model_validate_json(settings_json)
+    storage = StorageRoot(root, storage_options)
+    lowest: dict[int, int] = {}
+    for c in OffsetStore(storage).all_committed():
+        if c.topic == topic:
+            lowest[c.partition] = min(lowest.get(c.partition, c.offset), c.offset)
+    report: RetentionReport = apply_retention(storage, topic, settings.writer, lowest_committed=lowest)
+    return report.to_dict()
+
+
+def run(spark: Any, settings: Settings, *, topics: list[str] | None = None) -> JobReport:
+    """Apply retention to `topics` (default: all). `spark` None runs in this process."""
+    storage = StorageRoot(settings.root, settings.storage_options)
+    names = topics or Catalog(storage, settings.writer).list_topics()
+    args = (settings.root, dict(settings.storage_options))
+    payload = settings.model_dump_json()
+    if spark is None or not names:
+        results = [_one(*args, t, payload) for t in names]
+    else:
+        results = (
+            spark.sparkContext.parallelize(names, len(names))
+            .map(lambda t: _one(args[0], args[1], t, payload))
+            .collect()
+        )
+    for r in results:
+        print(
+            f"retention {r['topic']}: removed {r['records_removed']} records "
+            f"({r['bytes_removed']} bytes){' CONFLICT: ' + str(r['conflict']) if r['conflict'] else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return JobReport(topics=results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="jobs.retention", description=__doc__)
+    ap.add_argument("--root")
+    ap.add_argument("--topic", action="append")
+    ap.add_argument("--local", action="store_true", help="run in this process, without Spark")
+    args = ap.parse_args(argv)
+    settings = load_settings(**({"root": args.root} if args.root else {}))
+    spark = None
+    if not args.local:
+        from delta_log.spark import get_spark
+
+        spark = get_spark(settings, app_name="topiclake-retention")
+    try:
+        report = run(spark, settings, topics=args.topic)
+    finally:
+        if spark is not None:
+            spark.stop()
+    print(json.dumps({"records_removed": report.records_removed, "topics": report.topics}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -76,6 +76,7 @@ def test_back_pressure_429_with_retry_after(tmp_path):
         "TOPICLAKE_WRITER__MAX_QUEUE_BYTES": "2000",
         "TOPICLAKE_WRITER__LINGER_MS": "300",
         "TOPICLAKE_WRITER__BATCH_BYTES": "100000000",
+        "TOPICLAKE_SERVER__MAX_REQUEST_BYTES": "20000",
     }
     srv = ServerProcess(tmp_path / "data", env=env).start()
     try:
@@ -97,6 +98,17 @@ def test_back_pressure_429_with_retry_after(tmp_path):
         assert refused[0].json()["error"]["code"] == "BACK_PRESSURE" and refused[0].headers["Retry-After"]
         info = httpx.get(srv.url + "/topics/bp").json()
         assert info["partition_offsets"][0]["high_watermark"] == 3 * len(ok)  # refused wrote nothing
+        big = httpx.post(srv.url + "/topics/bp/records", json={"records": [{"value": "y" * 30_000}]}, timeout=30)
+        assert big.status_code == 413 and big.json()["error"]["code"] == "REQUEST_TOO_LARGE"
+        gz = httpx.post(
+            srv.url + "/topics/bp/records",
+            content=__import__("gzip").compress(b'{"records": [' + b'{"value": 1},' * 5000 + b'{"value": 1}]}'),
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            timeout=30,
+        )
+        assert gz.status_code == 413  # the limit applies to the decompressed body too (no zip bombs)
+        after = httpx.get(srv.url + "/topics/bp").json()["partition_offsets"][0]["high_watermark"]
+        assert after == 3 * len(ok)
     finally:
         srv.stop()
 

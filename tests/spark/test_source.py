@@ -64,6 +64,16 @@ def test_batch_read_with_offsets(spark, root):
     assert rows[0].topic == topic
 
 
+def test_starting_timestamp(spark, root):
+    topic, w = make_topic(root, records=40)
+    time.sleep(0.05)
+    mid = int(time.time() * 1000)
+    time.sleep(0.05)
+    w.append(make_batch(10, partitions=2, topic=topic))
+    rows = source(spark, root, topic, startingTimestamp=mid).collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p in (0, 1) for o in range(20, 25)]
+
+
 @pytest.mark.parametrize(
     ("opts", "message"),
     [

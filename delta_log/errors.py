@@ -69,6 +69,12 @@ class InvalidConfigError(TopiclakeError):
     code = "INVALID_CONFIG"
 
 
+class SourceOptionError(InvalidConfigError):
+    """A `topiclake` Spark source option is missing, contradictory or malformed."""
+
+    code = "INVALID_SOURCE_OPTION"
+
+
 class InvalidPartitionsError(TopiclakeError):
     code = "INVALID_PARTITIONS"
 

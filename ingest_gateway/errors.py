@@ -20,6 +20,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.TopicExistsError: 409,
     e.PartitionNotFoundError: 404,
     e.InvalidConfigError: 400,
+    e.SourceOptionError: 400,
     e.InvalidPartitionsError: 400,
     e.InvalidRecordError: 422,
     e.InvalidSchemaError: 422,

@@ -13,17 +13,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from delta_log.errors import InvalidConfigError
+from delta_log.errors import SourceOptionError
 
 EARLIEST, LATEST = -2, -1
 #: {topic: {partition: offset}}
 Offsets = dict[str, dict[int, int]]
-
-
-class SourceOptionError(InvalidConfigError):
-    """A `topiclake` source option is missing, contradictory or malformed."""
-
-    code = "INVALID_SOURCE_OPTION"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

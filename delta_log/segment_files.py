@@ -45,13 +45,21 @@ def _iso_millis(us: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem:03d}Z"
 
 
-def segment_stats(table: pa.Table) -> str:
-    """Delta `stats` JSON for a segment (TOPIC_SCHEMA rows of one partition)."""
+def segment_stats(table: pa.Table, *, first_offset: int | None = None) -> str:
+    """Delta `stats` JSON for a segment (TOPIC_SCHEMA rows of one partition).
+
+    `first_offset` lowers minValues.offset to a segment's base offset (stats are bounds, so this
+    stays valid): a key-compacted segment keeps its base offset, as Kafka's do, and the log start
+    offset does not move because superseded records were removed.
+    """
     offsets = table.column("offset")
     ts = table.column("timestamp").cast(pa.int64())
     tt = table.column("timestampType")
     mm_o, mm_ts, mm_tt = pc.min_max(offsets), pc.min_max(ts), pc.min_max(tt)
-    min_values: dict[str, object] = {"offset": mm_o["min"].as_py()}
+    min_offset = mm_o["min"].as_py()
+    if first_offset is not None:
+        min_offset = min(min_offset, first_offset)
+    min_values: dict[str, object] = {"offset": min_offset}
     max_values: dict[str, object] = {"offset": mm_o["max"].as_py()}
     if mm_ts["min"].is_valid:
         min_values["timestamp"] = _iso_millis(mm_ts["min"].as_py())
@@ -74,7 +82,7 @@ def segment_stats(table: pa.Table) -> str:
 
 
 def write_segments(
-    storage: StorageRoot, table_uri: str, records: pa.Table, options: ParquetOptions
+    storage: StorageRoot, table_uri: str, records: pa.Table, options: ParquetOptions, *, first_offset: int | None = None
 ) -> list[WrittenSegment]:
     """Write `records` (TOPIC_SCHEMA, sorted by partition then offset) as one file per partition."""
     fs, _ = storage.filesystem()
@@ -102,7 +110,9 @@ def write_segments(
                 write_statistics=list(STATS_COLUMNS),
             )
         size = fs.get_file_info(path).size
-        action = AddAction(rel, size, {"partition": str(partition)}, now_ms, True, segment_stats(piece))
+        action = AddAction(
+            rel, size, {"partition": str(partition)}, now_ms, True, segment_stats(piece, first_offset=first_offset)
+        )
         out.append(WrittenSegment(relative_path=rel, partition=partition, records=piece.num_rows, action=action))
     return out
 

@@ -1,0 +1,1 @@
+"""Spark maintenance jobs: retention and compaction (`python -m jobs.<job>`)."""

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from conf import Settings, load_settings
-from delta_log.catalog import Catalog
 from delta_log.offsets import OffsetStore
 from delta_log.retention import RetentionReport, apply_retention, plan_retention
 from delta_log.storage import StorageRoot
+from jobs.common import for_each_topic
 
 __all__ = ["JobReport", "main", "plan_retention", "run"]
 
@@ -49,18 +49,7 @@ def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: 
 
 def run(spark: Any, settings: Settings, *, topics: list[str] | None = None) -> JobReport:
     """Apply retention to `topics` (default: all). `spark` None runs in this process."""
-    storage = StorageRoot(settings.root, settings.storage_options)
-    names = topics or Catalog(storage, settings.writer).list_topics()
-    args = (settings.root, dict(settings.storage_options))
-    payload = settings.model_dump_json()
-    if spark is None or not names:
-        results = [_one(*args, t, payload) for t in names]
-    else:
-        results = (
-            spark.sparkContext.parallelize(names, len(names))
-            .map(lambda t: _one(args[0], args[1], t, payload))
-            .collect()
-        )
+    results = for_each_topic(spark, settings, topics, _one)
     for r in results:
         print(
             f"retention {r['topic']}: removed {r['records_removed']} records "

@@ -311,14 +311,14 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from jobs import retention
+    from jobs import compaction, retention
 
     argv = ["--root", args.root] if args.root else []
     for t in args.topic or []:
         argv += ["--topic", t]
     if args.local:
         argv.append("--local")
-    return retention.main(argv)
+    return {"retention": retention.main, "compaction": compaction.main}[args.job](argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -411,6 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     jr.add_argument("--root")
     jr.add_argument("--topic", action="append")
     jr.add_argument("--local", action="store_true", help="without Spark")
+    jc = jsub.add_parser("compaction", help="merge adjacent segments; key compaction on compacted topics")
+    jc.add_argument("--root")
+    jc.add_argument("--topic", action="append")
+    jc.add_argument("--local", action="store_true", help="without Spark")
     j.set_defaults(func=cmd_jobs)
     return p
 

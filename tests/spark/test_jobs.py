@@ -46,3 +46,35 @@ def test_retention_cli_local(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["records_removed"] == 30
+
+
+def test_compaction_job_on_spark(spark, tmp_path):
+    from jobs import compaction
+
+    root = str(tmp_path / "root")
+    settings = load_settings(root=root)
+    storage = StorageRoot(root)
+    Catalog(storage, settings.writer).create_topic("cmp", partitions=2)
+    w = TopicWriter(storage, "cmp", settings.writer)
+    for _ in range(12):
+        w.append(old_batch_2p(10, "cmp"))
+    before = TopicReader(storage, "cmp").fetch(1, 0, max_records=1000).records
+    report = compaction.run(spark, settings)
+    (t,) = report.topics
+    assert t["committed"] and t["segments_before"] == 24 and t["segments_after"] == 2 and t["records_removed"] == 0
+    assert TopicReader(storage, "cmp").fetch(1, 0, max_records=1000).records.equals(before)
+
+
+def old_batch_2p(n, topic):
+    import pyarrow as pa
+
+    from delta_log import normalize_batch
+
+    return normalize_batch(
+        pa.table({"value": [b"v"] * n, "partition": pa.array([i % 2 for i in range(n)], pa.int32())}),
+        partitions=2,
+        topic=topic,
+        max_message_bytes=10**6,
+        now_us=int(time.time() * 1e6),
+        log_append_time=False,
+    )

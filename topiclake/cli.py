@@ -213,8 +213,14 @@ def cmd_consume(args: argparse.Namespace) -> int:
             records = consumer.poll(1.0)
             if records and idle_deadline is not None:
                 idle_deadline = time.monotonic() + args.idle_timeout
-            for r in records:
+            for i, r in enumerate(records):
                 if args.max_records is not None and seen >= args.max_records:
+                    # Commit only what was output: rewind each partition to its first record not shown.
+                    rewound: set[int] = set()
+                    for rest in records[i:]:
+                        if rest.partition not in rewound:
+                            consumer.seek((rest.topic, rest.partition), rest.offset)
+                            rewound.add(rest.partition)
                     break
                 if args.format == "json":
                     out.write(

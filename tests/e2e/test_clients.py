@@ -84,3 +84,20 @@ def test_cli_topics_and_produce(server, tmp_path):
     r = run_cli(server, "topics", "create", "bad name")
     assert r.returncode == 1 and "INVALID_TOPIC" in r.stderr
     assert run_cli(server, "topics", "delete", "cli-t").returncode == 0
+
+
+def test_cli_consume_commits_only_what_it_printed(server):
+    import httpx
+
+    AdminClient(server.url).create_topic("cli-consume", partitions=2)
+    with Producer(server.url, value_format="string") as p:
+        for i in range(40):
+            p.send("cli-consume", f"m{i}", partition=i % 2)
+    r = run_cli(server, "consume", "cli-consume", "--group", "printers", "--from-beginning", "--max-records", "5")
+    assert r.returncode == 0, r.stderr
+    printed = r.stdout.split()
+    assert len(printed) == 5
+    committed = httpx.get(f"{server.url}/groups/printers/offsets").json()["offsets"]
+    assert sum(o["offset"] for o in committed) == 5  # next run starts right after the last printed record
+    r2 = run_cli(server, "consume", "cli-consume", "--group", "printers", "--max-records", "35")
+    assert sorted(printed + r2.stdout.split()) == sorted(f"m{i}" for i in range(40))

@@ -6,7 +6,8 @@ pickles to executors; with `spark=None` the tasks run in this process (`--local`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from conf import Settings
@@ -23,6 +24,21 @@ def for_each_topic(spark: Any, settings: Settings, topics: list[str] | None, tas
     if spark is None or not names:
         return [task(root, options, t, payload) for t in names]
     return spark.sparkContext.parallelize(names, len(names)).map(lambda t: task(root, options, t, payload)).collect()
+
+
+@contextmanager
+def job_spark(settings: Settings, app_name: str, *, local: bool) -> Iterator[Any]:
+    """A SparkSession for a job's run (stopped afterwards), or None with `local`."""
+    if local:
+        yield None
+        return
+    from delta_log.spark import get_spark
+
+    spark = get_spark(settings, app_name=app_name)
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def job_settings(root: str | None) -> Settings:

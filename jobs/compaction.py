@@ -20,7 +20,7 @@ from typing import Any
 from conf import Settings
 from delta_log.compaction import compact_topic, plan_merge, surviving_rows
 from delta_log.storage import StorageRoot
-from jobs.common import for_each_topic, job_settings
+from jobs.common import for_each_topic, job_settings, job_spark
 
 __all__ = ["CompactionJobReport", "main", "plan_merge", "run", "surviving_rows"]
 
@@ -64,16 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.model_copy(
             update={"jobs": settings.jobs.model_copy(update={"compaction_target_bytes": args.target_mb * 1024 * 1024})}
         )
-    spark = None
-    if not args.local:
-        from delta_log.spark import get_spark
-
-        spark = get_spark(settings, app_name="topiclake-compaction")
-    try:
+    with job_spark(settings, "topiclake-compaction", local=args.local) as spark:
         report = run(spark, settings, topics=args.topic)
-    finally:
-        if spark is not None:
-            spark.stop()
     print(json.dumps({"topics": report.topics}, indent=2))
     return 0
 

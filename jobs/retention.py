@@ -18,11 +18,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from conf import Settings, load_settings
+from conf import Settings
 from delta_log.offsets import OffsetStore
 from delta_log.retention import RetentionReport, apply_retention, plan_retention
 from delta_log.storage import StorageRoot
-from jobs.common import for_each_topic
+from jobs.common import for_each_topic, job_settings, job_spark
 
 __all__ = ["JobReport", "main", "plan_retention", "run"]
 
@@ -66,17 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topic", action="append")
     ap.add_argument("--local", action="store_true", help="run in this process, without Spark")
     args = ap.parse_args(argv)
-    settings = load_settings(**({"root": args.root} if args.root else {}))
-    spark = None
-    if not args.local:
-        from delta_log.spark import get_spark
-
-        spark = get_spark(settings, app_name="topiclake-retention")
-    try:
+    settings = job_settings(args.root)
+    with job_spark(settings, "topiclake-retention", local=args.local) as spark:
         report = run(spark, settings, topics=args.topic)
-    finally:
-        if spark is not None:
-            spark.stop()
     print(json.dumps({"records_removed": report.records_removed, "topics": report.topics}, indent=2))
     return 0
 

@@ -252,6 +252,7 @@ class TopicWriter:
         counts: list[dict[int, int]] = []
         pending: list[int] = []
         first_of: dict[tuple[str, int], int] = {}
+        flush_seq: dict[tuple[str, int], int] = {}  # (producer, partition) -> highest sequence in this flush
         arrays = [req.partition_array() for req in requests]
         for i, req in enumerate(requests):
             part_counts = count_by_partition(arrays[i])
@@ -266,6 +267,20 @@ class TopicWriter:
             if done is not None:
                 results[i] = _with_counts(done, part_counts)
                 continue
+            newer = max((flush_seq.get((req.producer.producer_id, p), -1) for p in part_counts), default=-1)
+            if newer > req.producer.sequence:  # an older sequence behind a newer one in this flush
+                results[i] = AppendResult(
+                    error=DuplicateSequenceError(
+                        f"Sequence {req.producer.sequence} of producer {req.producer.producer_id!r} arrived after "
+                        f"sequence {newer}.",
+                        producer_id=req.producer.producer_id,
+                        sequence=req.producer.sequence,
+                        last_sequence=newer,
+                    )
+                )
+                continue
+            for p in part_counts:
+                flush_seq[(req.producer.producer_id, p)] = req.producer.sequence
             first_of[key] = i
             pending.append(i)
 
@@ -276,14 +291,14 @@ class TopicWriter:
             plans, new_hws = plan_offsets([counts[i] for i in pending], hws)
             records = _assemble([requests[i].batch for i in pending], [arrays[i] for i in pending], hws, self.topic)
             self._tick("assemble")
-            txns = [Transaction(hw_app_id(p), hw) for p, hw in new_hws.items()]
+            versions = {hw_app_id(p): hw for p, hw in new_hws.items()}
             for i, plan in zip(pending, plans, strict=True):
                 producer = requests[i].producer
-                if producer is not None:
+                if producer is not None:  # later (higher) sequences of a producer overwrite earlier ones
                     for r in plan:
-                        txns.append(Transaction(producer.seq_app_id(r.partition), producer.sequence))
-                        txns.append(Transaction(producer.offset_app_id(r.partition), r.base_offset))
-            self._commit(records, txns)
+                        versions[producer.seq_app_id(r.partition)] = producer.sequence
+                        versions[producer.offset_app_id(r.partition)] = r.base_offset
+            self._commit(records, [Transaction(app_id, v) for app_id, v in versions.items()])
             version = self._dt.version()
             for i, plan in zip(pending, plans, strict=True):
                 results[i] = AppendResult(ranges=tuple(plan), table_version=version)

@@ -150,3 +150,24 @@ def test_partition_sorted_batches_take_the_slice_path_with_same_result(storage, 
             ),
         )
     assert results["sorted"] == results["unsorted"]
+
+
+def test_one_producer_several_sequences_in_one_flush(storage, settings, topic_factory):
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    p5, p6 = ProducerSequence(producer_id="pp", sequence=5), ProducerSequence(producer_id="pp", sequence=6)
+    r = w.append_many(
+        [
+            AppendRequest(batch=make_batch(2), producer=p5),
+            AppendRequest(batch=make_batch(2), producer=p6),
+            AppendRequest(batch=make_batch(2), producer=ProducerSequence(producer_id="pp", sequence=4)),
+        ]
+    )
+    assert [x.ranges[0].base_offset for x in r[:2]] == [0, 2]
+    assert isinstance(r[2].error, DuplicateSequenceError)  # older, behind a newer one
+    assert DeltaTable(storage.topic_uri(topic)).transaction_version("p-pp-0") == 6
+    again = w.append(make_batch(2), p6)  # a retry of the newest: its original offsets
+    assert again.duplicate and again.ranges[0].base_offset == 2
+    with pytest.raises(DuplicateSequenceError):
+        w.append(make_batch(2), p5)
+    assert all_offsets(storage, topic) == {0: [0, 1, 2, 3]}

@@ -31,8 +31,8 @@ from conf import WriterSettings
 from delta_log.errors import TopicNotFoundError
 from delta_log.file_commit import SourcesGoneError, commit_file_changes
 from delta_log.records import TOPIC_SCHEMA
-from delta_log.rollup import SegmentInfo, segments_of
 from delta_log.segment_files import ParquetOptions, write_segments
+from delta_log.segments import SegmentInfo, segments_of
 from delta_log.storage import StorageRoot
 from delta_log.topic_config import TopicConfig
 

@@ -35,6 +35,7 @@ from delta_log.errors import (
     TopicNotFoundError,
 )
 from delta_log.records import TOPIC_SCHEMA, record_sizes
+from delta_log.segments import SegmentInfo, epoch_ms, segments_of
 from delta_log.storage import StorageRoot
 from delta_log.topic_config import TopicConfig
 from delta_log.writer import CommitInfo, hw_app_id
@@ -43,24 +44,12 @@ MAX_FETCH_RECORDS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Segment:
-    """One data file of one partition."""
-
-    path: str
-    first_offset: int
-    last_offset: int
-    records: int
-    size_bytes: int
-    max_timestamp_us: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionIndex:
-    segments: tuple[Segment, ...]
+    segments: tuple[SegmentInfo, ...]
     lasts: tuple[int, ...]  # last offsets, ascending, for bisect
 
     @classmethod
-    def of(cls, segments: list[Segment]) -> PartitionIndex:
+    def of(cls, segments: list[SegmentInfo]) -> PartitionIndex:
         segments.sort(key=lambda s: s.first_offset)
         return cls(segments=tuple(segments), lasts=tuple(s.last_offset for s in segments))
 
@@ -138,7 +127,7 @@ class TopicReader:
     def _build_snapshot(self) -> _Snapshot:
         dt = self._dt
         try:
-            actions = pa.table(dt.get_add_actions(flatten=True))
+            by_partition = segments_of(dt, stats_fallback=self._stats_from_footer)
             props = dt.metadata().configuration
             version = dt.version()
         except TableNotFoundError as exc:
@@ -146,26 +135,6 @@ class TopicReader:
         except (DeltaError, OSError) as exc:
             raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
         config = TopicConfig.from_properties(props)
-        by_partition: dict[int, list[Segment]] = {}
-        if actions.num_rows:
-            cols = actions.to_pydict()
-            max_ts = cols.get("max.timestamp", [None] * actions.num_rows)
-            for i in range(actions.num_rows):
-                first, last = cols["min.offset"][i], cols["max.offset"][i]
-                ts = max_ts[i]
-                if first is None or last is None:
-                    first, last, ts = self._stats_from_footer(cols["path"][i])
-                ts_us = _to_us(ts)
-                by_partition.setdefault(int(cols["partition.partition"][i]), []).append(
-                    Segment(
-                        path=cols["path"][i],
-                        first_offset=int(first),
-                        last_offset=int(last),
-                        records=int(cols["num_records"][i] or 0),
-                        size_bytes=int(cols["size_bytes"][i]),
-                        max_timestamp_us=ts_us,
-                    )
-                )
         partitions = {p: PartitionIndex.of(segs) for p, segs in by_partition.items()}
         hws = {}
         for p in range(config.partitions):
@@ -179,7 +148,8 @@ class TopicReader:
             loaded_at=time.monotonic(),
         )
 
-    def _stats_from_footer(self, rel_path: str) -> tuple[int, int, object]:
+    def _stats_from_footer(self, rel_path: str) -> tuple[int, int, int | None]:
+        """(first offset, last offset, newest timestamp ms) from a file's parquet statistics."""
         meta = self._footer(rel_path)
         idx = meta.schema.to_arrow_schema().get_field_index("offset")
         ts_idx = meta.schema.to_arrow_schema().get_field_index("timestamp")
@@ -191,7 +161,7 @@ class TopicReader:
             tst = meta.row_group(rg).column(ts_idx).statistics
             if tst is not None and tst.has_min_max:
                 ts = tst.max if ts is None else max(ts, tst.max)
-        return int(lo or 0), int(hi or -1), ts
+        return int(lo or 0), int(hi or -1), epoch_ms(ts)
 
     def refresh(self) -> int:
         """Load new Delta versions and rebuild the index if the table changed; return its version."""
@@ -425,7 +395,7 @@ class TopicReader:
                 self._footers.popitem(last=False)
         return meta
 
-    def _read_segment(self, seg: Segment, partition: int, offset: int, limit: int) -> pa.Table:
+    def _read_segment(self, seg: SegmentInfo, partition: int, offset: int, limit: int) -> pa.Table:
         """Rows of `seg` with offset >= `offset`, at most `limit`, reading only needed row groups."""
         meta = self._footer(seg.path)
         groups = _row_groups_for(meta, offset, limit)
@@ -477,7 +447,7 @@ class TopicReader:
         if index is None:
             return None
         for seg in index.segments:
-            if seg.max_timestamp_us < target_us:
+            if seg.max_timestamp_ms < timestamp_ms:  # stats are ms, floored: never skips a match
                 continue
             table = self._read_segment(seg, partition, seg.first_offset, seg.records or MAX_FETCH_RECORDS)
             ts = table.column("timestamp").cast(pa.int64()).to_numpy()
@@ -514,17 +484,3 @@ def _row_groups_for(meta: pq.FileMetaData, offset: int, limit: int) -> list[int]
         if ordered and rows >= limit:
             break
     return groups
-
-
-def _to_us(ts: object) -> int:
-    if ts is None:
-        return 2**62
-    if isinstance(ts, int):
-        return ts
-    import datetime as _dt
-
-    if isinstance(ts, _dt.datetime):
-        if ts.tzinfo is None:
-            ts = ts.replace(tzinfo=_dt.UTC)
-        return int(ts.timestamp() * 1_000_000)
-    return 2**62

@@ -23,7 +23,7 @@ from deltalake.transaction import RemoveAction
 from conf import WriterSettings
 from delta_log.errors import TopicNotFoundError
 from delta_log.file_commit import SourcesGoneError, commit_file_changes
-from delta_log.rollup import SegmentInfo, segments_of
+from delta_log.segments import SegmentInfo, segments_of
 from delta_log.storage import StorageRoot
 from delta_log.topic_config import TopicConfig
 from delta_log.writer import hw_app_id

@@ -39,23 +39,12 @@ from conf import WriterSettings
 from delta_log.file_commit import SourcesGoneError, commit_file_changes
 from delta_log.log_cleanup import cleanup_log
 from delta_log.records import TOPIC_SCHEMA
+from delta_log.retention import apply_retention
 from delta_log.segment_files import ParquetOptions, WrittenSegment, remove_files, write_segments
+from delta_log.segments import SegmentInfo, segments_of
 from delta_log.storage import StorageRoot
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SegmentInfo:
-    """What the planner needs to know of one data file."""
-
-    path: str
-    partition: int
-    first_offset: int
-    last_offset: int
-    size_bytes: int
-    records: int = 0
-    max_timestamp_ms: int = 0
 
 
 def size_tier(size_bytes: int, *, base_bytes: int, fanout: int) -> int:
@@ -88,42 +77,6 @@ def plan_rollup(
         else:
             i += 1
     return runs
-
-
-def segments_of(dt: DeltaTable) -> dict[int, list[SegmentInfo]]:
-    """Every data file of a topic table by partition, from the snapshot's add actions."""
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    out: dict[int, list[SegmentInfo]] = {}
-    if not actions.num_rows:
-        return out
-    names = ["path", "size_bytes", "min.offset", "max.offset", "partition.partition", "num_records", "max.timestamp"]
-    cols = actions.select([n for n in names if n in actions.column_names]).to_pydict()
-    n = actions.num_rows
-    for path, size, lo, hi, part, records, max_ts in zip(
-        cols["path"],
-        cols["size_bytes"],
-        cols["min.offset"],
-        cols["max.offset"],
-        cols["partition.partition"],
-        cols.get("num_records", [0] * n),
-        cols.get("max.timestamp", [None] * n),
-        strict=True,
-    ):
-        if lo is None or hi is None:
-            continue  # no stats: leave it to the Spark compaction job
-        ts_ms = int(max_ts.timestamp() * 1000) if max_ts is not None else 0
-        out.setdefault(int(part), []).append(
-            SegmentInfo(
-                path=path,
-                partition=int(part),
-                first_offset=int(lo),
-                last_offset=int(hi),
-                size_bytes=int(size),
-                records=int(records or 0),
-                max_timestamp_ms=ts_ms,
-            )
-        )
-    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,8 +161,6 @@ class SegmentRoller:
         if time.monotonic() - self._last_retention >= self.settings.retention_check_interval_s:
             self._last_retention = time.monotonic()
             committed = self.lowest_committed(self.topic) if self.lowest_committed else None
-            from delta_log.retention import apply_retention  # retention builds on this module's SegmentInfo
-
             retention = apply_retention(self.storage, self.topic, self.settings, lowest_committed=committed)
             if retention.committed or retention.conflict:
                 self.retention_reports = [*self.retention_reports[-99:], retention]

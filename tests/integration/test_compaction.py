@@ -6,7 +6,7 @@ from deltalake import DeltaTable
 
 from delta_log import TopicReader, TopicWriter, normalize_batch
 from delta_log.compaction import compact_topic
-from delta_log.rollup import segments_of
+from delta_log.segments import segments_of
 
 
 def keyed(keys, values, topic):

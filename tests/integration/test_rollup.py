@@ -3,7 +3,8 @@ import threading
 from deltalake import DeltaTable
 
 from delta_log import TopicReader, TopicWriter
-from delta_log.rollup import SegmentRoller, segments_of
+from delta_log.rollup import SegmentRoller
+from delta_log.segments import segments_of
 from tests.integration.conftest import make_batch
 
 

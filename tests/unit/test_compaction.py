@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 
 from delta_log.compaction import latest_offsets, plan_merge, surviving_rows
 from delta_log.records import TOPIC_SCHEMA
-from delta_log.rollup import SegmentInfo
+from delta_log.segments import SegmentInfo
 
 NOW = 10_000_000
 

@@ -2,7 +2,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from delta_log.retention import plan_retention
-from delta_log.rollup import SegmentInfo
+from delta_log.segments import SegmentInfo
 
 NOW = 1_000_000
 
@@ -78,3 +78,10 @@ def test_always_a_prefix_and_never_a_hole(specs, retention_ms, retention_bytes, 
         assert (retention_ms >= 0 and x.max_timestamp_ms < NOW - retention_ms) or retention_bytes >= 0
     if protect and committed is not None:
         assert all(x.last_offset < committed for x in p.remove)  # nothing unconsumed goes
+
+
+def test_unknown_timestamps_never_expire():
+    # A file without timestamp statistics must not count as old (it used to read as epoch 0).
+    s = [SegmentInfo(path="f0", partition=0, first_offset=0, last_offset=9, size_bytes=100, records=10)]
+    p = plan_retention(s, partition=0, now_ms=NOW, retention_ms=10, retention_bytes=-1, high_watermark=10)
+    assert p.remove == () and p.log_start_offset == 0

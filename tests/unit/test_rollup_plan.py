@@ -1,7 +1,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.rollup import SegmentInfo, plan_rollup, size_tier
+from delta_log.rollup import plan_rollup, size_tier
+from delta_log.segments import SegmentInfo
 
 
 def segs(sizes):

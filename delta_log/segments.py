@@ -1,0 +1,89 @@
+"""Segments: a topic table's data files as seen through the Delta snapshot's add actions.
+
+One parser for everyone who needs them (reader index, roll-up, retention, compaction), so a file
+whose statistics are missing is treated the same everywhere: an unknown newest timestamp is
+UNKNOWN_TIMESTAMP_MS, which no retention deadline reaches and no timestamp lookup skips.
+"""
+
+from __future__ import annotations
+
+import datetime as dt_
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+#: An unknown newest timestamp: never "expired", never skipped when looking up a time.
+UNKNOWN_TIMESTAMP_MS = 2**62
+
+#: path -> (first offset, last offset, newest timestamp in ms or None), read from the file itself.
+StatsFallback = Callable[[str], tuple[int, int, int | None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentInfo:
+    """One data file of one partition."""
+
+    path: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    size_bytes: int
+    records: int = 0
+    max_timestamp_ms: int = UNKNOWN_TIMESTAMP_MS
+
+
+def epoch_ms(value: object) -> int | None:
+    """A stats timestamp (datetime, or epoch microseconds from parquet) in epoch ms; None if unknown."""
+    if value is None:
+        return None
+    if isinstance(value, dt_.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt_.UTC)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int):
+        return value // 1000
+    return None
+
+
+def segments_of(dt: DeltaTable, *, stats_fallback: StatsFallback | None = None) -> dict[int, list[SegmentInfo]]:
+    """Every data file of a topic table by partition.
+
+    Files without offset statistics are read with `stats_fallback`, or left out without one
+    (planners leave such files alone).
+    """
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    out: dict[int, list[SegmentInfo]] = {}
+    if not actions.num_rows:
+        return out
+    names = ["path", "size_bytes", "min.offset", "max.offset", "partition.partition", "num_records", "max.timestamp"]
+    cols = actions.select([n for n in names if n in actions.column_names]).to_pydict()
+    n = actions.num_rows
+    for path, size, lo, hi, part, records, max_ts in zip(
+        cols["path"],
+        cols["size_bytes"],
+        cols["min.offset"],
+        cols["max.offset"],
+        cols["partition.partition"],
+        cols.get("num_records", [0] * n),
+        cols.get("max.timestamp", [None] * n),
+        strict=True,
+    ):
+        ts = epoch_ms(max_ts)
+        if lo is None or hi is None:
+            if stats_fallback is None:
+                continue
+            lo, hi, ts = stats_fallback(path)
+        out.setdefault(int(part), []).append(
+            SegmentInfo(
+                path=path,
+                partition=int(part),
+                first_offset=int(lo),
+                last_offset=int(hi),
+                size_bytes=int(size),
+                records=int(records or 0),
+                max_timestamp_ms=ts if ts is not None else UNKNOWN_TIMESTAMP_MS,
+            )
+        )
+    return out

@@ -89,6 +89,12 @@ class ServerSettings(BaseModel):
     retry_after_seconds: int = Field(1, ge=1)
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    groups_sync_interval_s: float = Field(
+        1.0, gt=0, description="How often the server looks for generations written by the rebalance job."
+    )
+    heartbeat_persist_interval_s: float = Field(
+        5.0, gt=0, description="How often live groups' heartbeats are persisted to _system/consumer_groups."
+    )
 
 
 class SparkSettings(BaseModel):
@@ -104,12 +110,20 @@ class SparkSettings(BaseModel):
 class JobsSettings(BaseModel):
     model_config = _FROZEN
 
-    schedule: bool = True
+    schedule: bool = Field(True, description="`topiclake serve` runs the jobs below in a separate process.")
     compaction_interval_s: float = Field(300.0, gt=0)
     retention_interval_s: float = Field(300.0, gt=0)
     rebalance_interval_s: float = Field(30.0, gt=0)
+    replication_interval_s: float = Field(60.0, gt=0)
+    replica_root: str | None = Field(None, description="Where the replication job mirrors to; unset: no replication.")
+    replica_storage_options: dict[str, str] = Field(default_factory=dict)
+    use_spark: bool = Field(False, description="Scheduled runs use Spark (spark.master) instead of in-process.")
     compaction_min_segments: int = Field(8, ge=2)
     compaction_target_bytes: int = Field(128 * 1024 * 1024, gt=0)
+    rebalance_lag_imbalance: float = Field(
+        2.0, ge=1.0, description="Reassign when the most loaded member has this many times the least's lag."
+    )
+    rebalance_min_lag: int = Field(1000, ge=0, description="Lag differences below this are not worth a rebalance.")
 
 
 class Settings(BaseSettings):

@@ -14,7 +14,14 @@ Delta I/O goes to worker threads. Protocol (Kafka's eager rebalance, over HTTP):
   and the durable write: a zombie never moves a committed offset.
 - Static membership: a join with a known `instance_id` takes over that member's id and
   partitions without a rebalance.
-- State is persisted (delta_log.groups_store) on every generation change and restored at start.
+- State is persisted (delta_log.groups_store) on every generation change and restored at start;
+  every `heartbeat_persist_s` each live group's heartbeats are persisted too, so the rebalance job
+  can tell dead members from live ones, also after this server crashed.
+- The Spark rebalance job (jobs.rebalance) writes a next generation to the same table. The sync
+  loop picks it up within `sync_interval_s`: members the job expired are dropped and a rebalance
+  starts whose completion uses the job's (lag-aware) assignment, so members commit under their
+  old generation first, as in any rebalance. A race between the job and this server is decided
+  by Delta: both commit with the group's app transaction id; the server refreshes and wins.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from dataclasses import dataclass, field
 from consumer_api.rules import MemberState, check_commit, expired, validate_group_id, validate_join
 from delta_log.assignors import assign
 from delta_log.errors import UnknownGroupError, UnknownMemberError
-from delta_log.groups_store import GroupRecord, GroupStore, MemberRecord
+from delta_log.groups_store import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
 from delta_log.offsets import OffsetCommit, OffsetStore
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,7 @@ class Group:
     rebalance_deadline: float | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: GroupRecord | None = None  # a rebalance job's assignment, used by the next completion
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,13 +81,18 @@ class GroupCoordinator:
         partitions_of: Callable[[str], int],
         *,
         clock: Callable[[], float] = time.monotonic,
+        sync_interval_s: float = 1.0,
+        heartbeat_persist_s: float = 5.0,
     ) -> None:
         self.offsets = offsets
         self.store = store
         self.partitions_of = partitions_of
         self.clock = clock
+        self.sync_interval_s = sync_interval_s
+        self.heartbeat_persist_s = heartbeat_persist_s
         self.groups: dict[str, Group] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._seen_version = -1
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -98,11 +111,47 @@ class GroupCoordinator:
                 )
             g.state = STABLE if g.members else EMPTY
             self.groups[rec.group] = g
-        self._task = asyncio.create_task(self._expire_loop())
+        self._seen_version = self.store.version
+        self._tasks = [asyncio.create_task(self._expire_loop()), asyncio.create_task(self._sync_loop())]
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
+        for t in self._tasks:
+            t.cancel()
+
+    async def _sync_loop(self) -> None:
+        last_persist = self.clock()
+        while True:
+            await asyncio.sleep(self.sync_interval_s)
+            try:
+                await self.sync()
+                if self.clock() - last_persist >= self.heartbeat_persist_s:
+                    last_persist = self.clock()
+                    await self.persist_heartbeats()
+            except Exception:
+                log.exception("syncing consumer group state failed; retrying")
+
+    async def sync(self) -> None:
+        """Pick up generations written by the rebalance job since the last look."""
+        version, latest = await asyncio.to_thread(self.store.load_if_changed, self._seen_version)
+        self._seen_version = version
+        for rec in (latest or {}).values():
+            g = self.groups.get(rec.group)
+            if g is None or rec.writer != REBALANCE_JOB or rec.generation != g.generation + 1 or g.state != STABLE:
+                continue
+            keep = {m.member_id for m in rec.members}
+            for mid in [mid for mid in g.members if mid not in keep]:
+                log.info("group %s: rebalance job expired member %s", g.group_id, mid)
+                g.members.pop(mid)
+            g.pending = rec
+            log.info("group %s: adopting the rebalance job's generation %d", g.group_id, rec.generation)
+            await self._start_rebalance(g)
+
+    async def persist_heartbeats(self) -> None:
+        """One row per stable group with members, so liveness survives this process."""
+        records = [self.record(g, writer=HEARTBEAT) for g in self.groups.values() if g.members and g.state == STABLE]
+        if records:
+            await asyncio.to_thread(self.store.save, records)
+            await asyncio.to_thread(self.store.compact)
 
     async def _expire_loop(self) -> None:
         while True:
@@ -238,11 +287,14 @@ class GroupCoordinator:
                     partitions[t] = await asyncio.to_thread(self.partitions_of, t)
                 except Exception:
                     partitions[t] = 0  # a deleted topic: nothing to assign
-            assignment = (
-                assign(g.assignor, {m.member_id: m.topics for m in g.members.values()}, partitions, previous)
-                if g.members
-                else {}
-            )
+            pending, g.pending = g.pending, None
+            if pending is not None and {m.member_id for m in pending.members} == set(g.members):
+                assignment = {m.member_id: m.assignment for m in pending.members}
+            elif g.members:
+                subs = {m.member_id: m.topics for m in g.members.values()}
+                assignment = assign(g.assignor, subs, partitions, previous)
+            else:
+                assignment = {}
             for m in g.members.values():
                 m.assignment = assignment.get(m.member_id, {})
                 m.rejoined = True
@@ -253,7 +305,8 @@ class GroupCoordinator:
             log.info("group %s: generation %d, %d members", g.group_id, g.generation, len(g.members))
         self._wake(g)
 
-    def record(self, g: Group) -> GroupRecord:
+    def record(self, g: Group, *, writer: str = SERVER) -> GroupRecord:
+        wall, mono = time.time(), self.clock()
         return GroupRecord(
             group=g.group_id,
             generation=g.generation,
@@ -266,11 +319,12 @@ class GroupCoordinator:
                     topics=tuple(sorted(m.topics)),
                     session_timeout_ms=m.session_timeout_ms,
                     assignment=m.assignment,
-                    last_heartbeat_ms=int(time.time() * 1000),
+                    last_heartbeat_ms=int((wall - (mono - m.last_heartbeat)) * 1000),
                 )
                 for m in g.members.values()
             ),
-            updated_at_us=int(time.time() * 1e6),
+            updated_at_us=int(wall * 1e6),
+            writer=writer,
         )
 
     async def heartbeat(self, group_id: str, member_id: str, generation: int) -> HeartbeatResult:

@@ -217,3 +217,10 @@ class GroupNotEmptyError(TopiclakeError):
 
 class InvalidGroupError(TopiclakeError):
     code = "INVALID_GROUP"
+
+
+# --- replication ---------------------------------------------------------------------------------
+class ReplicaStateError(TopiclakeError):
+    """A root is in the wrong replication state for the operation (see delta_log.replication)."""
+
+    code = "REPLICA_STATE"

@@ -10,7 +10,9 @@ Concurrency contract
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -128,6 +130,8 @@ class OffsetStore:
             return self._version
         for c in commits:
             validate_commit(c)
+        now_us = int(time.time() * 1e6)  # an unstamped commit is as of now: the latest one wins
+        commits = [c if c.commit_timestamp_us else dataclasses.replace(c, commit_timestamp_us=now_us) for c in commits]
         table = pa.table(
             {
                 "group": [c.group for c in commits],

@@ -17,6 +17,8 @@ from consumer_api.notifier import CommitNotifier
 from consumer_api.router import router as consumer_router
 from delta_log.groups_store import GroupStore
 from delta_log.registry import TopicRegistry
+from delta_log.replication import refuse_unpromoted_replica
+from delta_log.storage import StorageRoot
 from ingest_gateway.auth import Operation, authenticate, authorize
 from ingest_gateway.errors import install_error_handlers
 from ingest_gateway.metrics import Metrics
@@ -52,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(refuse_unpromoted_replica, StorageRoot(settings.root, settings.storage_options))
         registry = TopicRegistry(settings, on_flush=metrics.on_flush)
         app.state.registry = registry
         notifier = CommitNotifier(asyncio.get_running_loop())
@@ -59,7 +62,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.notifier = notifier
         store = await run_in_threadpool(GroupStore, registry.storage)
         offsets = await run_in_threadpool(lambda: registry.offsets)
-        coordinator = GroupCoordinator(offsets, store, lambda t: registry.reader(t).config.partitions)
+        coordinator = GroupCoordinator(
+            offsets,
+            store,
+            lambda t: registry.reader(t).config.partitions,
+            sync_interval_s=settings.server.groups_sync_interval_s,
+            heartbeat_persist_s=settings.server.heartbeat_persist_interval_s,
+        )
         await coordinator.start()
         app.state.coordinator = coordinator
         log.info("topiclake serving root %s", registry.storage.root)

@@ -42,6 +42,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.FencedMemberError: 409,
     e.UnknownAssignorError: 400,
     e.GroupNotEmptyError: 409,
+    e.ReplicaStateError: 409,
     e.InvalidGroupError: 400,
 }
 

@@ -6,6 +6,9 @@ pickles to executors; with `spark=None` the tasks run in this process (`--local`
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,13 +20,70 @@ from delta_log.storage import StorageRoot
 TopicTask = Callable[[str, dict[str, str], str, str], dict[str, Any]]
 
 
-def for_each_topic(spark: Any, settings: Settings, topics: list[str] | None, task: TopicTask) -> list[dict[str, Any]]:
+class Progress:
+    """Progress lines on stderr for long runs: `[<job> 12.3s] 3/10 topics done`, at most every `every_s`.
+
+    With Spark, a thread reads the SparkContext's status tracker (tasks done / total of the job's
+    active stages) while the driver waits for `collect()`.
+    """
+
+    def __init__(self, job: str, spark: Any = None, *, every_s: float = 2.0) -> None:
+        self.job, self.spark, self.every_s = job, spark, every_s
+        self.started = time.monotonic()
+        self._last = 0.0
+
+    def say(self, message: str) -> None:
+        print(f"[{self.job} {time.monotonic() - self.started:.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def step(self, done: int, total: int, what: str) -> None:
+        now = time.monotonic()
+        if done == total or now - self._last >= self.every_s:
+            self._last = now
+            self.say(f"{done}/{total} {what} done")
+
+    @contextmanager
+    def watching_spark(self, what: str) -> Iterator[None]:
+        if self.spark is None:
+            yield
+            return
+        tracker = self.spark.sparkContext.statusTracker()
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(self.every_s):
+                stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+                stages = [s for s in stages if s is not None]
+                if stages:
+                    done = sum(s.numCompletedTasks for s in stages)
+                    self.say(f"{done}/{sum(s.numTasks for s in stages)} {what} done (Spark tasks)")
+
+        watcher = threading.Thread(target=watch, name=f"{self.job}-progress", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
+
+
+def for_each_topic(
+    spark: Any, settings: Settings, topics: list[str] | None, task: TopicTask, progress: Progress | None = None
+) -> list[dict[str, Any]]:
     storage = StorageRoot(settings.root, settings.storage_options)
-    names = topics or Catalog(storage, settings.writer).list_topics()
+    names = topics if topics is not None else Catalog(storage, settings.writer).list_topics()
     root, options, payload = settings.root, dict(settings.storage_options), settings.model_dump_json()
+    progress = progress or Progress("job", spark)
     if spark is None or not names:
-        return [task(root, options, t, payload) for t in names]
-    return spark.sparkContext.parallelize(names, len(names)).map(lambda t: task(root, options, t, payload)).collect()
+        results = []
+        for i, t in enumerate(names, 1):
+            results.append(task(root, options, t, payload))
+            progress.step(i, len(names), "topics")
+        return results
+    with progress.watching_spark("topics"):
+        rdd = spark.sparkContext.parallelize(names, len(names))
+        results = rdd.map(lambda t: task(root, options, t, payload)).collect()
+    progress.step(len(names), len(names), "topics")
+    return results
 
 
 @contextmanager

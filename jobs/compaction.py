@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from conf import Settings
 from delta_log.compaction import compact_topic, plan_merge, surviving_rows
 from delta_log.storage import StorageRoot
-from jobs.common import for_each_topic, job_settings, job_spark
+from jobs.common import Progress, for_each_topic, job_settings, job_spark
 
 __all__ = ["CompactionJobReport", "main", "plan_merge", "run", "surviving_rows"]
 
@@ -40,14 +39,13 @@ def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: 
 
 def run(spark: Any, settings: Settings, *, topics: list[str] | None = None) -> CompactionJobReport:
     """Compact `topics` (default: all). `spark` None runs in this process."""
-    results = for_each_topic(spark, settings, topics, _one)
+    progress = Progress("compaction", spark)
+    results = for_each_topic(spark, settings, topics, _one, progress)
     for r in results:
-        print(
-            f"compaction {r['topic']}: {r['segments_before']} -> {r['segments_after']} segments, "
+        progress.say(
+            f"{r['topic']}: {r['segments_before']} -> {r['segments_after']} segments, "
             f"{r['records_removed']} superseded records removed"
-            + (f" CONFLICT: {r['conflict']}" if r["conflict"] else ""),
-            file=sys.stderr,
-            flush=True,
+            + (f" CONFLICT: {r['conflict']}" if r["conflict"] else "")
         )
     return CompactionJobReport(topics=results)
 

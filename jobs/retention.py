@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ from conf import Settings
 from delta_log.offsets import OffsetStore
 from delta_log.retention import RetentionReport, apply_retention, plan_retention
 from delta_log.storage import StorageRoot
-from jobs.common import for_each_topic, job_settings, job_spark
+from jobs.common import Progress, for_each_topic, job_settings, job_spark
 
 __all__ = ["JobReport", "main", "plan_retention", "run"]
 
@@ -49,13 +48,12 @@ def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: 
 
 def run(spark: Any, settings: Settings, *, topics: list[str] | None = None) -> JobReport:
     """Apply retention to `topics` (default: all). `spark` None runs in this process."""
-    results = for_each_topic(spark, settings, topics, _one)
+    progress = Progress("retention", spark)
+    results = for_each_topic(spark, settings, topics, _one, progress)
     for r in results:
-        print(
-            f"retention {r['topic']}: removed {r['records_removed']} records "
-            f"({r['bytes_removed']} bytes){' CONFLICT: ' + str(r['conflict']) if r['conflict'] else ''}",
-            file=sys.stderr,
-            flush=True,
+        progress.say(
+            f"{r['topic']}: removed {r['records_removed']} records ({r['bytes_removed']} bytes)"
+            + (f" CONFLICT: {r['conflict']}" if r["conflict"] else "")
         )
     return JobReport(topics=results)
 

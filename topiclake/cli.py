@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -45,15 +46,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"topiclake serving {settings.root} on http{'s' if server.ssl_certfile else ''}://{host}:{port}",
         flush=True,
     )
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_config=log_config,
-        ssl_certfile=args.ssl_certfile or server.ssl_certfile,
-        ssl_keyfile=args.ssl_keyfile or server.ssl_keyfile,
-        timeout_graceful_shutdown=10,
-    )
+    scheduler = None
+    if settings.jobs.schedule and not args.no_jobs:
+        # The maintenance jobs run in their own process: their CPU time never holds this GIL.
+        scheduler = subprocess.Popen([sys.executable, "-m", "jobs.scheduler", "--root", settings.root])
+        print(f"maintenance jobs scheduled (pid {scheduler.pid}); intervals in conf [jobs]", flush=True)
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_config=log_config,
+            ssl_certfile=args.ssl_certfile or server.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile or server.ssl_keyfile,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        if scheduler is not None:
+            scheduler.terminate()
+            try:
+                scheduler.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                scheduler.kill()
     return 0
 
 
@@ -317,14 +331,35 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from jobs import compaction, retention
+    from jobs import compaction, rebalance, replication, retention
 
     argv = ["--root", args.root] if args.root else []
-    for t in args.topic or []:
+    for t in getattr(args, "topic", None) or []:
         argv += ["--topic", t]
+    for g in getattr(args, "group", None) or []:
+        argv += ["--group", g]
+    if getattr(args, "replica", None):
+        argv += ["--replica", args.replica]
     if args.local:
         argv.append("--local")
-    return {"retention": retention.main, "compaction": compaction.main}[args.job](argv)
+    mains = {
+        "retention": retention.main,
+        "compaction": compaction.main,
+        "rebalance": rebalance.main,
+        "replication": replication.main,
+    }
+    return mains[args.job](argv)
+
+
+def cmd_replica(args: argparse.Namespace) -> int:
+    from delta_log.errors import TopiclakeError
+    from jobs import replication
+
+    try:
+        return replication.promote_main(["--root", args.root])
+    except TopiclakeError as exc:
+        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -339,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--root", help="storage root (default $TOPICLAKE_ROOT or ./data)")
     s.add_argument("--ssl-certfile")
     s.add_argument("--ssl-keyfile")
+    s.add_argument("--no-jobs", action="store_true", help="do not start the maintenance-job scheduler process")
     s.set_defaults(func=cmd_serve)
 
     t = sub.add_parser("topics", help="manage topics")
@@ -421,7 +457,22 @@ def build_parser() -> argparse.ArgumentParser:
     jc.add_argument("--root")
     jc.add_argument("--topic", action="append")
     jc.add_argument("--local", action="store_true", help="without Spark")
+    jb = jsub.add_parser("rebalance", help="expire dead group members; balance lag across members")
+    jb.add_argument("--root")
+    jb.add_argument("--group", action="append")
+    jb.add_argument("--local", action="store_true", help="without Spark")
+    jp = jsub.add_parser("replication", help="mirror topics, configs and group offsets to a replica root")
+    jp.add_argument("--root")
+    jp.add_argument("--replica", help="replica root (default jobs.replica_root)")
+    jp.add_argument("--topic", action="append")
+    jp.add_argument("--local", action="store_true", help="without Spark")
     j.set_defaults(func=cmd_jobs)
+
+    r = sub.add_parser("replica", help="replica roots")
+    rsub = r.add_subparsers(dest="action", required=True)
+    rp = rsub.add_parser("promote", help="make a replica the primary after losing the original")
+    rp.add_argument("--root", required=True, help="the replica root")
+    r.set_defaults(func=cmd_replica)
     return p
 
 

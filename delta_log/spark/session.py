@@ -53,12 +53,17 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
     # Python workers (UDFs, the topiclake source) must run the interpreter that has our packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(settings.spark.master).appName(app_name or settings.spark.app_name)
-    for key, value in (spark_conf_from_file() | settings.spark.conf).items():
-        builder = builder.config(key, value)
-    if settings.spark.ivy_dir:
-        builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    builder = SparkSession.builder.appName(app_name or settings.spark.app_name)
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Under spark-submit the JVM is up: its --master, --packages and --conf are the user's word.
+        spark = builder.getOrCreate()
+    else:
+        builder = builder.master(settings.spark.master)
+        for key, value in (spark_conf_from_file() | settings.spark.conf).items():
+            builder = builder.config(key, value)
+        if settings.spark.ivy_dir:
+            builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
+        spark = configure_spark_with_delta_pip(builder).getOrCreate()
     from delta_log.spark.source import TopiclakeDataSource
 
     spark.dataSource.register(TopiclakeDataSource)

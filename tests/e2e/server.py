@@ -26,7 +26,8 @@ class ServerProcess:
         self.root = root
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, **(env or {})}
+        # The job scheduler is off unless a test asks for it: its runs would add noise to the others.
+        self.env = {**os.environ, "TOPICLAKE_JOBS__SCHEDULE": "false", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root.parent / f"server-{self.port}.log"
 

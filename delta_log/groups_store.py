@@ -201,7 +201,7 @@ class GroupStore:
         with self._lock, translate_storage_errors():
             if refresh:
                 self._dt.update_incremental()
-            rows = self._dt.to_pyarrow_table().to_pylist()
+            rows = self.storage.read_system_table(self._dt, GROUPS_SCHEMA).to_pylist()
         return latest_per_group(rows)
 
     def load_if_changed(self, since_version: int) -> tuple[int, dict[str, GroupRecord] | None]:
@@ -211,7 +211,7 @@ class GroupStore:
             version = int(self._dt.version())
             if version == since_version:
                 return version, None
-            rows = self._dt.to_pyarrow_table().to_pylist()
+            rows = self.storage.read_system_table(self._dt, GROUPS_SCHEMA).to_pylist()
         return version, latest_per_group(rows)
 
     def compact(self, *, min_rows: int = 256) -> bool:
@@ -223,7 +223,7 @@ class GroupStore:
                 return False
             try:
                 self._dt.update_incremental()
-                latest = latest_per_group(self._dt.to_pyarrow_table().to_pylist())
+                latest = latest_per_group(self.storage.read_system_table(self._dt, GROUPS_SCHEMA).to_pylist())
                 write_deltalake(
                     self._dt,
                     _row_table(list(latest.values())),

@@ -97,7 +97,7 @@ class OffsetStore:
             self._dt.update_incremental()
             if self._dt.version() == self._version:
                 return
-            table = self._dt.to_pyarrow_table()
+            table = self.storage.read_system_table(self._dt, OFFSETS_SCHEMA)
             self._version = self._dt.version()
         rows = [
             OffsetCommit(

@@ -14,6 +14,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -106,6 +107,18 @@ class StorageRoot:
                     )
                 except DeltaError:  # created concurrently by another process
                     return DeltaTable(uri, storage_options=self.options())
+
+    def read_system_table(self, dt: DeltaTable, schema: pa.Schema) -> pa.Table:
+        """All rows of a small system table, read file by file with pyarrow.
+
+        Not `DeltaTable.to_pyarrow_table()`: its dataset scan leaves threads that abort the
+        interpreter at exit ("terminate called without an active exception", delta-rs #2184);
+        measured here in 12 of 15 short-lived job processes.
+        """
+        fs, _ = self.filesystem()
+        paths = [u.removeprefix("file://") if self.is_local else pafs.FileSystem.from_uri(u)[1] for u in dt.file_uris()]
+        pieces = [pq.read_table(p, filesystem=fs, schema=schema) for p in paths]
+        return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
     def open_table(self, uri: str) -> DeltaTable:
         """Raises: TableNotFoundError (deltalake's) if absent; StorageUnavailableError on I/O."""

@@ -42,7 +42,10 @@ def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: 
     for c in OffsetStore(storage).all_committed():
         if c.topic == topic:
             lowest[c.partition] = min(lowest.get(c.partition, c.offset), c.offset)
-    report: RetentionReport = apply_retention(storage, topic, settings.writer, lowest_committed=lowest)
+    for _ in range(3):  # planned files removed meanwhile (compaction, the server's roll-up): plan again
+        report: RetentionReport = apply_retention(storage, topic, settings.writer, lowest_committed=lowest)
+        if report.conflict is None:
+            break
     return report.to_dict()
 
 

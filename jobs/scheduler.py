@@ -8,6 +8,7 @@ when `jobs.replica_root` is set. With `jobs.use_spark` the jobs run on one Spark
 (`spark.master`) kept for the scheduler's life; by default they run in this process (they are the
 same code, one topic after another), which needs no JVM on a small machine.
 
+The scheduler exits when the server that started it is gone, however it ended.
 A job that fails is logged with its error and retried at its next interval; it never stops the
 scheduler or the server. Each run prints one JSON line (`{"job": ..., "report": ...}`) on stdout.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -95,10 +97,16 @@ def run_due(jobs: list[Scheduled], spark: Any, settings: Settings, now: float) -
     return ran
 
 
+def _orphaned(parent_pid: int | None) -> bool:
+    """True once the server that started us is gone (also after a SIGKILL, which runs no cleanup)."""
+    return parent_pid is not None and os.getppid() != parent_pid
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="jobs.scheduler", description=__doc__)
     ap.add_argument("--root")
     ap.add_argument("--once", action="store_true", help="run every job once, then exit")
+    ap.add_argument("--parent-pid", type=int, help="exit when this process is gone (the server that started us)")
     args = ap.parse_args(argv)
     settings = job_settings(args.root)
     stop = threading.Event()
@@ -115,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     for i, job in enumerate(jobs):
         job.next_at = start if args.once else start + min(job.interval_s, 5.0 * (i + 1))
     try:
-        while not stop.is_set():
+        while not stop.is_set() and not _orphaned(args.parent_pid):
             run_due(jobs, spark, settings, time.monotonic())
             if args.once:
                 break
-            stop.wait(max(0.05, min(j.next_at for j in jobs) - time.monotonic()))
+            stop.wait(min(1.0, max(0.05, min(j.next_at for j in jobs) - time.monotonic())))
     finally:
         if spark is not None:
             spark.stop()

@@ -49,7 +49,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     scheduler = None
     if settings.jobs.schedule and not args.no_jobs:
         # The maintenance jobs run in their own process: their CPU time never holds this GIL.
-        scheduler = subprocess.Popen([sys.executable, "-m", "jobs.scheduler", "--root", settings.root])
+        scheduler = subprocess.Popen(
+            [sys.executable, "-m", "jobs.scheduler", "--root", settings.root, "--parent-pid", str(os.getpid())]
+        )
         print(f"maintenance jobs scheduled (pid {scheduler.pid}); intervals in conf [jobs]", flush=True)
     try:
         uvicorn.run(

@@ -234,6 +234,15 @@ class Consumer:
     def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Records from the assigned partitions (at most max_poll_records), waiting up to `timeout`."""
         deadline = time.monotonic() + timeout
+        try:
+            return self._poll(deadline, timeout)
+        except httpx.TransportError:
+            # The server is unreachable (restarting, failing over): keep trying on the next poll,
+            # as Kafka's clients do; the group's session decides whether we are still a member.
+            time.sleep(max(0.0, min(deadline - time.monotonic(), 0.2)))
+            return []
+
+    def _poll(self, deadline: float, timeout: float) -> list[ConsumerRecord]:
         if self._rejoin.is_set():
             self._rebalance()
         self._maybe_auto_commit()
@@ -249,7 +258,12 @@ class Consumer:
                 wait = 0
                 if not first and not out and i == 0:
                     wait = int(max(0.0, min(deadline - time.monotonic(), 0.5)) * 1000)
-                out.extend(self._fetch(tp, self.max_poll_records - len(out), wait))
+                try:
+                    out.extend(self._fetch(tp, self.max_poll_records - len(out), wait))
+                except httpx.TransportError:
+                    if out:
+                        return out  # positions moved past these records: hand them over first
+                    raise
                 if len(out) >= self.max_poll_records:
                     break
             self._rr += 1

@@ -1,0 +1,108 @@
+"""The rebalance job against real group state: lag-aware plans, the server adopting them, races."""
+
+import asyncio
+
+from consumer_api.coordinator import GroupCoordinator
+from delta_log import TopicWriter
+from delta_log.groups_store import REBALANCE_JOB, GroupStore
+from delta_log.offsets import OffsetCommit, OffsetStore
+from jobs import rebalance
+from tests.integration.conftest import make_batch
+
+
+def partitions_of(catalog):
+    return lambda t: catalog.describe_topic(t).partitions
+
+
+async def join_both(coord, topic, ids=(None, None)):
+    a, b = await asyncio.gather(
+        coord.join("g", topics=[topic], member_id=ids[0], session_timeout_ms=10_000),
+        coord.join("g", topics=[topic], member_id=ids[1], session_timeout_ms=10_000),
+    )
+    return a, b
+
+
+def test_server_adopts_the_jobs_lag_aware_assignment_through_a_rebalance(storage, settings, topic_factory, catalog):
+    topic = topic_factory(partitions=4)
+    TopicWriter(storage, topic, settings.writer).append(make_batch(4000, partition_of=lambda i: i % 2, topic=topic))
+
+    async def scenario():
+        offsets, store = OffsetStore(storage), GroupStore(storage)
+        coord = GroupCoordinator(offsets, store, partitions_of(catalog), sync_interval_s=3600)
+        await coord.start()
+        a, b = await join_both(coord, topic)
+        # range: one member owns partitions 0 and 1 (all the backlog), the other 2 and 3 (none)
+        loaded = a if a.assignment[topic] == [0, 1] else b
+        assert loaded.assignment == {topic: [0, 1]}
+        await coord.persist_heartbeats()
+
+        report = await asyncio.to_thread(rebalance.run, None, settings)
+        [plan] = report.groups
+        assert plan["action"] == "balance" and plan["lag_before"][loaded.member_id] == 4000
+        assert max(plan["lag_after"].values()) == 2000
+        assert store.load()["g"].writer == REBALANCE_JOB
+
+        await coord.sync()
+        assert coord.group("g").state == "PreparingRebalance"
+        hb = await coord.heartbeat("g", a.member_id, a.generation)
+        assert hb.rebalance  # members commit under their generation, then rejoin
+        await coord.commit(
+            "g",
+            [OffsetCommit(group="g", topic=topic, partition=0, offset=0)],
+            member_id=loaded.member_id,
+            generation=loaded.generation,
+        )
+        a2, b2 = await join_both(coord, topic, (a.member_id, b.member_id))
+        assert a2.generation == plan["generation"] == a.generation + 1
+        lag = {a2.member_id: a2.assignment[topic], b2.member_id: b2.assignment[topic]}
+        assert sorted(p for ps in lag.values() for p in ps) == [0, 1, 2, 3]
+        assert all(len({0, 1} & set(ps)) == 1 for ps in lag.values())  # one backlog each
+        # the group table's latest row is the server's, at the job's generation
+        latest = store.load()["g"]
+        assert latest.generation == plan["generation"] and latest.writer == "server"
+        await coord.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_job_planned_on_a_stale_snapshot_loses_to_the_server(storage, settings, topic_factory, catalog):
+    topic = topic_factory(partitions=2)
+
+    async def scenario():
+        store = GroupStore(storage)
+        coord = GroupCoordinator(OffsetStore(storage), store, partitions_of(catalog), sync_interval_s=3600)
+        await coord.start()
+        await join_both(coord, topic)
+        job_store = GroupStore(storage)
+        state = job_store.load()
+        stale = state["g"]
+        await coord.persist_heartbeats()  # the server writes the group after the job read it
+        from dataclasses import replace
+
+        assert not job_store.save_if_unchanged([replace(stale, generation=stale.generation + 1, writer=REBALANCE_JOB)])
+        assert store.load()["g"].generation == stale.generation
+        await coord.stop()
+
+    asyncio.run(scenario())
+
+
+def test_persisted_heartbeats_are_wall_clock_and_compaction_keeps_the_latest_row(storage, topic_factory, catalog):
+    topic = topic_factory(partitions=1)
+
+    async def scenario():
+        store = GroupStore(storage)
+        coord = GroupCoordinator(OffsetStore(storage), store, partitions_of(catalog), sync_interval_s=3600)
+        await coord.start()
+        await coord.join("g", topics=[topic], session_timeout_ms=10_000)
+        import time
+
+        for _ in range(3):
+            await coord.persist_heartbeats()
+        [m] = store.load()["g"].members
+        assert abs(m.last_heartbeat_ms - time.time() * 1000) < 5000
+        assert store.compact(min_rows=1)
+        assert len(store._dt.to_pyarrow_table()) == 1
+        assert store.load()["g"].members[0].member_id == m.member_id
+        await coord.stop()
+
+    asyncio.run(scenario())

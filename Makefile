@@ -35,11 +35,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# Every benchmark side by side (Kafka from Maven Central, confluent-kafka): results, table, plots.
 bench: setup
-	$(PY) -m bench.log_bench
-	$(PY) -m bench.produce_bench
-	$(PY) -m bench.consume_bench
-	$(PY) -m bench.spark_bench
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m bench.run_all $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

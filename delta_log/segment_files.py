@@ -23,6 +23,9 @@ from delta_log.storage import StorageRoot
 
 #: Columns with Delta file statistics (delta.dataSkippingStatsColumns); offset drives the index.
 STATS_COLUMNS = ("offset", "timestamp", "timestampType")
+# Dictionary encoding only where values repeat. On values and offsets pyarrow builds a dictionary
+# until it overflows and falls back: measured 359 vs 1,612 MB/s writing 100 B random values.
+DICTIONARY_COLUMNS = ("key", "topic", "timestampType")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +111,7 @@ def write_segments(
                 compression=options.compression,
                 row_group_size=options.row_group_rows,
                 write_statistics=list(STATS_COLUMNS),
+                use_dictionary=list(DICTIONARY_COLUMNS),
             )
         size = fs.get_file_info(path).size
         action = AddAction(

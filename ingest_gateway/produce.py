@@ -83,11 +83,11 @@ class PreparedRequest:
     partitions: np.ndarray  # partition of each record, in the client's order
 
 
-def record_offsets(request: PreparedRequest, result: AppendResult) -> list[tuple[int, int]]:
-    """(partition, offset) of every record, in the client's order (stable sort keeps ranks)."""
+def record_offset_columns(request: PreparedRequest, result: AppendResult) -> tuple[list[int], list[int]]:
+    """Partition and offset of every record, in the client's order (stable sort keeps ranks)."""
     parts = request.partitions
     bases = {r.partition: r.base_offset for r in result.ranges}
     order, offsets = offsets_for_rows(parts, bases)
     out = np.empty(len(parts), dtype=np.int64)
     out[order] = offsets
-    return list(zip(parts.tolist(), out.tolist(), strict=True))
+    return parts.tolist(), out.tolist()

@@ -10,7 +10,6 @@ with Producer("http://127.0.0.1:8080") as p:
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import random
@@ -18,11 +17,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pyarrow as pa
+import pyarrow.ipc as ipc
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -102,22 +102,111 @@ class RecordMetadata:
     offset: int
 
 
-@dataclass(slots=True)
-class _Pending:
-    record: dict[str, Any]
-    future: Future[RecordMetadata]
-    callback: Callable[[RecordMetadata | None, Exception | None], None] | None
-    size: int
+class _BatchResult:
+    """The answer to one produce request, shared by the futures of its records."""
+
+    __slots__ = ("callbacks", "done", "error", "offsets", "partitions", "send_callbacks", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.done = threading.Event()
+        self.partitions: list[int] = []
+        self.offsets: list[int] = []
+        self.error: BaseException | None = None
+        self.callbacks: list[tuple[int, Callable[[RecordFuture], None]]] = []
+        self.send_callbacks: list[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = []
+
+
+class RecordFuture:
+    """The eventual RecordMetadata of one sent record, as Kafka's FutureRecordMetadata.
+
+    `result(timeout)`, `exception(timeout)`, `done()` and `add_done_callback(fn)` behave as on a
+    `concurrent.futures.Future`; all records of one request resolve together.
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _BatchResult, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def done(self) -> bool:
+        return self._batch.done.is_set()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._batch.done.wait(timeout):
+            raise TimeoutError("the record was not acknowledged in time")
+        return self._batch.error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        b = self._batch
+        return RecordMetadata(b.topic, b.partitions[self._index], b.offsets[self._index])
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], None]) -> None:
+        with _CALLBACKS_LOCK:
+            if not self._batch.done.is_set():
+                self._batch.callbacks.append((self._index, fn))
+                return
+        fn(self)
+
+
+_CALLBACKS_LOCK = threading.Lock()
+
+
+class _Batch:
+    """Records queued for one topic, column by column (sent as one Arrow IPC request)."""
+
+    __slots__ = ("first", "headers", "keys", "nbytes", "partitions", "result", "timestamps", "values")
+
+    def __init__(self, topic: str, now: float) -> None:
+        self.first = now
+        self.values: list[bytes] = []
+        self.keys: list[bytes | None] = []
+        self.partitions: list[int | None] = []
+        self.timestamps: list[int | None] = []
+        self.headers: list[list[dict[str, Any]] | None] = []
+        self.nbytes = 0
+        self.result = _BatchResult(topic)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def to_arrow(self) -> bytes:
+        cols: dict[str, pa.Array] = {
+            "key": pa.array(self.keys, pa.binary()),
+            "value": pa.array(self.values, pa.binary()),
+        }
+        if any(p is not None for p in self.partitions):
+            cols["partition"] = pa.array(self.partitions, pa.int64())
+        if any(t is not None for t in self.timestamps):
+            cols["timestamp"] = pa.array(self.timestamps, pa.int64())  # epoch ms
+        if any(h is not None for h in self.headers):
+            cols["headers"] = pa.array(self.headers, _HEADERS)
+        table = pa.table(cols)
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        return bytes(sink.getvalue())
+
+
+_HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+_ARROW = "application/vnd.apache.arrow.stream"
 
 
 class Producer:
     """Batches records per topic and sends them with idempotence and retries.
 
     - `linger_ms` / `batch_size` (records) / `batch_bytes`: when a batch is sent.
+    - Batches travel as Arrow IPC (the gateway's fastest decoder); keys and values are encoded on
+      `send()` by `key_format` / `value_format` ("json", "string", "binary": raw bytes), exactly as
+      the JSON API would store them.
     - Idempotent: each batch carries Producer-Id and a Producer-Sequence; a retry after a timeout
       or a 429/503 re-sends the same sequence, so the server never writes it twice.
     - `compression="gzip"` compresses request bodies (Content-Encoding: gzip).
-    - `send()` returns a Future[RecordMetadata]; `callback(metadata, error)` runs when it resolves.
+    - `send()` returns a RecordFuture; `callback(metadata, error)` runs when it resolves.
     """
 
     def __init__(
@@ -126,7 +215,7 @@ class Producer:
         *,
         api_key: str | None = None,
         linger_ms: float = 5.0,
-        batch_size: int = 10_000,
+        batch_size: int = 100_000,
         batch_bytes: int = 4 * 1024 * 1024,
         retries: int = 10,
         retry_backoff_ms: float = 100.0,
@@ -138,6 +227,9 @@ class Producer:
     ) -> None:
         if compression not in (None, "gzip"):
             raise ValueError("compression must be None or 'gzip'")
+        for name, fmt in (("value_format", value_format), ("key_format", key_format)):
+            if fmt not in ("json", "string", "binary"):
+                raise ValueError(f"{name} must be 'json', 'string' or 'binary'")
         self.url = url
         self.linger_s = linger_ms / 1000
         self.batch_size = batch_size
@@ -151,9 +243,7 @@ class Producer:
         self._sequence = 0
         self._http = httpx.Client(base_url=url, headers=_auth_headers(api_key), timeout=request_timeout)
         self._lock = threading.Condition()
-        self._batches: dict[str, list[_Pending]] = {}
-        self._first: dict[str, float] = {}
-        self._bytes: dict[str, int] = {}
+        self._batches: dict[str, _Batch] = {}
         self._in_flight = 0
         self._closed = False
         self._sender = threading.Thread(target=self._run, name="topiclake-producer", daemon=True)
@@ -169,52 +259,45 @@ class Producer:
         headers: dict[str, str] | None = None,
         timestamp_ms: int | None = None,
         callback: Callable[[RecordMetadata | None, Exception | None], None] | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
+        """Queue one record. Raises: RuntimeError (closed), TypeError/ValueError (unencodable value)."""
         if self._closed:
             raise RuntimeError("Producer is closed")
-        record: dict[str, Any] = {"value": self._encode(value, self.value_format)}
-        if key is not None:
-            record["key"] = self._encode(key, self.key_format)
-        if partition is not None:
-            record["partition"] = partition
-        if headers:
-            record["headers"] = headers
-        if timestamp_ms is not None:
-            record["timestamp"] = timestamp_ms
-        fut: Future[RecordMetadata] = Future()
-        size = len(json.dumps(record))
+        v = self._encode(value, self.value_format)
+        k = None if key is None else self._encode(key, self.key_format)
+        hs = [{"key": hk, "value": str(hv).encode()} for hk, hv in headers.items()] if headers else None
         with self._lock:
-            batch = self._batches.setdefault(topic, [])
-            if not batch:
-                self._first[topic] = time.monotonic()
-                self._bytes[topic] = 0
-            batch.append(_Pending(record, fut, callback, size))
-            self._bytes[topic] += size
-            self._lock.notify()
-        return fut
+            batch = self._batches.get(topic)
+            if batch is None:
+                batch = self._batches[topic] = _Batch(topic, time.monotonic())
+            index = len(batch.values)
+            batch.values.append(v)
+            batch.keys.append(k)
+            batch.partitions.append(partition)
+            batch.timestamps.append(timestamp_ms)
+            batch.headers.append(hs)
+            batch.nbytes += len(v) + (len(k) if k else 0) + 16
+            if callback is not None:
+                batch.result.send_callbacks.append((index, callback))
+            if index == 0 or len(batch.values) >= self.batch_size or batch.nbytes >= self.batch_bytes:
+                self._lock.notify()
+        return RecordFuture(batch.result, index)
 
     @staticmethod
-    def _encode(value: Any, fmt: str) -> Any:
-        if fmt == "binary":
-            raw = value if isinstance(value, bytes) else str(value).encode()
-            return base64.b64encode(raw).decode()
-        if fmt == "string":
-            return value.decode() if isinstance(value, bytes) else str(value)
-        return value
+    def _encode(value: Any, fmt: str) -> bytes:
+        if fmt == "json":
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        if isinstance(value, bytes):
+            return value
+        return str(value).encode()
 
-    def _ready(self, now: float, force: bool) -> list[tuple[str, list[_Pending]]]:
+    def _ready(self, now: float, force: bool) -> list[_Batch]:
         out = []
         for topic, batch in list(self._batches.items()):
-            if not batch:
-                continue
-            full = len(batch) >= self.batch_size or self._bytes[topic] >= self.batch_bytes
-            if force or full or now - self._first[topic] >= self.linger_s:
-                take = batch[: self.batch_size]
-                rest = batch[self.batch_size :]
-                self._batches[topic] = rest
-                self._bytes[topic] = sum(p.size for p in rest)
-                self._first[topic] = now
-                out.append((topic, take))
+            full = len(batch) >= self.batch_size or batch.nbytes >= self.batch_bytes
+            if force or full or now - batch.first >= self.linger_s:
+                del self._batches[topic]
+                out.append(batch)
         return out
 
     def _run(self) -> None:
@@ -222,50 +305,40 @@ class Producer:
             with self._lock:
                 while True:
                     ready = self._ready(time.monotonic(), force=self._closed)
-                    if ready or (self._closed and not any(self._batches.values())):
+                    if ready or (self._closed and not self._batches):
                         break
-                    waits = [self._first[t] + self.linger_s - time.monotonic() for t, b in self._batches.items() if b]
+                    waits = [b.first + self.linger_s - time.monotonic() for b in self._batches.values()]
                     self._lock.wait(max(0.0005, min(waits)) if waits else None)
                 if not ready and self._closed:
                     return
                 self._in_flight += len(ready)
-            for topic, batch in ready:
+            for batch in ready:
                 with self._lock:
                     seq = self._sequence
                     self._sequence += 1
-                self._send_batch(topic, batch, seq)
+                self._send_batch(batch, seq)
                 with self._lock:
                     self._in_flight -= 1
                     self._lock.notify_all()
 
-    def _send_batch(self, topic: str, batch: list[_Pending], sequence: int) -> None:
-        body = json.dumps(
-            {
-                "key_format": self.key_format,
-                "value_format": self.value_format,
-                "records": [p.record for p in batch],
-            }
-        ).encode()
-        headers = {
-            "Content-Type": "application/json",
-            "Producer-Id": self.producer_id,
-            "Producer-Sequence": str(sequence),
-        }
+    def _send_batch(self, batch: _Batch, sequence: int) -> None:
+        result = batch.result
+        body = batch.to_arrow()
+        headers = {"Content-Type": _ARROW, "Producer-Id": self.producer_id, "Producer-Sequence": str(sequence)}
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
-        error: Exception | None = None
+        error: BaseException | None = None
         for attempt in range(self.retries + 1):
             try:
-                resp = self._http.post(f"/topics/{topic}/records", content=body, headers=headers)
+                resp = self._http.post(
+                    f"/topics/{result.topic}/records", params={"record_offsets": "true"}, content=body, headers=headers
+                )
                 raise_for_error(resp)
-                offsets = resp.json()["offsets"]
-                for p, o in zip(batch, offsets, strict=True):
-                    md = RecordMetadata(topic, o["partition"], o["offset"])
-                    p.future.set_result(md)
-                    if p.callback:
-                        p.callback(md, None)
-                return
+                data = resp.json()
+                result.partitions, result.offsets = data["record_partitions"], data["record_offsets"]
+                error = None
+                break
             except TopiclakeClientError as exc:
                 error = exc
                 if not exc.retriable:
@@ -273,19 +346,27 @@ class Producer:
             except httpx.TransportError as exc:  # timeouts, resets: safe to retry (idempotent)
                 error = exc
             time.sleep(self.retry_backoff_s * (2 ** min(attempt, 6)) * random.uniform(0.5, 1.0))
-        for p in batch:
-            p.future.set_exception(error or RuntimeError("send failed"))
-            if p.callback:
-                p.callback(None, error)
+        result.error = error
+        with _CALLBACKS_LOCK:
+            result.done.set()
+            callbacks, result.callbacks = result.callbacks, []
+        for index, fn in callbacks:
+            fn(RecordFuture(result, index))
+        failure = None if error is None else error if isinstance(error, Exception) else RuntimeError(str(error))
+        for index, send_cb in result.send_callbacks:
+            if failure is None:
+                send_cb(RecordMetadata(result.topic, result.partitions[index], result.offsets[index]), None)
+            else:
+                send_cb(None, failure)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for the answers."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            for topic in self._first:
-                self._first[topic] = 0.0  # due now
+            for batch in self._batches.values():
+                batch.first = 0.0  # due now
             self._lock.notify_all()
-            while any(self._batches.values()) or self._in_flight:
+            while self._batches or self._in_flight:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("flush timed out")

@@ -17,7 +17,7 @@ from delta_log.group_commit import GroupCommitter
 from ingest_gateway import decoding
 from ingest_gateway.auth import authorize
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
-from ingest_gateway.produce import PreparedRequest, prepare, producer_from_headers, record_offsets
+from ingest_gateway.produce import PreparedRequest, prepare, producer_from_headers, record_offset_columns
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 
 router = APIRouter(tags=["produce"])
@@ -95,6 +95,9 @@ async def produce(
     producer_id: Annotated[str | None, Header()] = None,
     producer_sequence: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header()] = None,
+    record_offsets: Annotated[
+        bool, Query(description="Arrow requests: also return each record's partition and offset, in order.")
+    ] = False,
 ) -> Response:
     """Append records to a topic; the response comes after the Delta commit that holds them."""
     authorize(principal, "produce", topic)
@@ -124,10 +127,14 @@ async def produce(
             ],
             "duplicate": result.duplicate,
         }
+        if record_offsets:
+            payload["record_partitions"], payload["record_offsets"] = record_offset_columns(prepared, result)
     else:
         payload = {
             "topic": topic,
-            "offsets": [{"partition": p, "offset": o} for p, o in record_offsets(prepared, result)],
+            "offsets": [
+                {"partition": p, "offset": o} for p, o in zip(*record_offset_columns(prepared, result), strict=True)
+            ],
             "duplicate": result.duplicate,
         }
     return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")

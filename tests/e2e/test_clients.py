@@ -32,6 +32,40 @@ def test_producer_batches_and_resolves_futures(server):
     assert sum(p["high_watermark"] for p in info["partition_offsets"]) == 500
 
 
+def test_producer_arrow_batches_keep_every_field_and_the_keyed_partition(server):
+    """The Producer sends Arrow IPC; what lands is what the JSON API would have stored."""
+    import httpx
+
+    admin = AdminClient(server.url)
+    admin.create_topic("prod-fields", partitions=3)
+    done = []
+    with Producer(server.url, value_format="binary") as p:
+        a = p.send("prod-fields", b"\x00\xffraw", key="user-1", headers={"h": "v"}, timestamp_ms=1_700_000_000_000)
+        b = p.send("prod-fields", "text", partition=2)
+        b.add_done_callback(lambda f: done.append(f.result().offset))
+        ma, mb = a.result(10), b.result(10)
+    assert mb.partition == 2 and done == [mb.offset] and b.done() and b.exception() is None
+    with Producer(server.url) as pj:  # value_format json: the same bytes as POSTing JSON
+        mj = pj.send("prod-fields", {"n": 1, "s": "é"}, key="user-1").result(10)
+    r = httpx.post(
+        f"{server.url}/topics/prod-fields/records", json={"records": [{"key": "user-1", "value": {"n": 1, "s": "é"}}]}
+    ).json()
+    assert r["offsets"][0]["partition"] == ma.partition == mj.partition  # murmur2 of the key, as Kafka
+    import base64
+
+    def get(md):
+        return httpx.get(
+            f"{server.url}/topics/prod-fields/partitions/{md.partition}/records",
+            params={"offset": md.offset, "value_format": "binary", "max_records": 1},
+        ).json()["records"][0]
+
+    rec_a = get(ma)
+    assert base64.b64decode(rec_a["value"]) == b"\x00\xffraw" and rec_a["key"] == "user-1"
+    assert rec_a["headers"] == {"h": "v"} and rec_a["timestamp"] == 1_700_000_000_000
+    assert base64.b64decode(get(mb)["value"]) == b"text"
+    assert base64.b64decode(get(mj)["value"]) == b'{"n":1,"s":"\xc3\xa9"}'
+
+
 def test_producer_reports_errors(server):
     with Producer(server.url, retries=0) as p:
         fut = p.send("does-not-exist", 1)

@@ -108,10 +108,15 @@ def summary_markdown() -> str:
         data = _load(name)
         if not data or not data["rows"]:
             continue
-        columns = cols or [c for c in data["rows"][0] if not isinstance(data["rows"][0][c], (list, dict))]
         lines += [f"### {name} ({data['when']})", ""]
-        lines += _table(data["rows"], columns)
-        lines.append("")
+        # rows of different shapes (e.g. throughput and latency rows) get a table each
+        shapes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row in data["rows"]:
+            shape = tuple(c for c in row if not isinstance(row[c], (list, dict)))
+            shapes.setdefault(shape, []).append(row)
+        for shape, rows in shapes.items():
+            lines += _table(rows, cols or list(shape))
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -135,6 +140,8 @@ def plots() -> list[Path]:
             ax.barh(names, vals, color=colors)
             ax.set_title(wl)
             ax.set_xlabel("thousand records/s")
+            if wl.startswith("baseline"):
+                ax.set_xscale("log")  # Spark's append per batch is three orders of magnitude below
             ax.invert_yaxis()
         fig.suptitle("Throughput: topiclake (green) vs Kafka and hand-written baselines (gray)")
         fig.tight_layout()

@@ -152,6 +152,7 @@ class GroupCoordinator:
         if records:
             await asyncio.to_thread(self.store.save, records)
             await asyncio.to_thread(self.store.compact)
+        await asyncio.to_thread(self.offsets.compact)  # one file per commit otherwise, forever
 
     async def _expire_loop(self) -> None:
         while True:

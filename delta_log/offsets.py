@@ -5,6 +5,9 @@ Concurrency contract
   `commit_timestamp` wins (ties broken by table version, then by row order). Appends never
   conflict with each other (blind appends), so several servers may commit concurrently.
 - `commit()` writes many offsets in ONE Delta commit and returns only after it is durable.
+- `compact()` (the server calls it every few seconds) rewrites the table to one row per key once
+  it has 256 files; the rewrite loses to any concurrent commit, so none is ever dropped, and a
+  commit that races a rewrite is retried on the new snapshot.
 - Reads are served from memory; `load()` re-reads new versions (other servers, jobs).
 """
 
@@ -15,10 +18,11 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 
 from delta_log.errors import InvalidOffsetError, StorageUnavailableError
 from delta_log.storage import StorageRoot, translate_storage_errors
@@ -40,6 +44,7 @@ OFFSETS_SCHEMA = pa.schema(
 )
 
 _HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+_APPEND_ATTEMPTS = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +84,36 @@ def latest_per_key(rows: Iterable[OffsetCommit]) -> dict[tuple[str, str, int], O
     return out
 
 
+def _row_commit(r: dict[str, Any]) -> OffsetCommit:
+    ts = r["commit_timestamp"]
+    return OffsetCommit(
+        group=r["group"],
+        topic=r["topic"],
+        partition=r["partition"],
+        offset=r["offset"],
+        metadata=r["metadata"] or "",
+        member_id=r["member_id"] or "",
+        generation=r["generation"] if r["generation"] is not None else -1,
+        commit_timestamp_us=int(ts.timestamp() * 1_000_000) if ts is not None else 0,
+    )
+
+
+def _to_table(commits: Sequence[OffsetCommit]) -> pa.Table:
+    return pa.table(
+        {
+            "group": [c.group for c in commits],
+            "topic": [c.topic for c in commits],
+            "partition": pa.array([c.partition for c in commits], pa.int32()),
+            "offset": pa.array([c.offset for c in commits], pa.int64()),
+            "metadata": [c.metadata for c in commits],
+            "member_id": [c.member_id for c in commits],
+            "generation": pa.array([c.generation for c in commits], pa.int32()),
+            "commit_timestamp": pa.array([c.commit_timestamp_us for c in commits], pa.timestamp("us", tz="UTC")),
+        },
+        schema=OFFSETS_SCHEMA,
+    )
+
+
 class OffsetStore:
     """Durable committed offsets, served from memory."""
 
@@ -99,21 +134,7 @@ class OffsetStore:
                 return
             table = self.storage.read_system_table(self._dt, OFFSETS_SCHEMA)
             self._version = self._dt.version()
-        rows = [
-            OffsetCommit(
-                group=r["group"],
-                topic=r["topic"],
-                partition=r["partition"],
-                offset=r["offset"],
-                metadata=r["metadata"] or "",
-                member_id=r["member_id"] or "",
-                generation=r["generation"] if r["generation"] is not None else -1,
-                commit_timestamp_us=int(r["commit_timestamp"].timestamp() * 1_000_000)
-                if r["commit_timestamp"] is not None
-                else 0,
-            )
-            for r in table.to_pylist()
-        ]
+        rows = [_row_commit(r) for r in table.to_pylist()]
         latest = latest_per_key(rows)
         with self._lock:
             for key, row in latest.items():
@@ -132,35 +153,56 @@ class OffsetStore:
             validate_commit(c)
         now_us = int(time.time() * 1e6)  # an unstamped commit is as of now: the latest one wins
         commits = [c if c.commit_timestamp_us else dataclasses.replace(c, commit_timestamp_us=now_us) for c in commits]
-        table = pa.table(
-            {
-                "group": [c.group for c in commits],
-                "topic": [c.topic for c in commits],
-                "partition": pa.array([c.partition for c in commits], pa.int32()),
-                "offset": pa.array([c.offset for c in commits], pa.int64()),
-                "metadata": [c.metadata for c in commits],
-                "member_id": [c.member_id for c in commits],
-                "generation": pa.array([c.generation for c in commits], pa.int32()),
-                "commit_timestamp": pa.array([c.commit_timestamp_us for c in commits], pa.timestamp("us", tz="UTC")),
-            },
-            schema=OFFSETS_SCHEMA,
-        )
+        table = _to_table(commits)
         with self._lock:
-            try:
-                write_deltalake(
-                    self._dt,
-                    table,
-                    mode="append",
-                    commit_properties=CommitProperties(max_commit_retries=20),
-                    post_commithook_properties=_HOOKS,
-                )
-            except (DeltaError, OSError) as exc:
-                raise StorageUnavailableError(f"Could not commit offsets: {exc}") from exc
+            for attempt in range(_APPEND_ATTEMPTS):
+                try:
+                    write_deltalake(
+                        self._dt,
+                        table,
+                        mode="append",
+                        commit_properties=CommitProperties(max_commit_retries=20),
+                        post_commithook_properties=_HOOKS,
+                    )
+                    break
+                except CommitFailedError as exc:
+                    # A compaction rewrote the table meanwhile; delta-rs refuses the append as if
+                    # it had read the rewritten files. A blind append is safe on the new snapshot.
+                    if attempt == _APPEND_ATTEMPTS - 1:
+                        raise StorageUnavailableError(f"Could not commit offsets: {exc}") from exc
+                    self._dt.update_incremental()
+                except (DeltaError, OSError) as exc:
+                    raise StorageUnavailableError(f"Could not commit offsets: {exc}") from exc
             for c in commits:
                 prev = self._latest.get(c.key)
                 if prev is None or c.commit_timestamp_us >= prev.commit_timestamp_us:
                     self._latest[c.key] = c
             return self._dt.version()
+
+    def compact(self, *, min_files: int = 256) -> bool:
+        """Rewrite the table to its latest row per (group, topic, partition) once it has `min_files`
+        files (every commit adds one). The rewrite conflicts with, and loses to, any concurrent
+        commit (max_commit_retries=0): no commit is ever dropped. False when skipped or lost.
+        """
+        with self._lock:
+            try:
+                self._dt.update_incremental()
+                if len(self._dt.file_uris()) < min_files:
+                    return False
+                rows = self.storage.read_system_table(self._dt, OFFSETS_SCHEMA).to_pylist()
+                latest = latest_per_key(_row_commit(r) for r in rows)
+                write_deltalake(
+                    self._dt,
+                    _to_table(list(latest.values())),
+                    mode="overwrite",
+                    commit_properties=CommitProperties(max_commit_retries=0),
+                    post_commithook_properties=_HOOKS,
+                )
+                self._version = self._dt.version()
+                self._dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
+            except (DeltaError, OSError):
+                return False  # CommitFailedError (a concurrent commit won) is a DeltaError
+            return True
 
     def committed(self, group: str, topic: str | None = None) -> dict[tuple[str, int], OffsetCommit]:
         """Latest committed offset per (topic, partition) of a group, from memory."""

@@ -46,3 +46,45 @@ def test_bad_commits_write_nothing(storage, bad):
     assert getattr(e.value, "code", None) in {"INVALID_OFFSET", "INVALID_TOPIC"}
     assert not isinstance(e.value, InvalidOffsetError) or e.value.code == "INVALID_OFFSET"
     assert OffsetStore(storage)._dt.version() == before
+
+
+def test_compaction_keeps_the_latest_per_key_and_never_drops_a_concurrent_commit(storage):
+    import threading
+
+    from delta_log.offsets import OffsetCommit, OffsetStore
+
+    writer, compactor = OffsetStore(storage), OffsetStore(storage)
+    for i in range(10):
+        writer.commit([OffsetCommit(group="g", topic="t", partition=0, offset=i)])
+    assert compactor.compact(min_files=5)
+    assert len(compactor._dt.file_uris()) == 1
+    assert OffsetStore(storage).committed("g")[("t", 0)].offset == 9
+    assert not compactor.compact(min_files=5)  # one file now: nothing to do
+
+    # The server compacts through the store it commits with (its commits wait for the rewrite);
+    # another process (a Spark job with groupId) commits through its own store, racing it.
+    stop = threading.Event()
+    compactions = []
+
+    def compact_loop():
+        while not stop.is_set():
+            compactions.append(compactor.compact(min_files=2))
+
+    def other_process():
+        for i in range(200, 240):
+            writer.commit([OffsetCommit(group="g", topic="t", partition=i, offset=i)])
+
+    threads = [threading.Thread(target=compact_loop), threading.Thread(target=other_process)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(1, 81):  # each commit its own key: a dropped one would be missing
+            compactor.commit([OffsetCommit(group="g", topic="t", partition=i, offset=i)])
+    finally:
+        threads[1].join()
+        stop.set()
+        threads[0].join()
+    final = OffsetStore(storage).committed("g")
+    expected = {0: 9, **{i: i for i in range(1, 81)}, **{i: i for i in range(200, 240)}}
+    assert {p: c.offset for (_, p), c in final.items()} == expected
+    assert any(compactions)  # rewrites happened while commits raced them

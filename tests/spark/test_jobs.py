@@ -1,6 +1,7 @@
 """jobs/retention.py on Spark (topics spread over executors) and from the CLI without Spark."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -129,3 +130,25 @@ def test_streaming_readers_started_before_compaction_continue_without_duplicates
     for sink in ("sink-delta", "sink-kafka"):
         rows = spark.read.format("delta").load(str(tmp_path / sink)).collect()
         assert sorted((r["partition"], r["offset"]) for r in rows) == expected, sink
+
+
+def test_scheduler_runs_every_job_once_on_spark(tmp_path):
+    """`jobs.use_spark`: the scheduler's runs go through one SparkSession (its own JVM here)."""
+    root = str(tmp_path / "root")
+    make(root, "sched-a", 2)
+    env = {**os.environ, "TOPICLAKE_JOBS__USE_SPARK": "true", "TOPICLAKE_JOBS__REPLICA_ROOT": str(tmp_path / "dr")}
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs.scheduler", "--root", root, "--once"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = {j["job"]: j for j in (json.loads(x) for x in out.stdout.splitlines() if x.startswith("{"))}
+    assert set(lines) == {"rebalance", "retention", "compaction", "replication"}
+    assert all(j["ok"] for j in lines.values()), lines
+    assert lines["retention"]["report"]["records_removed"] == 30
+    assert lines["replication"]["report"]["records_copied"] == 10  # what retention left
+    assert "io.delta#delta-spark" in out.stderr  # a SparkSession (with its packages) was built

@@ -159,14 +159,17 @@ def test_rebalance_job_reassigns_a_dead_members_partitions_while_the_server_is_d
     procs = []
     try:
         AdminClient(srv.url).create_topic("rb", partitions=4)
-        procs = workers(srv.url, "rb-group", "rb", outs, session_ms=6000)
+        procs = workers(srv.url, "rb-group", "rb", outs, session_ms=10_000)
         wait_for(lambda: stable_members(srv.url, "rb-group") == 2, 60, "2 stable members")
         before = httpx.get(f"{srv.url}/groups/rb-group").json()
-        os.kill(procs[1].pid, signal.SIGKILL)  # consumer b dies; the server notices only after 6 s
+        os.kill(procs[1].pid, signal.SIGKILL)  # consumer b dies; the server would notice after 10 s
         procs[1].wait()
-        time.sleep(4)
-        srv.kill9()  # ... but dies first, 4 s later
-        time.sleep(2.6)  # b has been silent longer than its session; a (last seen at the crash) has not
+        b_died = time.monotonic()
+        time.sleep(6)
+        srv.kill9()  # ... but dies first, 6 s later
+        # The job must plan while b is silent for more than 10.4 s (session + persist and sync
+        # intervals) and a (last seen at the crash, 6 s after b) for less: a 6-second window.
+        time.sleep(max(0.0, 10.6 - (time.monotonic() - b_died)))
         report = json.loads(cli("jobs", "rebalance", "--local", "--root", str(srv.root), env=env).stdout)
         [g] = report["groups"]
         assert g["action"] == "expire" and len(g["expired"]) == 1 and g["generation"] == before["generation"] + 1

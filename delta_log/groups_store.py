@@ -224,15 +224,8 @@ class GroupStore:
             try:
                 self._dt.update_incremental()
                 latest = latest_per_group(self.storage.read_system_table(self._dt, GROUPS_SCHEMA).to_pylist())
-                write_deltalake(
-                    self._dt,
-                    _row_table(list(latest.values())),
-                    mode="overwrite",
-                    commit_properties=CommitProperties(max_commit_retries=0),
-                    post_commithook_properties=_HOOKS,
-                )
-                self._dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
-            except (CommitFailedError, DeltaError, OSError):
+                self.storage.rewrite_system_table(self._dt, _row_table(list(latest.values())))
+            except (DeltaError, OSError):  # CommitFailedError (a concurrent append won) is a DeltaError
                 return False
             self._rows_since_compaction = 0
             return True

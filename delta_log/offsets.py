@@ -191,15 +191,8 @@ class OffsetStore:
                     return False
                 rows = self.storage.read_system_table(self._dt, OFFSETS_SCHEMA).to_pylist()
                 latest = latest_per_key(_row_commit(r) for r in rows)
-                write_deltalake(
-                    self._dt,
-                    _to_table(list(latest.values())),
-                    mode="overwrite",
-                    commit_properties=CommitProperties(max_commit_retries=0),
-                    post_commithook_properties=_HOOKS,
-                )
+                self.storage.rewrite_system_table(self._dt, _to_table(list(latest.values())))
                 self._version = self._dt.version()
-                self._dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
             except (DeltaError, OSError):
                 return False  # CommitFailedError (a concurrent commit won) is a DeltaError
             return True

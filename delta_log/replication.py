@@ -113,10 +113,6 @@ def _hw(dt: DeltaTable, partitions: int) -> dict[int, int]:
     return {p: int(dt.transaction_version(hw_app_id(p)) or 0) for p in range(partitions)}
 
 
-def _base(storage: StorageRoot, uri: str) -> str:
-    return uri if storage.is_local else pafs.FileSystem.from_uri(uri)[1]
-
-
 def _ensure_topic(source: Catalog, replica: Catalog, topic: str, report: TopicReplication) -> int:
     desc = source.describe_topic(topic)
     try:
@@ -159,7 +155,7 @@ def replicate_topic(
         for seg in plan.copy_whole:  # one snapshot: its files hold exactly the offsets below its hw
             src_path = source.file_path(src_uri, seg.path)
             rel = f"partition={plan.partition}/{seg.path.rsplit('/', 1)[-1]}"
-            dst = f"{_base(replica, rep_uri)}/{rel}"
+            dst = replica.file_path(rep_uri, rel)
             with translate_storage_errors():
                 rep_fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
                 pafs.copy_files(src_path, dst, source_filesystem=src_fs, destination_filesystem=rep_fs)

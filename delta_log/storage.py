@@ -120,6 +120,23 @@ class StorageRoot:
         pieces = [pq.read_table(p, filesystem=fs, schema=schema) for p in paths]
         return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
+    def rewrite_system_table(self, dt: DeltaTable, table: pa.Table) -> None:
+        """Replace a system table's rows with `table`, then vacuum files older than an hour.
+
+        No internal retry: the rewrite loses to any commit that lands meanwhile (delta-rs raises
+        CommitFailedError), so a concurrent append is never dropped. Raises: DeltaError, OSError.
+        """
+        from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
+
+        write_deltalake(
+            dt,
+            table,
+            mode="overwrite",
+            commit_properties=CommitProperties(max_commit_retries=0),
+            post_commithook_properties=PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False),
+        )
+        dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
+
     def open_table(self, uri: str) -> DeltaTable:
         """Raises: TableNotFoundError (deltalake's) if absent; StorageUnavailableError on I/O."""
         with translate_storage_errors(passthrough=(TableNotFoundError,)):

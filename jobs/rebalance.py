@@ -117,7 +117,7 @@ def plan_rebalance(
         weights = {(t, p): lag.get((t, p), 0) for t, n in parts.items() for p in range(n)}
         current_tps = {(t, p) for m in alive for t, ps in m.assignment.items() for p in ps}
         unassigned = any(tp not in current_tps for tp in weights)
-        if not gone and not unassigned and not _imbalanced(_member_lag(before, lag), imbalance, min_lag):
+        if not gone and not unassigned and not _imbalanced(lag_before, imbalance, min_lag):
             plans.append(GroupPlan(group=name, action="none", generation=rec.generation, lag_before=lag_before))
             continue
         after = assign("sticky", subs, parts, {m.member_id: m.assignment for m in alive}, weights=weights)

@@ -11,13 +11,30 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from conf import Settings
 from delta_log.catalog import Catalog
 from delta_log.storage import StorageRoot
 
 TopicTask = Callable[[str, dict[str, str], str, str], dict[str, Any]]
+
+
+class _Planned(Protocol):
+    @property
+    def conflict(self) -> str | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def planned_again(apply: Callable[[], _Planned], attempts: int = 3) -> dict[str, Any]:
+    """Run a file-changing pass, planning again while another job removed its planned files
+    (retention, compaction, the server's roll-up); the last report, as a dict."""
+    for _ in range(attempts):
+        report = apply()
+        if report.conflict is None:
+            break
+    return report.to_dict()
 
 
 class Progress:

@@ -19,7 +19,7 @@ from typing import Any
 from conf import Settings
 from delta_log.compaction import compact_topic, plan_merge, surviving_rows
 from delta_log.storage import StorageRoot
-from jobs.common import Progress, for_each_topic, job_settings, job_spark
+from jobs.common import Progress, for_each_topic, job_settings, job_spark, planned_again
 
 __all__ = ["CompactionJobReport", "main", "plan_merge", "run", "surviving_rows"]
 
@@ -31,16 +31,9 @@ class CompactionJobReport:
 
 def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: str) -> dict[str, Any]:
     settings = Settings.model_validate_json(settings_json)
-    for _ in range(3):  # planned files removed meanwhile (retention, the server's roll-up): plan again
-        report = compact_topic(
-            StorageRoot(root, storage_options),
-            topic,
-            settings.writer,
-            target_bytes=settings.jobs.compaction_target_bytes,
-        )
-        if report.conflict is None:
-            break
-    return report.to_dict()
+    storage = StorageRoot(root, storage_options)
+    target = settings.jobs.compaction_target_bytes
+    return planned_again(lambda: compact_topic(storage, topic, settings.writer, target_bytes=target))
 
 
 def run(spark: Any, settings: Settings, *, topics: list[str] | None = None) -> CompactionJobReport:

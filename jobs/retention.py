@@ -19,9 +19,9 @@ from typing import Any
 
 from conf import Settings
 from delta_log.offsets import OffsetStore
-from delta_log.retention import RetentionReport, apply_retention, plan_retention
+from delta_log.retention import apply_retention, plan_retention
 from delta_log.storage import StorageRoot
-from jobs.common import Progress, for_each_topic, job_settings, job_spark
+from jobs.common import Progress, for_each_topic, job_settings, job_spark, planned_again
 
 __all__ = ["JobReport", "main", "plan_retention", "run"]
 
@@ -42,11 +42,7 @@ def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: 
     for c in OffsetStore(storage).all_committed():
         if c.topic == topic:
             lowest[c.partition] = min(lowest.get(c.partition, c.offset), c.offset)
-    for _ in range(3):  # planned files removed meanwhile (compaction, the server's roll-up): plan again
-        report: RetentionReport = apply_retention(storage, topic, settings.writer, lowest_committed=lowest)
-        if report.conflict is None:
-            break
-    return report.to_dict()
+    return planned_again(lambda: apply_retention(storage, topic, settings.writer, lowest_committed=lowest))
 
 
 def run(spark: Any, settings: Settings, *, topics: list[str] | None = None) -> JobReport:

@@ -178,48 +178,6 @@ def kafka_consume_tool(kafka: KafkaBroker, topic: str, records: int) -> dict[str
     raise RuntimeError(f"unexpected ConsumerPerformance output: {out[-1000:]}")
 
 
-def fetch_all_lean(url: str, topic: str, partitions: int, max_records: int) -> tuple[int, int, float]:
-    """fetch_all with the standard library's http.client: it reads a body with one readinto, where
-    httpx's pure-Python HTTP/1.1 layer reads 64 KiB pieces (measured here: 1.0-1.3 GB/s vs
-    0.5-0.8 GB/s on 10 MB responses). The client's speed, not the server's, capped the httpx figure."""
-    import http.client
-
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    totals = [0, 0]
-    lock = threading.Lock()
-
-    def one(p: int) -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        offset = recs = nbytes = 0
-        while True:
-            conn.request(
-                "GET",
-                f"/topics/{topic}/partitions/{p}/records?offset={offset}&max_records={max_records}&max_bytes={1 << 28}",
-                headers={"Accept": ARROW},
-            )
-            resp = conn.getresponse()
-            table = ipc.open_stream(pa.BufferReader(resp.read())).read_all()
-            if table.num_rows == 0:
-                break
-            recs += table.num_rows
-            nbytes += pa.compute.sum(pa.compute.binary_length(table.column("value"))).as_py()
-            offset = int(resp.getheader("X-Next-Offset") or 0)
-            if offset >= int(resp.getheader("X-High-Watermark") or 0):
-                break
-        conn.close()
-        with lock:
-            totals[0] += recs
-            totals[1] += nbytes
-
-    threads = [threading.Thread(target=one, args=(p,)) for p in range(partitions)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return totals[0], totals[1], time.perf_counter() - start
-
-
 # -- latency ------------------------------------------------------------------------------------------
 def kafka_latency(bootstrap: str, topic: str, seconds: float, rate: float) -> dict[str, list[float]]:
     from confluent_kafka import Consumer, Producer
@@ -367,11 +325,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 {"workload": "consume 1 KB", "system": "Kafka ConsumerPerformance (Java)", "repeat": rep, **res}
             )
-            for system, fetch in (
-                ("topiclake Arrow fetch (http.client)", fetch_all_lean),
-                ("topiclake Arrow fetch (httpx)", fetch_all),
+            for system, fetch in (  # the same loop over two HTTP clients (see fetch_all)
+                ("topiclake Arrow fetch (http.client)", "http.client"),
+                ("topiclake Arrow fetch (httpx)", "httpx"),
             ):
-                n, nbytes, secs = fetch(srv.url, "consume-1k", PARTITIONS, 10_000)
+                n, nbytes, secs = fetch_all(srv.url, "consume-1k", PARTITIONS, 10_000, client=fetch)
                 rows.append({"workload": "consume 1 KB", "system": system, "repeat": rep,
                              "records_s": n / secs, "mb_s": nbytes / 1e6 / secs})  # fmt: skip
                 print(f"consume #{rep} {system}: {nbytes / 1e6 / secs:.0f} MB/s", flush=True)

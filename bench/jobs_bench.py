@@ -24,17 +24,17 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable
 
 from bench.common import Timer, median, percentile, print_table, write_results
 from conf import load_settings
 from delta_log import Catalog, StorageRoot, TopicReader
-from delta_log.compaction import compact_topic
-from delta_log.records import TOPIC_SCHEMA
-from delta_log.replication import replicate_topic
-from delta_log.retention import apply_retention
-from delta_log.segment_files import ParquetOptions, write_segments
-from delta_log.writer import hw_app_id
+from delta_log.core.records import TOPIC_SCHEMA
+from delta_log.maintenance.compaction import compact_topic
+from delta_log.maintenance.replication import replicate_topic
+from delta_log.maintenance.retention import apply_retention
+from delta_log.table.app_transactions import high_watermark_transactions
+from delta_log.table.segment_files import ParquetOptions, write_segments
 
 
 def records(partition: int, first: int, n: int, value_size: int, ts_us: int) -> pa.Table:
@@ -74,7 +74,7 @@ def build_topic(
             for w in write_segments(storage, uri, t, ParquetOptions()):
                 adds.append(w.action)
                 nbytes += w.action.size
-        txns = [Transaction(hw_app_id(p), o) for p, o in next_offset.items()]
+        txns = high_watermark_transactions(next_offset)
         dt.create_write_transaction(
             adds,
             "append",

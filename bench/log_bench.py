@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.common import Timer, median, percentile, print_table, write_results
-from conf import load_settings
+from conf import ReaderSettings, load_settings
 from delta_log import AppendRequest, Catalog, StorageRoot, TopicReader, TopicWriter, normalize_batch
-from delta_log.records import TOPIC_SCHEMA
-from delta_log.rollup import SegmentRoller
+from delta_log.core.records import TOPIC_SCHEMA
+from delta_log.maintenance.topic_maintenance import TopicMaintenance
 
 
 def make_batch(n: int, value_size: int, partition: int = 0) -> pa.Table:
@@ -78,7 +78,7 @@ def bench_append(workdir: Path, quick: bool) -> list[dict]:
                 requests -= requests % per_commit
                 name = f"append-{value_size}-{batch_size}-{per_commit}"
                 catalog.create_topic(name)
-                roller = SegmentRoller(storage, name, settings.writer)
+                roller = TopicMaintenance(storage, name, settings.maintenance, settings.writer)
                 writer = TopicWriter(storage, name, settings.writer, on_commit=roller.notify_commit)
                 group = [AppendRequest(batch=batch)] * per_commit
                 with Timer() as t:
@@ -119,8 +119,8 @@ def bench_commit_latency(workdir: Path, quick: bool) -> list[dict]:
     settings = load_settings(root=str(workdir / "latency"))
     storage = StorageRoot(settings.root)
     Catalog(storage, settings.writer).create_topic("aging")
-    # As the server runs a topic: the writer plus its SegmentRoller (roll-ups, log cleanup).
-    roller = SegmentRoller(storage, "aging", settings.writer)
+    # As the server runs a topic: the writer plus its TopicMaintenance (roll-ups, log cleanup).
+    roller = TopicMaintenance(storage, "aging", settings.maintenance, settings.writer)
     writer = TopicWriter(storage, "aging", settings.writer, on_commit=roller.notify_commit)
     batch = make_batch(10, 100)
     marks = [100, 1000] if quick else [100, 1000, 10_000]
@@ -156,7 +156,7 @@ def bench_cold_fetch(workdir: Path, quick: bool) -> list[dict]:
         writer.append(make_batch(per_segment, 100))
     hw = segments * per_segment
     with Timer() as open_t:
-        reader = TopicReader(storage, "segments", refresh_interval_s=3600)
+        reader = TopicReader(storage, "segments", ReaderSettings(refresh_interval_s=3600))
     rng = random.Random(7)
     cold, warm = [], []
     for _ in range(50):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -30,7 +30,7 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class WriterSettings(BaseModel):
-    """Group commit and Delta table hygiene for topic writers."""
+    """Group commit and the Delta properties of new topic tables (the produce path)."""
 
     model_config = _FROZEN
 
@@ -39,21 +39,60 @@ class WriterSettings(BaseModel):
     max_queue_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Back-pressure above this.")
     max_commit_attempts: int = Field(50, ge=1, description="Conflict retries before giving up.")
     reopen_every_commits: int = Field(2000, ge=1, description="Re-open the table to keep memory flat.")
-    cleanup_every_commits: int = Field(100, ge=1, description="Expired-log cleanup, off the hot path.")
+    checkpoint_interval: int = Field(100, ge=1)
+    log_retention: str = Field("interval 7 days", description="delta.logRetentionDuration of new topics")
+    deleted_file_retention: str = Field("interval 1 hours", description="delta.deletedFileRetentionDuration")
+    max_row_group_rows: int = Field(8192, gt=0, description="Parquet row group size; a fetch reads only these.")
+    compression: Literal["SNAPPY", "ZSTD", "LZ4_RAW", "UNCOMPRESSED"] = "SNAPPY"
+
+
+class ReaderSettings(BaseModel):
+    """Topic readers: how fresh their index is, what they cache, how much one fetch may ask."""
+
+    model_config = _FROZEN
+
+    refresh_interval_s: float = Field(0.5, gt=0, description="Re-read the Delta log when the index is older.")
+    end_refresh_interval_s: float = Field(
+        0.05, ge=0, description="A fetch at the high watermark re-reads the log when the index is older."
+    )
+    tail_cache_bytes: int = Field(32 * 1024 * 1024, ge=0, description="Recent records kept per partition.")
+    footer_cache_entries: int = Field(4096, ge=1, description="Parquet footers kept per topic.")
+    max_fetch_records: int = Field(1_000_000, ge=1, description="The most records one fetch may ask for.")
+
+
+class MaintenanceSettings(BaseModel):
+    """The server's per-topic maintenance: segment roll-up, log cleanup, retention, vacuum."""
+
+    model_config = _FROZEN
+
+    interval_s: float = Field(5.0, gt=0, description="Maintenance check of a topic when commits are few.")
     rollup_every_commits: int = Field(32, ge=1, description="Wake the segment roll-up after this many commits.")
     rollup_fanout: int = Field(8, ge=2, description="Adjacent same-tier segments merged at once.")
     rollup_base_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Only segments below this are rolled up.")
     rollup_max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="The roll-up never writes larger files.")
-    maintenance_interval_s: float = Field(5.0, gt=0, description="Roll-up check when commits are few.")
-    vacuum_interval_s: float = Field(600.0, gt=0, description="Vacuum of replaced files (older than retention).")
-    retention_check_interval_s: float = Field(60.0, gt=0, description="How often the server applies retention.")
-    checkpoint_interval: int = Field(100, ge=1)
-    log_retention: str = Field("interval 7 days", description="delta.logRetentionDuration of new topics")
+    cleanup_every_commits: int = Field(100, ge=1, description="Delta log cleanup, off the hot path.")
     log_keep_versions: int = Field(1000, ge=10, description="Log versions kept by topiclake's cleanup.")
     log_min_age_s: float = Field(10.0, ge=0, description="Log files younger than this are never cleaned.")
-    deleted_file_retention: str = Field("interval 1 hours", description="delta.deletedFileRetentionDuration")
-    max_row_group_rows: int = Field(8192, gt=0, description="Parquet row group size; a fetch reads only these.")
-    compression: Literal["SNAPPY", "ZSTD", "LZ4_RAW", "UNCOMPRESSED"] = "SNAPPY"
+    retention_interval_s: float = Field(
+        60.0, gt=0, description="How often retention runs: in the server per topic, and as the scheduled job."
+    )
+    vacuum_interval_s: float = Field(600.0, gt=0, description="Vacuum of replaced files (older than retention).")
+
+
+#: Keys that moved out of [writer] (and [jobs]) into [maintenance]; old config files keep working.
+_MOVED_TO_MAINTENANCE = {
+    ("writer", "maintenance_interval_s"): "interval_s",
+    ("writer", "rollup_every_commits"): "rollup_every_commits",
+    ("writer", "rollup_fanout"): "rollup_fanout",
+    ("writer", "rollup_base_bytes"): "rollup_base_bytes",
+    ("writer", "rollup_max_bytes"): "rollup_max_bytes",
+    ("writer", "cleanup_every_commits"): "cleanup_every_commits",
+    ("writer", "log_keep_versions"): "log_keep_versions",
+    ("writer", "log_min_age_s"): "log_min_age_s",
+    ("writer", "retention_check_interval_s"): "retention_interval_s",
+    ("writer", "vacuum_interval_s"): "vacuum_interval_s",
+    ("jobs", "retention_interval_s"): "retention_interval_s",
+}
 
 
 class ApiKeySettings(BaseModel):
@@ -112,7 +151,6 @@ class JobsSettings(BaseModel):
 
     schedule: bool = Field(True, description="`topiclake serve` runs the jobs below in a separate process.")
     compaction_interval_s: float = Field(300.0, gt=0)
-    retention_interval_s: float = Field(300.0, gt=0)
     rebalance_interval_s: float = Field(30.0, gt=0)
     replication_interval_s: float = Field(60.0, gt=0)
     replica_root: str | None = Field(None, description="Where the replication job mirrors to; unset: no replication.")
@@ -140,10 +178,31 @@ class Settings(BaseSettings):
     root: str = Field("./data", description="Local folder or object-store URI holding every table.")
     storage_options: dict[str, str] = Field(default_factory=dict)
     writer: WriterSettings = WriterSettings()
+    reader: ReaderSettings = ReaderSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
     server: ServerSettings = ServerSettings()
     auth: AuthSettings = AuthSettings()
     spark: SparkSettings = SparkSettings()
     jobs: JobsSettings = JobsSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _move_legacy_keys(cls, data: Any) -> Any:
+        """[writer] roll-up/cleanup/retention keys and [jobs] retention_interval_s now live in
+        [maintenance]; accept them where they were (a user's old key overrides the packaged default)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for (section, key), new_key in _MOVED_TO_MAINTENANCE.items():
+            old = data.get(section)
+            if isinstance(old, dict) and key in old:
+                old = dict(old)
+                value = old.pop(key)
+                data[section] = old
+                maintenance = dict(data.get("maintenance") or {})
+                maintenance[new_key] = value
+                data["maintenance"] = maintenance
+        return data
 
     @classmethod
     def settings_customise_sources(

@@ -1,27 +1,20 @@
-"""Group coordinator: join, heartbeat, leave, commit, with generations and session timeouts.
+"""Group coordinator: the HTTP face of the consumer-group state machine, and the one door to a
+group's committed offsets (reads, commits, resets, lag).
 
-Runs on the server's event loop; all group state is touched from that loop only (no locks), and
-Delta I/O goes to worker threads. Protocol (Kafka's eager rebalance, over HTTP):
+Runs on the server's event loop; all group state (delta_log.core.group_state.GroupState) is
+touched from that loop only, and Delta I/O goes to worker threads.
 
-- A join by a new member (or a changed subscription, a leave, an expired session) starts a
-  rebalance: the group is PreparingRebalance and every heartbeat answers `rebalance: true`; each
-  member commits what it has processed (its generation is still current, so commits are accepted)
-  and joins again. The join waits until every member rejoined or the rebalance timeout (the
-  largest session timeout) passed; members that did not rejoin are dropped. Then the generation is
-  bumped, the assignor runs, and every waiting join returns the new assignment.
-- Commits carry member id + generation and are checked against the current owners
-  (`rules.check_commit`) under the group's lock, so a rebalance cannot complete between the check
-  and the durable write: a zombie never moves a committed offset.
-- Static membership: a join with a known `instance_id` takes over that member's id and
-  partitions without a rebalance.
-- State is persisted (delta_log.groups_store) on every generation change and restored at start;
+- Joins wait for the rebalance they started (or joined) to complete; the waiting is woken by the
+  group's event, never by polling alone (a 0.5 s cap covers a deadline passing unobserved).
+- Commits are checked against the current owners under the group's lock, which completing a
+  rebalance also takes, so a rebalance cannot happen between the check and the durable write: a
+  zombie never moves a committed offset (invariant 5).
+- State is persisted (delta_log.system.groups) on every generation change and restored at start;
   every `heartbeat_persist_s` each live group's heartbeats are persisted too, so the rebalance job
   can tell dead members from live ones, also after this server crashed.
-- The Spark rebalance job (jobs.rebalance) writes a next generation to the same table. The sync
-  loop picks it up within `sync_interval_s`: members the job expired are dropped and a rebalance
-  starts whose completion uses the job's (lag-aware) assignment, so members commit under their
-  old generation first, as in any rebalance. A race between the job and this server is decided
-  by Delta: both commit with the group's app transaction id; the server refreshes and wins.
+- The Spark rebalance job (jobs.rebalance) writes a next generation to the same table; the sync
+  loop adopts it within `sync_interval_s` through an ordinary rebalance that uses the job's
+  assignment. A race between the job and this server is decided by Delta's app-transaction rule.
 """
 
 from __future__ import annotations
@@ -30,67 +23,52 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from consumer_api.rules import MemberState, check_commit, expired, validate_group_id, validate_join
-from delta_log.assignors import assign
-from delta_log.errors import UnknownGroupError, UnknownMemberError
-from delta_log.groups_store import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
-from delta_log.offsets import OffsetCommit, OffsetStore
+from delta_log.core.group_rules import EMPTY, STABLE, validate_group_id, validate_join
+from delta_log.core.group_state import GroupState, HeartbeatResult, JoinResult
+from delta_log.core.lag import partition_lag
+from delta_log.errors import GroupNotEmptyError, TopiclakeError, UnknownGroupError
+from delta_log.log.reader import OffsetSpec
+from delta_log.registry import TopicRegistry
+from delta_log.system.groups import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
+from delta_log.system.offsets import OffsetCommit, validate_commit
 
 log = logging.getLogger(__name__)
 
-EMPTY, PREPARING, STABLE = "Empty", "PreparingRebalance", "Stable"
-
-
-@dataclass(slots=True, kw_only=True)
-class Group:
-    group_id: str
-    generation: int = 0
-    state: str = EMPTY
-    assignor: str = "range"
-    members: dict[str, MemberState] = field(default_factory=dict)
-    rebalance_deadline: float | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    pending: GroupRecord | None = None  # a rebalance job's assignment, used by the next completion
+__all__ = ["GroupCoordinator", "GroupLag", "HeartbeatResult", "JoinResult"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JoinResult:
-    member_id: str
-    generation: int
-    assignment: dict[str, list[int]]
-    members: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HeartbeatResult:
-    generation: int
-    rebalance: bool
-    assignment: dict[str, list[int]]
+class GroupLag:
+    topic: str
+    partition: int
+    committed_offset: int | None
+    high_watermark: int
+    log_start_offset: int
+    lag: int
 
 
 class GroupCoordinator:
     def __init__(
         self,
-        offsets: OffsetStore,
+        registry: TopicRegistry,
         store: GroupStore,
-        partitions_of: Callable[[str], int],
         *,
         clock: Callable[[], float] = time.monotonic,
         sync_interval_s: float = 1.0,
         heartbeat_persist_s: float = 5.0,
     ) -> None:
-        self.offsets = offsets
+        self.registry = registry
+        self.offsets = registry.offsets
         self.store = store
-        self.partitions_of = partitions_of
         self.clock = clock
         self.sync_interval_s = sync_interval_s
         self.heartbeat_persist_s = heartbeat_persist_s
-        self.groups: dict[str, Group] = {}
+        self.groups: dict[str, GroupState] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._seen_version = -1
 
@@ -99,16 +77,9 @@ class GroupCoordinator:
         records = await asyncio.to_thread(self.store.load)
         now = self.clock()
         for rec in records.values():
-            g = Group(group_id=rec.group, generation=rec.generation, assignor=rec.assignor)
+            g = GroupState(group_id=rec.group, generation=rec.generation, assignor=rec.assignor)
             for m in rec.members:
-                g.members[m.member_id] = MemberState(
-                    member_id=m.member_id,
-                    instance_id=m.instance_id,
-                    topics=frozenset(m.topics),
-                    session_timeout_ms=m.session_timeout_ms,
-                    last_heartbeat=now,
-                    assignment=m.assignment,
-                )
+                g.members[m.member_id] = m.to_state(last_heartbeat=now)
             g.state = STABLE if g.members else EMPTY
             self.groups[rec.group] = g
         self._seen_version = self.store.version
@@ -131,20 +102,17 @@ class GroupCoordinator:
                 log.exception("syncing consumer group state failed; retrying")
 
     async def sync(self) -> None:
-        """Pick up generations written by the rebalance job since the last look."""
+        """Adopt generations written by the rebalance job since the last look."""
         version, latest = await asyncio.to_thread(self.store.load_if_changed, self._seen_version)
         self._seen_version = version
         for rec in (latest or {}).values():
             g = self.groups.get(rec.group)
-            if g is None or rec.writer != REBALANCE_JOB or rec.generation != g.generation + 1 or g.state != STABLE:
+            if g is None or rec.writer != REBALANCE_JOB:
                 continue
-            keep = {m.member_id for m in rec.members}
-            for mid in [mid for mid in g.members if mid not in keep]:
-                log.info("group %s: rebalance job expired member %s", g.group_id, mid)
-                g.members.pop(mid)
-            g.pending = rec
-            log.info("group %s: adopting the rebalance job's generation %d", g.group_id, rec.generation)
-            await self._start_rebalance(g)
+            assignment = {m.member_id: m.assignment for m in rec.members}
+            if g.adopt(rec.generation, assignment, self.clock()):
+                log.info("group %r: adopting the rebalance job's generation %d", g.group_id, rec.generation)
+                self._wake(g)
 
     async def persist_heartbeats(self) -> None:
         """One row per stable group with members, so liveness survives this process."""
@@ -159,33 +127,31 @@ class GroupCoordinator:
             await asyncio.sleep(0.2)
             for g in list(self.groups.values()):
                 try:
-                    await self._expire(g)
+                    for mid in g.expire(self.clock()):
+                        log.info("group %r: member %r session expired", g.group_id, mid)
+                        self._wake(g)
+                    if g.ready_to_complete(self.clock()) or (g.rebalancing and not g.members):
+                        await self._complete_rebalance(g)
                 except Exception:
-                    log.exception("expiring members of %s failed", g.group_id)
-
-    async def _expire(self, g: Group) -> None:
-        now = self.clock()
-        gone = expired(g.members, now)
-        if gone:
-            for m in gone:
-                log.info("group %s: member %s session expired", g.group_id, m)
-                g.members.pop(m, None)
-            await self._start_rebalance(g)
-        if g.state == PREPARING and g.rebalance_deadline is not None and now >= g.rebalance_deadline:
-            await self._complete_rebalance(g)
+                    log.exception("expiring members of %r failed", g.group_id)
 
     # -- membership -----------------------------------------------------------------------------
-    def group(self, group_id: str) -> Group:
+    def group(self, group_id: str) -> GroupState:
+        """Raises: UnknownGroupError."""
         g = self.groups.get(group_id)
         if g is None:
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
         return g
 
-    def _member(self, g: Group, member_id: str) -> MemberState:
-        m = g.members.get(member_id)
-        if m is None:
-            raise UnknownMemberError(f"Member {member_id!r} is not in group {g.group_id!r}.", member_id=member_id)
-        return m
+    def _lock(self, g: GroupState) -> asyncio.Lock:
+        return self._locks.setdefault(g.group_id, asyncio.Lock())
+
+    def _event(self, g: GroupState) -> asyncio.Event:
+        return self._changed.setdefault(g.group_id, asyncio.Event())
+
+    def _wake(self, g: GroupState) -> None:
+        self._event(g).set()
+        self._changed[g.group_id] = asyncio.Event()
 
     async def join(
         self,
@@ -204,109 +170,47 @@ class GroupCoordinator:
         validate_group_id(group_id)
         validate_join(assignor, session_timeout_ms, topics)
         for t in topics:
-            await asyncio.to_thread(self.partitions_of, t)  # 404 for unknown topics, before any change
-        g = self.groups.setdefault(group_id, Group(group_id=group_id, assignor=assignor))
-        now = self.clock()
-        subs = frozenset(topics)
-        found: MemberState | None
-        if member_id is not None:
-            found = self._member(g, member_id)
-        else:
-            found = next((m for m in g.members.values() if instance_id and m.instance_id == instance_id), None)
-            if found is not None and found.topics == subs and g.state == STABLE:
-                found.last_heartbeat = now  # static member back within its session: no rebalance
-                found.session_timeout_ms = session_timeout_ms
-                return self._result(g, found)
-            if found is None:
-                found = MemberState(
-                    member_id=f"{instance_id or 'member'}-{uuid.uuid4().hex[:12]}",
-                    instance_id=instance_id,
-                    topics=subs,
-                    session_timeout_ms=session_timeout_ms,
-                    last_heartbeat=now,
-                )
-                g.members[found.member_id] = found
-        member = found
-        member.last_heartbeat = now
-        member.session_timeout_ms = session_timeout_ms
-        if g.state == STABLE and member.topics == subs and member.assignment and member_id is not None:
-            return self._result(g, member)  # nothing changed: the current assignment stands
-        member.topics = subs
-        if not g.members or len(g.members) == 1:
-            g.assignor = assignor
-        if g.state != PREPARING:
-            await self._start_rebalance(g)
-        member.rejoined = True
-        g.changed.set()
-        while g.state == PREPARING:
-            if all(m.rejoined for m in g.members.values()):
+            await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
+        g = self.groups.setdefault(group_id, GroupState(group_id=group_id, assignor=assignor))
+        member, settled = g.join(
+            now=self.clock(),
+            topics=topics,
+            member_id=member_id,
+            instance_id=instance_id,
+            session_timeout_ms=session_timeout_ms,
+            assignor=assignor,
+        )
+        if settled:
+            return g.result(member)
+        self._wake(g)
+        while g.rebalancing:
+            if g.ready_to_complete(self.clock()):
                 await self._complete_rebalance(g)
                 break
-            event = g.changed
-            remaining = (g.rebalance_deadline or now) - self.clock()
+            event = self._event(g)
+            remaining = (g.rebalance_deadline or self.clock()) - self.clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout=max(0.01, min(remaining, 0.5)))
-            member.last_heartbeat = self.clock()  # waiting in join counts as alive
-            if g.rebalance_deadline is not None and self.clock() >= g.rebalance_deadline:
-                await self._complete_rebalance(g)
-        if member.member_id not in g.members:
-            raise UnknownMemberError(f"Member {member.member_id!r} was dropped from the group; join again.")
-        return self._result(g, member)
+            if member.member_id in g.members:
+                member.last_heartbeat = self.clock()  # waiting in join counts as alive
+        return g.result(g.member(member.member_id))  # dropped meanwhile: UnknownMemberError, join again
 
-    def _result(self, g: Group, m: MemberState) -> JoinResult:
-        return JoinResult(
-            member_id=m.member_id, generation=g.generation, assignment=dict(m.assignment), members=len(g.members)
-        )
-
-    async def _start_rebalance(self, g: Group) -> None:
-        if not g.members:
-            await self._complete_rebalance(g)
-            return
-        if g.state != PREPARING:
-            g.state = PREPARING
-            timeout = max(m.session_timeout_ms for m in g.members.values()) / 1000
-            g.rebalance_deadline = self.clock() + timeout
-            for m in g.members.values():
-                m.rejoined = False
-        self._wake(g)
-
-    def _wake(self, g: Group) -> None:
-        g.changed.set()
-        g.changed = asyncio.Event()
-
-    async def _complete_rebalance(self, g: Group) -> None:
-        async with g.lock:  # no commit is between its check and its write while generations change
-            if g.state != PREPARING and g.members:
+    async def _complete_rebalance(self, g: GroupState) -> None:
+        async with self._lock(g):  # no commit is between its check and its write while generations change
+            if not g.rebalancing:
                 return
-            for mid in [m.member_id for m in g.members.values() if not m.rejoined]:
-                g.members.pop(mid)
-            previous = {m.member_id: m.assignment for m in g.members.values()}
-            topics = sorted({t for m in g.members.values() for t in m.topics})
             partitions = {}
-            for t in topics:
+            for t in g.topics_to_assign():
                 try:
-                    partitions[t] = await asyncio.to_thread(self.partitions_of, t)
-                except Exception:
+                    partitions[t] = await asyncio.to_thread(self.registry.partitions, t)
+                except TopiclakeError:
                     partitions[t] = 0  # a deleted topic: nothing to assign
-            pending, g.pending = g.pending, None
-            if pending is not None and {m.member_id for m in pending.members} == set(g.members):
-                assignment = {m.member_id: m.assignment for m in pending.members}
-            elif g.members:
-                subs = {m.member_id: m.topics for m in g.members.values()}
-                assignment = assign(g.assignor, subs, partitions, previous)
-            else:
-                assignment = {}
-            for m in g.members.values():
-                m.assignment = assignment.get(m.member_id, {})
-                m.rejoined = True
-            g.generation += 1
-            g.state = STABLE if g.members else EMPTY
-            g.rebalance_deadline = None
+            g.complete(partitions)
             await asyncio.to_thread(self.store.save, [self.record(g)])
-            log.info("group %s: generation %d, %d members", g.group_id, g.generation, len(g.members))
+            log.info("group %r: generation %d, %d members", g.group_id, g.generation, len(g.members))
         self._wake(g)
 
-    def record(self, g: Group, *, writer: str = SERVER) -> GroupRecord:
+    def record(self, g: GroupState, *, writer: str = SERVER) -> GroupRecord:
         wall, mono = time.time(), self.clock()
         return GroupRecord(
             group=g.group_id,
@@ -314,14 +218,7 @@ class GroupCoordinator:
             state=g.state,
             assignor=g.assignor,
             members=tuple(
-                MemberRecord(
-                    member_id=m.member_id,
-                    instance_id=m.instance_id,
-                    topics=tuple(sorted(m.topics)),
-                    session_timeout_ms=m.session_timeout_ms,
-                    assignment=m.assignment,
-                    last_heartbeat_ms=int((wall - (mono - m.last_heartbeat)) * 1000),
-                )
+                MemberRecord.of(m, last_heartbeat_ms=int((wall - (mono - m.last_heartbeat)) * 1000))
                 for m in g.members.values()
             ),
             updated_at_us=int(wall * 1e6),
@@ -330,23 +227,17 @@ class GroupCoordinator:
 
     async def heartbeat(self, group_id: str, member_id: str, generation: int) -> HeartbeatResult:
         """Raises: UnknownGroupError, UnknownMemberError, FencedMemberError."""
-        g = self.group(group_id)
-        m = self._member(g, member_id)
-        m.last_heartbeat = self.clock()
-        if g.state == PREPARING:
-            return HeartbeatResult(generation=g.generation, rebalance=True, assignment=dict(m.assignment))
-        if generation != g.generation:
-            check_commit(g.members, g.generation, member_id=member_id, member_generation=generation, partitions=())
-        return HeartbeatResult(generation=g.generation, rebalance=False, assignment=dict(m.assignment))
+        return self.group(group_id).heartbeat(member_id, generation, self.clock())
 
     async def leave(self, group_id: str, member_id: str) -> None:
         """Raises: UnknownGroupError, UnknownMemberError."""
         g = self.group(group_id)
-        self._member(g, member_id)
-        g.members.pop(member_id)
-        await self._start_rebalance(g)
+        g.leave(member_id, self.clock())
+        if not g.members:
+            await self._complete_rebalance(g)
+        self._wake(g)
 
-    # -- offsets --------------------------------------------------------------------------------
+    # -- offsets: the one door ------------------------------------------------------------------
     async def commit(
         self,
         group_id: str,
@@ -357,24 +248,106 @@ class GroupCoordinator:
     ) -> int:
         """Durably commit offsets if the caller owns them in the current generation.
 
-        Raises: UnknownMemberError, FencedMemberError, InvalidOffsetError, StorageUnavailableError.
+        Raises: InvalidGroupError, UnknownMemberError, FencedMemberError, InvalidOffsetError,
+        StorageUnavailableError.
         """
         validate_group_id(group_id)
-        g = self.groups.setdefault(group_id, Group(group_id=group_id))
-        async with g.lock:
-            check_commit(
-                g.members,
-                g.generation,
+        for c in commits:
+            validate_commit(c)
+        g = self.groups.setdefault(group_id, GroupState(group_id=group_id))
+        async with self._lock(g):
+            g.check_commit(
                 member_id=member_id,
-                member_generation=generation,
+                generation=generation,
                 partitions=[(c.topic, c.partition) for c in commits],
+                now=self.clock(),
             )
-            if member_id is not None:
-                g.members[member_id].last_heartbeat = self.clock()
             return await asyncio.to_thread(self.offsets.commit, commits)
 
-    def describe(self, group_id: str) -> Group:
-        return self.group(group_id)
+    async def committed(self, group_id: str) -> dict[tuple[str, int], OffsetCommit]:
+        """The group's committed offsets, including commits by other writers (Spark queries with
+        groupId, other servers). Raises: UnknownGroupError (no members and no commits)."""
+        await asyncio.to_thread(self.offsets.load)
+        out = self.offsets.committed(group_id)
+        if not out and group_id not in self.groups:
+            raise UnknownGroupError(f"Group {group_id!r} has no members and no committed offsets.", group=group_id)
+        return out
 
-    def all_groups(self) -> Mapping[str, Group]:
+    async def group_names(self) -> list[str]:
+        """Every group with members or committed offsets."""
+        await asyncio.to_thread(self.offsets.load)
+        return sorted(set(self.groups) | set(self.offsets.groups()))
+
+    def _lag(self, group_id: str, topics: set[str]) -> list[GroupLag]:
+        committed = self.offsets.committed(group_id)
+        rows = []
+        for t in sorted(topics | {t for t, _ in committed}):
+            try:
+                parts = self.registry.reader(t).partition_offsets()
+            except TopiclakeError:
+                continue  # a deleted topic
+            for p in parts:
+                c = committed.get((t, p.partition))
+                rows.append(
+                    GroupLag(
+                        topic=t,
+                        partition=p.partition,
+                        committed_offset=c.offset if c else None,
+                        high_watermark=p.high_watermark,
+                        log_start_offset=p.log_start_offset,
+                        lag=partition_lag(
+                            committed=c.offset if c else None,
+                            log_start_offset=p.log_start_offset,
+                            high_watermark=p.high_watermark,
+                        ),
+                    )
+                )
+        return rows
+
+    async def describe(self, group_id: str) -> tuple[GroupState, list[GroupLag]]:
+        """The group (an Empty one if it only has commits) and its lag per partition.
+
+        Raises: UnknownGroupError."""
+        await asyncio.to_thread(self.offsets.load)
+        g = self.groups.get(group_id)
+        if g is None and not self.offsets.committed(group_id):
+            raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
+        g = g or GroupState(group_id=group_id)
+        topics = {t for m in g.members.values() for t in m.topics}
+        return g, await asyncio.to_thread(self._lag, group_id, topics)
+
+    async def reset(
+        self,
+        group_id: str,
+        topic: str,
+        to: OffsetSpec,
+        *,
+        timestamp: int | None = None,
+        offset: int | None = None,
+        partitions: list[int] | None = None,
+    ) -> dict[int, int]:
+        """Move a group's committed offsets of `topic` (see TopicReader.resolve_offsets for `to`)
+        while it has no members.
+
+        Raises: GroupNotEmptyError, TopicNotFoundError, PartitionNotFoundError, InvalidOffsetError.
+        """
+        validate_group_id(group_id)
+        g = self.groups.get(group_id)
+        if g is not None and g.members:
+            raise GroupNotEmptyError(f"Group {group_id!r} has {len(g.members)} active members.", group=group_id)
+        reader = await asyncio.to_thread(self.registry.reader, topic)
+        offsets = await asyncio.to_thread(
+            lambda: reader.resolve_offsets(to, timestamp=timestamp, offset=offset, partitions=partitions)
+        )
+        now_us = int(time.time() * 1e6)
+        commits = [
+            OffsetCommit(
+                group=group_id, topic=topic, partition=p, offset=o, metadata="reset", commit_timestamp_us=now_us
+            )
+            for p, o in offsets.items()
+        ]
+        await self.commit(group_id, commits, member_id=None, generation=None)
+        return offsets
+
+    def all_groups(self) -> Mapping[str, GroupState]:
         return self.groups

@@ -1,17 +1,27 @@
-"""Dependencies of the consumer API. The app (ingest_gateway.create_app) provides, on app.state:
-`registry` (TopicRegistry), `coordinator` (GroupCoordinator), `notifier` (CommitNotifier) and
-`authorize(request, operation, topic)` (raises 401/403 errors). consumer_api never imports the gateway.
+"""Dependencies shared by every HTTP router (the consumer API's, and the gateway's, which imports
+them): settings, the topic registry, the coordinator, the commit notifier, and authentication.
+
+The app (ingest_gateway.create_app) puts the long-lived objects on `app.state`; routes receive
+them, and the caller's `Principal`, as typed dependencies. Authentication is one dependency
+(`get_principal`): a route that takes `PrincipalDep` cannot be reached without a valid key when
+keys are configured, and authorizes each operation on its resources with `delta_log.core.acl`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 
+from conf import Settings
 from consumer_api.coordinator import GroupCoordinator
 from consumer_api.notifier import CommitNotifier
+from delta_log.core.acl import Principal, authenticate
 from delta_log.registry import TopicRegistry
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
 
 
 def get_registry(request: Request) -> TopicRegistry:
@@ -26,10 +36,16 @@ def get_notifier(request: Request) -> CommitNotifier:
     return request.app.state.notifier
 
 
-def authorize(request: Request, operation: str, topic: str | None) -> None:
-    request.app.state.authorize(request, operation, topic)
+def get_principal(
+    settings: Annotated[Settings, Depends(get_settings)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> Principal:
+    """The caller, from `Authorization: Bearer <key>`. Raises: AuthenticationError (401)."""
+    return authenticate(settings.auth, authorization)
 
 
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[TopicRegistry, Depends(get_registry)]
 CoordinatorDep = Annotated[GroupCoordinator, Depends(get_coordinator)]
 NotifierDep = Annotated[CommitNotifier, Depends(get_notifier)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

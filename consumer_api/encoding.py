@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from delta_log.errors import MalformedRequestError
+from consumer_api.errors import MalformedRequestError
 
 OUTPUT_FORMATS = ("binary", "string", "json")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from delta_log.writer import CommitInfo
+from delta_log.log.writer import CommitInfo
 
 
 class CommitNotifier:

@@ -136,6 +136,15 @@ class CommitConflictError(TopiclakeError):
     hint = "Another writer kept winning; retry the request."
 
 
+class SourcesGoneError(TopiclakeError):
+    """A file a maintenance commit meant to remove is no longer live (another job removed it), or
+    other commits kept landing first; the caller plans again."""
+
+    code = "SOURCES_GONE"
+    retriable = True
+    hint = "Another job changed the same files; run it again."
+
+
 class StorageUnavailableError(TopiclakeError):
     code = "STORAGE_UNAVAILABLE"
     retriable = True
@@ -165,18 +174,7 @@ def all_error_classes() -> list[type[TopiclakeError]]:
     return seen
 
 
-# --- HTTP-facing request errors (raised by the gateway's decoders and auth) ----------------------
-class MalformedRequestError(TopiclakeError):
-    """The body cannot be parsed (bad JSON, NDJSON line or Arrow stream); `index` names the record."""
-
-    code = "MALFORMED_REQUEST"
-
-
-class UnsupportedMediaTypeError(TopiclakeError):
-    code = "UNSUPPORTED_MEDIA_TYPE"
-    hint = "Use application/json, application/x-ndjson or application/vnd.apache.arrow.stream."
-
-
+# --- authentication and authorization (every front door: HTTP, forwarded requests, Kafka) -------
 class AuthenticationError(TopiclakeError):
     code = "UNAUTHENTICATED"
     hint = "Send 'Authorization: Bearer <api key>' with a configured key."
@@ -219,8 +217,15 @@ class InvalidGroupError(TopiclakeError):
     code = "INVALID_GROUP"
 
 
+# --- Spark source ------------------------------------------------------------------------------
+class DataLossError(TopiclakeError):
+    """Offsets a query needs were removed by retention (failOnDataLoss=true)."""
+
+    code = "DATA_LOSS"
+
+
 # --- replication ---------------------------------------------------------------------------------
 class ReplicaStateError(TopiclakeError):
-    """A root is in the wrong replication state for the operation (see delta_log.replication)."""
+    """A root is in the wrong replication state for the operation (see delta_log.maintenance.replication)."""
 
     code = "REPLICA_STATE"

@@ -1,4 +1,5 @@
-"""Process-wide access to topics: one group committer and one reader per topic, shared offsets store.
+"""Process-wide access to topics: per topic one group committer, one reader and one maintenance
+loop, created on first use; the shared offsets store; topic administration that keeps them in step.
 
 Concurrency contract: thread-safe; topic handles are created lazily under a lock and dropped on
 delete. Commit listeners run on the committing thread and must be quick (they wake waiters).
@@ -8,17 +9,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from conf import Settings
-from delta_log.catalog import Catalog
-from delta_log.group_commit import FlushStats, GroupCommitter
-from delta_log.offsets import OffsetStore
-from delta_log.reader import TopicReader
-from delta_log.rollup import SegmentRoller
-from delta_log.storage import StorageRoot
-from delta_log.topic_config import validate_topic_name
-from delta_log.writer import CommitInfo, TopicWriter
+from delta_log.core.lag import lowest_committed
+from delta_log.core.topic_config import validate_topic_name
+from delta_log.log.catalog import Catalog, TopicDescription
+from delta_log.log.group_commit import FlushStats, GroupCommitter
+from delta_log.log.reader import TopicReader
+from delta_log.log.writer import CommitInfo, TopicWriter
+from delta_log.maintenance.topic_maintenance import TopicMaintenance
+from delta_log.system.offsets import OffsetStore
+from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class TopicRegistry:
         self._on_flush = on_flush
         self._lock = threading.Lock()
         self._committers: dict[str, GroupCommitter] = {}
-        self._rollers: dict[str, SegmentRoller] = {}
+        self._maintenance: dict[str, TopicMaintenance] = {}
         self._readers: dict[str, TopicReader] = {}
         self._listeners: list[Callable[[CommitInfo], None]] = []
         self._offsets: OffsetStore | None = None
@@ -50,11 +52,7 @@ class TopicRegistry:
         """Per partition, the lowest offset any consumer group committed (for consumer-aware retention)."""
         offsets = self.offsets
         offsets.load()
-        out: dict[int, int] = {}
-        for c in offsets.all_committed():
-            if c.topic == topic:
-                out[c.partition] = min(out.get(c.partition, c.offset), c.offset)
-        return out
+        return lowest_committed(offsets.all_committed(), topic)
 
     def add_commit_listener(self, listener: Callable[[CommitInfo], None]) -> None:
         self._listeners.append(listener)
@@ -66,9 +64,13 @@ class TopicRegistry:
             r = self._readers.get(topic)
         if r is not None:
             return r
-        fresh = TopicReader(self.storage, topic)
+        fresh = TopicReader(self.storage, topic, self.settings.reader)
         with self._lock:
             return self._readers.setdefault(topic, fresh)
+
+    def partitions(self, topic: str) -> int:
+        """The topic's partition count. Raises: InvalidTopicError, TopicNotFoundError."""
+        return self.reader(topic).config.partitions
 
     def committer(self, topic: str) -> GroupCommitter:
         """Raises: InvalidTopicError, TopicNotFoundError."""
@@ -77,8 +79,14 @@ class TopicRegistry:
             c = self._committers.get(topic)
             if c is not None:
                 return c
-        roller = SegmentRoller(self.storage, topic, self.settings.writer, lowest_committed=self.lowest_committed)
-        writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, roller))
+        maintenance = TopicMaintenance(
+            self.storage,
+            topic,
+            self.settings.maintenance,
+            self.settings.writer,
+            lowest_committed=self.lowest_committed,
+        )
+        writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, maintenance))
         w = self.settings.writer
         committer = GroupCommitter(
             writer,
@@ -91,16 +99,16 @@ class TopicRegistry:
             existing = self._committers.get(topic)
             if existing is None:
                 self._committers[topic] = committer
-                self._rollers[topic] = roller
+                self._maintenance[topic] = maintenance
                 return committer
         committer.close()
-        roller.close()
+        maintenance.close()
         return existing
 
-    def _fanout(self, reader: TopicReader, roller: SegmentRoller) -> Callable[[CommitInfo], None]:
+    def _fanout(self, reader: TopicReader, maintenance: TopicMaintenance) -> Callable[[CommitInfo], None]:
         def on_commit(info: CommitInfo) -> None:
             reader.on_commit(info)
-            roller.notify_commit()
+            maintenance.notify_commit()
             for listener in self._listeners:
                 try:
                     listener(info)
@@ -121,26 +129,58 @@ class TopicRegistry:
         with self._lock:
             return dict(self._committers)
 
+    def maintenance(self, topic: str) -> TopicMaintenance | None:
+        """The topic's maintenance loop, if the topic was written to by this process."""
+        with self._lock:
+            return self._maintenance.get(topic)
+
+    # -- topic administration: the catalog change and this process's handles, in step ----------------
+    def describe_topic(self, topic: str) -> tuple[TopicDescription, TopicReader]:
+        """The topic's config and a freshly refreshed reader. Raises: TopicNotFoundError."""
+        reader = self.reader(topic)
+        reader.refresh()
+        return self.catalog.describe_topic(topic, reader.table), reader
+
+    def alter_config(self, topic: str, updates: Mapping[str, object]) -> TopicDescription:
+        """Raises: TopicNotFoundError, InvalidConfigError."""
+        desc = self.catalog.alter_config(topic, updates)
+        self.reader(topic).refresh()  # the next produce validates against the new config
+        return desc
+
+    def add_partitions(self, topic: str, total: int) -> TopicDescription:
+        """Raises: TopicNotFoundError, InvalidPartitionsError."""
+        desc = self.catalog.add_partitions(topic, total)
+        self.reader(topic).refresh()
+        return desc
+
+    def delete_topic(self, topic: str) -> None:
+        """Flush and stop this process's writer of the topic, then remove its table.
+
+        Raises: InvalidTopicError, TopicNotFoundError."""
+        self.catalog.describe_topic(topic)  # 404 before touching writers
+        self.drop(topic)
+        self.catalog.delete_topic(topic)
+
     def drop(self, topic: str) -> None:
-        """Forget a topic's handles (after delete); flushes what its committer holds."""
+        """Forget a topic's handles; flushes what its committer holds."""
         with self._lock:
             c = self._committers.pop(topic, None)
-            r = self._rollers.pop(topic, None)
+            m = self._maintenance.pop(topic, None)
             self._readers.pop(topic, None)
             self._sticky.pop(topic, None)
         if c is not None:
             c.close()
-        if r is not None:
-            r.close()
+        if m is not None:
+            m.close()
 
     def close(self) -> None:
         with self._lock:
             committers = list(self._committers.values())
-            rollers = list(self._rollers.values())
+            loops = list(self._maintenance.values())
             self._committers.clear()
-            self._rollers.clear()
+            self._maintenance.clear()
             self._readers.clear()
         for c in committers:
             c.close()
-        for r in rollers:
-            r.close()
+        for m in loops:
+            m.close()

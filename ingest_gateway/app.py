@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -15,11 +15,10 @@ from conf import Settings, load_settings
 from consumer_api.coordinator import GroupCoordinator
 from consumer_api.notifier import CommitNotifier
 from consumer_api.router import router as consumer_router
-from delta_log.groups_store import GroupStore
+from delta_log.maintenance.replication import refuse_unpromoted_replica
 from delta_log.registry import TopicRegistry
-from delta_log.replication import refuse_unpromoted_replica
-from delta_log.storage import StorageRoot
-from ingest_gateway.auth import Operation, authenticate, authorize
+from delta_log.system.groups import GroupStore
+from delta_log.table.storage import StorageRoot
 from ingest_gateway.errors import install_error_handlers
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.routes import ops, records, topics
@@ -61,11 +60,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry.add_commit_listener(notifier.on_commit)
         app.state.notifier = notifier
         store = await run_in_threadpool(GroupStore, registry.storage)
-        offsets = await run_in_threadpool(lambda: registry.offsets)
+        await run_in_threadpool(lambda: registry.offsets)  # open (or create) the offsets table off the loop
         coordinator = GroupCoordinator(
-            offsets,
+            registry,
             store,
-            lambda t: registry.reader(t).config.partitions,
             sync_interval_s=settings.server.groups_sync_interval_s,
             heartbeat_persist_s=settings.server.heartbeat_persist_interval_s,
         )
@@ -86,12 +84,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
-
-    def authorize_request(request: Request, operation: Operation, topic: str | None) -> None:
-        principal = authenticate(settings.auth, request.headers.get("authorization"))
-        authorize(principal, operation, topic)
-
-    app.state.authorize = authorize_request  # used by consumer_api (which cannot import the gateway)
 
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
 

@@ -21,8 +21,9 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from delta_log.errors import InvalidRecordError, InvalidSchemaError, MalformedRequestError
-from delta_log.records import HEADERS_TYPE, TIMESTAMP_TYPE
+from consumer_api.errors import MalformedRequestError
+from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
+from delta_log.errors import InvalidRecordError, InvalidSchemaError
 
 Format = Literal["json", "string", "binary"]
 FORMATS = ("json", "string", "binary")

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from consumer_api import errors as http_errors
 from delta_log import errors as e
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,10 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.StorageUnavailableError: 503,
     e.BackPressureError: 429,
     e.WriterClosedError: 503,
-    e.MalformedRequestError: 400,
-    e.UnsupportedMediaTypeError: 415,
+    http_errors.MalformedRequestError: 400,
+    http_errors.UnsupportedMediaTypeError: 415,
+    e.SourcesGoneError: 503,
+    e.DataLossError: 409,
     e.AuthenticationError: 401,
     e.AuthorizationError: 403,
     e.UnknownGroupError: 404,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 
-from delta_log.group_commit import FlushStats
+from delta_log.log.group_commit import FlushStats
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from delta_log.core.producer import ProducerSequence
+from delta_log.core.records import normalize_batch, offsets_for_rows
 from delta_log.errors import InvalidRecordError
-from delta_log.records import normalize_batch, offsets_for_rows
+from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
-from delta_log.writer import AppendRequest, AppendResult, ProducerSequence
 from ingest_gateway.partitioner import assign_partitions, idempotent_null_key_partition
 
 

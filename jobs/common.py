@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from conf import Settings
-from delta_log.catalog import Catalog
-from delta_log.storage import StorageRoot
+from delta_log.log.catalog import Catalog
+from delta_log.table.storage import StorageRoot
 
 TopicTask = Callable[[str, dict[str, str], str, str], dict[str, Any]]
 

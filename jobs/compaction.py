@@ -4,8 +4,8 @@
     spark-submit jobs/compaction.py --root ...
     topiclake jobs compaction
 
-Planning is pure (`delta_log.compaction.plan_merge`, `surviving_rows`); commits are safe beside live
-producers and readers (see delta_log.compaction). The server's own roll-up keeps small segments few;
+Planning is pure (`delta_log.maintenance.compaction.plan_merge`, `surviving_rows`); commits are safe beside live
+producers and readers (see delta_log.maintenance.compaction). The server's own roll-up keeps small segments few;
 this job makes large files and does key compaction.
 """
 
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from conf import Settings
-from delta_log.compaction import compact_topic, plan_merge, surviving_rows
-from delta_log.storage import StorageRoot
+from delta_log.core.compaction_plan import plan_merge, surviving_rows
+from delta_log.maintenance.compaction import compact_topic
+from delta_log.table.storage import StorageRoot
 from jobs.common import Progress, for_each_topic, job_settings, job_spark, planned_again
 
 __all__ = ["CompactionJobReport", "main", "plan_merge", "run", "surviving_rows"]

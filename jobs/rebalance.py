@@ -33,11 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conf import Settings
-from delta_log.assignors import assign
-from delta_log.catalog import Catalog
-from delta_log.groups_store import REBALANCE_JOB, GroupRecord, GroupStore, MemberRecord
-from delta_log.offsets import OffsetStore
-from delta_log.storage import StorageRoot
+from delta_log.core.assignors import assign
+from delta_log.core.group_rules import EMPTY, STABLE
+from delta_log.core.lag import partition_lag
+from delta_log.log.catalog import Catalog
+from delta_log.log.reader import TopicReader
+from delta_log.system.groups import REBALANCE_JOB, GroupRecord, GroupStore, MemberRecord
+from delta_log.system.offsets import OffsetStore
+from delta_log.table.storage import StorageRoot
 from jobs.common import Progress, for_each_topic, job_settings, job_spark
 
 __all__ = ["GroupPlan", "main", "plan_rebalance", "run"]
@@ -106,7 +109,7 @@ def plan_rebalance(
     plans: list[GroupPlan] = []
     for name in sorted(groups):
         rec = groups[name]
-        if rec.state != "Stable" or not rec.members:
+        if rec.state != STABLE or not rec.members:
             continue
         gone = [m.member_id for m in rec.members if now_ms - m.last_heartbeat_ms > m.session_timeout_ms + grace_ms]
         alive = [m for m in rec.members if m.member_id not in gone]
@@ -139,7 +142,7 @@ def plan_rebalance(
         record = GroupRecord(
             group=name,
             generation=rec.generation + 1,
-            state="Stable" if members else "Empty",
+            state=STABLE if members else EMPTY,
             assignor=rec.assignor,
             members=members,
             updated_at_us=now_ms * 1000,
@@ -160,16 +163,11 @@ def plan_rebalance(
     return plans
 
 
-def _high_watermarks(root: str, storage_options: dict[str, str], topic: str, settings_json: str) -> dict[str, Any]:
-    """Task: a topic's partition count and high watermarks (runs on an executor)."""
-    from delta_log.catalog import Catalog
-    from delta_log.writer import hw_app_id
-
+def _partition_offsets(root: str, storage_options: dict[str, str], topic: str, settings_json: str) -> dict[str, Any]:
+    """Task: a topic's (log start offset, high watermark) per partition (runs on an executor)."""
     settings = Settings.model_validate_json(settings_json)
-    catalog = Catalog(StorageRoot(root, storage_options), settings.writer)
-    dt = catalog.open_topic(topic)
-    n = catalog.describe_topic(topic, dt).config.partitions
-    return {"topic": topic, "hw": [int(dt.transaction_version(hw_app_id(p)) or 0) for p in range(n)]}
+    reader = TopicReader(StorageRoot(root, storage_options), topic, settings.reader)
+    return {"topic": topic, "bounds": [(p.log_start_offset, p.high_watermark) for p in reader.partition_offsets()]}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,25 +189,29 @@ def run(spark: Any, settings: Settings, *, groups: list[str] | None = None, atte
     plans: list[GroupPlan] = []
     for attempt in range(1, attempts + 1):
         state = {g: r for g, r in store.load().items() if groups is None or g in groups}
-        topics = sorted({t for r in state.values() if r.state == "Stable" for m in r.members for t in m.topics})
+        topics = sorted({t for r in state.values() if r.state == STABLE for m in r.members for t in m.topics})
         existing = set(Catalog(storage, settings.writer).list_topics())
-        hws = {
-            r["topic"]: r["hw"]
-            for r in for_each_topic(spark, settings, [t for t in topics if t in existing], _high_watermarks, progress)
+        bounds = {
+            r["topic"]: r["bounds"]
+            for r in for_each_topic(spark, settings, [t for t in topics if t in existing], _partition_offsets, progress)
         }
         offsets = OffsetStore(storage)
         plans = []
         for name, rec in state.items():
             committed = offsets.committed(name)
             lag = {
-                (t, p): max(0, hw - (committed[(t, p)].offset if (t, p) in committed else 0))
-                for t, marks in hws.items()
-                for p, hw in enumerate(marks)
+                (t, p): partition_lag(
+                    committed=committed[(t, p)].offset if (t, p) in committed else None,
+                    log_start_offset=lso,
+                    high_watermark=hw,
+                )
+                for t, marks in bounds.items()
+                for p, (lso, hw) in enumerate(marks)
             }
             plans += plan_rebalance(
                 {name: rec},
                 now_ms=int(time.time() * 1000),
-                partitions={t: len(m) for t, m in hws.items()},
+                partitions={t: len(m) for t, m in bounds.items()},
                 lag=lag,
                 imbalance=settings.jobs.rebalance_lag_imbalance,
                 min_lag=settings.jobs.rebalance_min_lag,

@@ -5,7 +5,7 @@
     topiclake jobs replication --replica /mnt/other-disk/topiclake
     topiclake replica promote --root /mnt/other-disk/topiclake     # after losing the primary
 
-Incremental and offset-preserving (see delta_log.replication): each run copies what the source
+Incremental and offset-preserving (see delta_log.maintenance.replication): each run copies what the source
 committed since the last run, one Spark task per topic (`--local`: in this process), then the
 committed group offsets. The replica root is marked as a replica; a server refuses to serve it
 until `topiclake replica promote`, after which producers continue at the replicated high
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from conf import Settings
-from delta_log.catalog import Catalog
-from delta_log.replication import (
+from delta_log.log.catalog import Catalog
+from delta_log.maintenance.replication import (
     check_replica_target,
     plan_replication,
     promote,
@@ -31,7 +31,7 @@ from delta_log.replication import (
     replicate_topic,
     write_marker,
 )
-from delta_log.storage import StorageRoot
+from delta_log.table.storage import StorageRoot
 from jobs.common import Progress, for_each_topic, job_settings, job_spark
 
 __all__ = ["ReplicationReport", "main", "plan_replication", "promote", "run"]

@@ -5,9 +5,9 @@
     topiclake jobs retention
 
 With Spark (the default), topics are spread over the executors, one task each; `--local` runs in
-this process. Planning is `delta_log.retention.plan_retention` (pure); the removal commits are
-safe beside live producers and consumers (see delta_log.retention). `topiclake serve` also applies
-retention itself every `writer.retention_check_interval_s`.
+this process. Planning is `delta_log.core.retention_plan.plan_retention` (pure); the removal commits are
+safe beside live producers and consumers (see delta_log.maintenance.retention). `topiclake serve` also applies
+retention itself every `maintenance.retention_interval_s`, the interval this job is scheduled at too.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from conf import Settings
-from delta_log.offsets import OffsetStore
-from delta_log.retention import apply_retention, plan_retention
-from delta_log.storage import StorageRoot
+from delta_log.core.lag import lowest_committed
+from delta_log.core.retention_plan import plan_retention
+from delta_log.maintenance.retention import apply_retention
+from delta_log.system.offsets import OffsetStore
+from delta_log.table.storage import StorageRoot
 from jobs.common import Progress, for_each_topic, job_settings, job_spark, planned_again
 
 __all__ = ["JobReport", "main", "plan_retention", "run"]
@@ -38,10 +40,7 @@ class JobReport:
 def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: str) -> dict[str, Any]:
     settings = Settings.model_validate_json(settings_json)
     storage = StorageRoot(root, storage_options)
-    lowest: dict[int, int] = {}
-    for c in OffsetStore(storage).all_committed():
-        if c.topic == topic:
-            lowest[c.partition] = min(lowest.get(c.partition, c.offset), c.offset)
+    lowest = lowest_committed(OffsetStore(storage).all_committed(), topic)
     return planned_again(lambda: apply_retention(storage, topic, settings.writer, lowest_committed=lowest))
 
 

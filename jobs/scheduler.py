@@ -70,7 +70,7 @@ def schedule_of(settings: Settings) -> list[Scheduled]:
     j = settings.jobs
     out = [
         Scheduled("rebalance", j.rebalance_interval_s, _rebalance),
-        Scheduled("retention", j.retention_interval_s, _retention),
+        Scheduled("retention", settings.maintenance.retention_interval_s, _retention),
         Scheduled("compaction", j.compaction_interval_s, _compaction),
     ]
     if j.replica_root:

@@ -13,11 +13,12 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from consumer_api.dependencies import NotifierDep, RegistryDep, authorize
+from consumer_api.dependencies import NotifierDep, PrincipalDep, RegistryDep
 from consumer_api.encoding import check_format, records_to_json
 from consumer_api.schemas import OffsetLookup
+from delta_log.core.acl import authorize
 from delta_log.errors import InvalidOffsetError
-from delta_log.reader import FetchResult, TopicReader
+from delta_log.log.reader import FetchResult, TopicReader
 
 router = APIRouter(tags=["consume"])
 
@@ -40,9 +41,9 @@ async def _fetch(reader: TopicReader, partition: int, offset: int, max_records: 
 async def fetch(
     topic: str,
     partition: int,
-    request: Request,
     registry: RegistryDep,
     notifier: NotifierDep,
+    principal: PrincipalDep,
     offset: Annotated[int, Query(description="First offset to return.")],
     max_records: Annotated[int, Query()] = 500,
     max_bytes: Annotated[int, Query()] = 1024 * 1024,
@@ -52,7 +53,7 @@ async def fetch(
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Records of one partition from an offset: JSON, or Arrow IPC with `Accept: application/vnd.apache.arrow.stream`."""
-    authorize(request, "consume", topic)
+    authorize(principal, "consume", topic)
     check_format("key_format", key_format)
     check_format("value_format", value_format)
     if not 0 <= max_wait_ms <= MAX_WAIT_MS:
@@ -92,38 +93,35 @@ async def fetch(
 @router.get("/topics/{topic}/offsets", response_model=OffsetLookup)
 async def lookup_offsets(
     topic: str,
-    request: Request,
     registry: RegistryDep,
+    principal: PrincipalDep,
     at: Annotated[str, Query(description="earliest, latest, or an epoch-ms timestamp")] = "latest",
 ) -> OffsetLookup:
     """Per partition: the earliest offset, the latest (high watermark), or the first offset at/after a timestamp."""
-    authorize(request, "consume", topic)
-    reader = await run_in_threadpool(registry.reader, topic)
+    authorize(principal, "consume", topic)
     ts: int | None = None
     if at not in ("earliest", "latest"):
         try:
             ts = int(at)
         except ValueError:
             raise InvalidOffsetError(f"at must be earliest, latest or epoch ms; got {at!r}.") from None
-    parts = []
-    for info in await run_in_threadpool(reader.partition_offsets):
-        if at == "earliest":
-            off: int | None = info.log_start_offset
-        elif at == "latest":
-            off = info.high_watermark
-        else:
-            assert ts is not None
-            off = await run_in_threadpool(reader.offset_for_timestamp, info.partition, ts)
-            off = info.high_watermark if off is None else off
-        parts.append(
+
+    def lookup() -> list[dict[str, int | None]]:
+        reader = registry.reader(topic)
+        infos = reader.partition_offsets()
+        to = "timestamp" if ts is not None else ("earliest" if at == "earliest" else "latest")
+        found = reader.resolve_offsets(to, timestamp=ts, partitions=[i.partition for i in infos])
+        return [
             {
                 "partition": info.partition,
-                "offset": off,
+                "offset": found[info.partition],
                 "log_start_offset": info.log_start_offset,
                 "high_watermark": info.high_watermark,
             }
-        )
-    return OffsetLookup(topic=topic, partitions=parts)
+            for info in infos
+        ]
+
+    return OffsetLookup(topic=topic, partitions=await run_in_threadpool(lookup))
 
 
 @router.get("/topics/{topic}/partitions/{partition}/stream")
@@ -133,13 +131,14 @@ async def stream(
     request: Request,
     registry: RegistryDep,
     notifier: NotifierDep,
+    principal: PrincipalDep,
     offset: int | None = None,
     key_format: str = "string",
     value_format: str = "binary",
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """Server-Sent Events: records as they commit; `id` is the offset, resume with Last-Event-ID."""
-    authorize(request, "consume", topic)
+    authorize(principal, "consume", topic)
     check_format("key_format", key_format)
     check_format("value_format", value_format)
     reader = await run_in_threadpool(registry.reader, topic)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Request, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Response
 
-from consumer_api.dependencies import CoordinatorDep, RegistryDep, authorize
+from consumer_api.dependencies import CoordinatorDep, PrincipalDep
 from consumer_api.schemas import (
     CommitRequest,
     CommittedOffsets,
@@ -22,18 +21,17 @@ from consumer_api.schemas import (
     PartitionOffset,
     ResetRequest,
 )
-from delta_log.errors import GroupNotEmptyError, InvalidOffsetError, UnknownGroupError
-from delta_log.offsets import OffsetCommit
-from delta_log.registry import TopicRegistry
+from delta_log.core.acl import authorize
+from delta_log.system.offsets import OffsetCommit
 
 router = APIRouter(prefix="/groups", tags=["consumer groups"])
 
 
 @router.post("/{group}/members", response_model=JoinResponse)
-async def join(group: str, body: JoinRequest, request: Request, coordinator: CoordinatorDep) -> JoinResponse:
+async def join(group: str, body: JoinRequest, principal: PrincipalDep, coordinator: CoordinatorDep) -> JoinResponse:
     """Join (or rejoin) a group; returns when the group is stable, with this member's partitions."""
     for t in body.topics:
-        authorize(request, "consume", t)
+        authorize(principal, "consume", t)
     r = await coordinator.join(
         group,
         topics=body.topics,
@@ -49,7 +47,7 @@ async def join(group: str, body: JoinRequest, request: Request, coordinator: Coo
 
 @router.post("/{group}/members/{member_id}/heartbeat", response_model=HeartbeatResponse)
 async def heartbeat(
-    group: str, member_id: str, body: HeartbeatRequest, coordinator: CoordinatorDep
+    group: str, member_id: str, body: HeartbeatRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> HeartbeatResponse:
     """Keep the session alive; `rebalance: true` means commit what you processed and join again."""
     r = await coordinator.heartbeat(group, member_id, body.generation)
@@ -57,20 +55,20 @@ async def heartbeat(
 
 
 @router.delete("/{group}/members/{member_id}", status_code=204)
-async def leave(group: str, member_id: str, coordinator: CoordinatorDep) -> Response:
+async def leave(group: str, member_id: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> Response:
     """Leave the group (its partitions go to the others)."""
     await coordinator.leave(group, member_id)
     return Response(status_code=204)
 
 
 @router.post("/{group}/offsets", response_model=CommittedOffsets)
-async def commit(group: str, body: CommitRequest, request: Request, coordinator: CoordinatorDep) -> CommittedOffsets:
+async def commit(
+    group: str, body: CommitRequest, principal: PrincipalDep, coordinator: CoordinatorDep
+) -> CommittedOffsets:
     """Commit offsets (durable before the answer). Refused with 409 FENCED_MEMBER unless the
     member owns every partition in the group's current generation."""
     for o in body.offsets:
-        authorize(request, "consume", o.topic)
-        if o.offset < 0:
-            raise InvalidOffsetError(f"Offset must be >= 0; got {o.offset}.", offset=o.offset)
+        authorize(principal, "consume", o.topic)
     now_us = int(time.time() * 1e6)
     commits = [
         OffsetCommit(
@@ -89,30 +87,24 @@ async def commit(group: str, body: CommitRequest, request: Request, coordinator:
     return CommittedOffsets(group=group, offsets=body.offsets)
 
 
-def _committed(registry: TopicRegistry, group: str) -> list[PartitionOffset]:
-    registry.offsets.load()  # commits by other writers (Spark queries with groupId, other servers)
-    return [
-        PartitionOffset(topic=t, partition=p, offset=c.offset, metadata=c.metadata)
-        for (t, p), c in sorted(registry.offsets.committed(group).items())
-    ]
-
-
 @router.get("/{group}/offsets", response_model=CommittedOffsets)
-async def committed(group: str, registry: RegistryDep, coordinator: CoordinatorDep) -> CommittedOffsets:
+async def committed(group: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> CommittedOffsets:
     """The group's committed offsets."""
-    offsets = await run_in_threadpool(_committed, registry, group)
-    if not offsets and group not in coordinator.all_groups():
-        raise UnknownGroupError(f"Group {group!r} has no members and no committed offsets.", group=group)
-    return CommittedOffsets(group=group, offsets=offsets)
+    offsets = await coordinator.committed(group)
+    return CommittedOffsets(
+        group=group,
+        offsets=[
+            PartitionOffset(topic=t, partition=p, offset=c.offset, metadata=c.metadata)
+            for (t, p), c in sorted(offsets.items())
+        ],
+    )
 
 
 @router.get("", response_model=GroupList)
-async def list_groups(registry: RegistryDep, coordinator: CoordinatorDep) -> GroupList:
+async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupList:
     """Every group with members or committed offsets."""
-    await run_in_threadpool(registry.offsets.load)
-    names = set(coordinator.all_groups()) | set(await run_in_threadpool(registry.offsets.groups))
     out: list[dict[str, str | int]] = []
-    for name in sorted(names):
+    for name in await coordinator.group_names():
         g = coordinator.all_groups().get(name)
         out.append(
             {
@@ -125,48 +117,15 @@ async def list_groups(registry: RegistryDep, coordinator: CoordinatorDep) -> Gro
     return GroupList(groups=out)
 
 
-def _lag(registry: TopicRegistry, group: str, topics: set[str]) -> list[LagInfo]:
-    registry.offsets.load()
-    committed = registry.offsets.committed(group)
-    topics = topics | {t for t, _ in committed}
-    rows = []
-    for t in sorted(topics):
-        try:
-            parts = registry.reader(t).partition_offsets()
-        except Exception:
-            continue  # a deleted topic
-        for p in parts:
-            c = committed.get((t, p.partition))
-            base = c.offset if c is not None else p.log_start_offset
-            rows.append(
-                LagInfo(
-                    topic=t,
-                    partition=p.partition,
-                    committed_offset=c.offset if c else None,
-                    high_watermark=p.high_watermark,
-                    log_start_offset=p.log_start_offset,
-                    lag=max(0, p.high_watermark - max(base, p.log_start_offset)),
-                )
-            )
-    return rows
-
-
 @router.get("/{group}", response_model=GroupInfo)
-async def describe(group: str, registry: RegistryDep, coordinator: CoordinatorDep) -> GroupInfo:
+async def describe(group: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupInfo:
     """State, generation, members and assignment, committed offsets and lag per partition."""
-    g = coordinator.all_groups().get(group)
-    await run_in_threadpool(registry.offsets.load)
-    has_offsets = bool(await run_in_threadpool(registry.offsets.committed, group))
-    if g is None and not has_offsets:
-        raise UnknownGroupError(f"Group {group!r} does not exist.", group=group)
-    members = list(g.members.values()) if g else []
-    topics = {t for m in members for t in m.topics}
-    lag = await run_in_threadpool(_lag, registry, group, topics)
+    g, lag = await coordinator.describe(group)
     return GroupInfo(
         group=group,
-        state=g.state if g else "Empty",
-        generation=g.generation if g else 0,
-        assignor=g.assignor if g else "range",
+        state=g.state,
+        generation=g.generation,
+        assignor=g.assignor,
         members=[
             MemberInfo(
                 member_id=m.member_id,
@@ -175,62 +134,34 @@ async def describe(group: str, registry: RegistryDep, coordinator: CoordinatorDe
                 session_timeout_ms=m.session_timeout_ms,
                 assignment=m.assignment,
             )
-            for m in members
+            for m in g.members.values()
         ],
-        lag=lag,
+        lag=[
+            LagInfo(
+                topic=r.topic,
+                partition=r.partition,
+                committed_offset=r.committed_offset,
+                high_watermark=r.high_watermark,
+                log_start_offset=r.log_start_offset,
+                lag=r.lag,
+            )
+            for r in lag
+        ],
     )
 
 
 @router.post("/{group}/offsets/reset", response_model=CommittedOffsets)
 async def reset(
-    group: str, body: ResetRequest, request: Request, registry: RegistryDep, coordinator: CoordinatorDep
+    group: str, body: ResetRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> CommittedOffsets:
     """Admin: move a group's committed offsets (earliest, latest, timestamp, explicit) while it has no members."""
-    authorize(request, "admin", body.topic)
-    g = coordinator.all_groups().get(group)
-    if g is not None and g.members:
-        raise GroupNotEmptyError(f"Group {group!r} has {len(g.members)} active members.", group=group)
-    reader = await run_in_threadpool(registry.reader, body.topic)
-    infos = {i.partition: i for i in await run_in_threadpool(reader.partition_offsets)}
-    parts = body.partitions if body.partitions is not None else sorted(infos)
-    offsets = []
-    for p in parts:
-        if p not in infos:
-            await run_in_threadpool(reader.fetch, p, 0)  # raises UNKNOWN_PARTITION
-        info = infos[p]
-        if body.to == "earliest":
-            off = info.log_start_offset
-        elif body.to == "latest":
-            off = info.high_watermark
-        elif body.to == "timestamp":
-            if body.timestamp is None:
-                raise InvalidOffsetError("to=timestamp needs a timestamp (epoch ms).")
-            found = await run_in_threadpool(reader.offset_for_timestamp, p, body.timestamp)
-            off = info.high_watermark if found is None else found
-        else:
-            if body.offset is None or not info.log_start_offset <= body.offset <= info.high_watermark:
-                raise InvalidOffsetError(
-                    f"to=offset needs an offset within [{info.log_start_offset}, {info.high_watermark}] "
-                    f"for partition {p}.",
-                    partition=p,
-                )
-            off = body.offset
-        offsets.append(PartitionOffset(topic=body.topic, partition=p, offset=off, metadata="reset"))
-    now_us = int(time.time() * 1e6)
-    await coordinator.commit(
-        group,
-        [
-            OffsetCommit(
-                group=group,
-                topic=o.topic,
-                partition=o.partition,
-                offset=o.offset,
-                metadata="reset",
-                commit_timestamp_us=now_us,
-            )
-            for o in offsets
-        ],
-        member_id=None,
-        generation=None,
+    authorize(principal, "admin", body.topic)
+    offsets = await coordinator.reset(
+        group, body.topic, body.to, timestamp=body.timestamp, offset=body.offset, partitions=body.partitions
     )
-    return CommittedOffsets(group=group, offsets=offsets)
+    return CommittedOffsets(
+        group=group,
+        offsets=[
+            PartitionOffset(topic=body.topic, partition=p, offset=o, metadata="reset") for p, o in offsets.items()
+        ],
+    )

@@ -23,6 +23,7 @@ Offsets = dict[str, dict[int, int]]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceOptions:
     root: str
+    storage_options: dict[str, str] = field(default_factory=dict)
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -90,9 +91,23 @@ def _offsets_json(key: str, raw: str, *, allow: tuple[int, ...]) -> Offsets:
     return out
 
 
-def parse_options(options: Mapping[str, str], *, default_root: str, streaming: bool) -> SourceOptions:
+#: Options `storage.<key>` are the root's storage options (object-store endpoint, credentials...).
+STORAGE_OPTION_PREFIX = "storage."
+
+
+def parse_options(
+    options: Mapping[str, str],
+    *,
+    default_root: str,
+    default_storage_options: Mapping[str, str] | None = None,
+    streaming: bool,
+) -> SourceOptions:
     """Raises: SourceOptionError with a message that says what to change."""
     opts = {k.lower(): v for k, v in options.items()}
+    storage_options = dict(default_storage_options or {})
+    storage_options.update(
+        {k[len(STORAGE_OPTION_PREFIX) :]: v for k, v in opts.items() if k.startswith(STORAGE_OPTION_PREFIX)}
+    )
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
     if len(chosen) != 1:
         raise SourceOptionError(
@@ -159,6 +174,7 @@ def parse_options(options: Mapping[str, str], *, default_root: str, streaming: b
             raise SourceOptionError("maxOffsetsPerTrigger must be a positive integer.", option="maxOffsetsPerTrigger")
     return SourceOptions(
         root=opts.get("root") or opts.get("path") or default_root,
+        storage_options=storage_options,
         subscribe=subscribe,
         subscribe_pattern=pattern,
         assign=assign,

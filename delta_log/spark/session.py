@@ -45,9 +45,7 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
     settings = settings or load_settings()
     active = SparkSession.getActiveSession()
     if active is not None:
-        from delta_log.spark.source import TopiclakeDataSource
-
-        active.dataSource.register(TopiclakeDataSource)
+        _register_source(active, settings)
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers (UDFs, the topiclake source) must run the interpreter that has our packages.
@@ -64,7 +62,12 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
         if settings.spark.ivy_dir:
             builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
         spark = configure_spark_with_delta_pip(builder).getOrCreate()
-    from delta_log.spark.source import TopiclakeDataSource
-
-    spark.dataSource.register(TopiclakeDataSource)
+    _register_source(spark, settings)
     return spark
+
+
+def _register_source(spark: SparkSession, settings: Settings) -> None:
+    """`format("topiclake")`, defaulting to the settings' root and storage options."""
+    from delta_log.spark.source import bind_source
+
+    spark.dataSource.register(bind_source(os.path.abspath(settings.root), settings.storage_options))

@@ -16,9 +16,9 @@ query shows up in lag views and `topiclake groups describe`.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,12 +26,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from conf import WriterSettings
-from delta_log.catalog import Catalog
-from delta_log.errors import FencedMemberError, TopicNotFoundError
-from delta_log.groups_store import GroupStore
-from delta_log.offsets import OffsetCommit, OffsetStore
-from delta_log.reader import TopicReader
+from conf import ReaderSettings, WriterSettings
+from delta_log.errors import DataLossError, FencedMemberError, TopicNotFoundError
+from delta_log.log.catalog import Catalog
+from delta_log.log.reader import TopicReader
 from delta_log.spark.options import (
     EARLIEST,
     LATEST,
@@ -43,37 +41,43 @@ from delta_log.spark.options import (
     plan_limited_end,
     to_json_offsets,
 )
-from delta_log.storage import StorageRoot
+from delta_log.system.groups import GroupStore
+from delta_log.system.offsets import OffsetCommit, OffsetStore
+from delta_log.table.storage import StorageRoot
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
 HEADERS_SCHEMA = ", headers array<struct<key: string, value: binary>>"
 READ_CHUNK = 100_000
-
-
-class DataLossError(RuntimeError):
-    """Offsets a query needs were removed by retention (failOnDataLoss=true)."""
-
-
-def default_root() -> str:
-    return os.path.abspath(os.environ.get("TOPICLAKE_ROOT", "./data"))
+#: A task reads one fixed range: its reader never needs to look for newer versions.
+_TASK_READER = ReaderSettings(refresh_interval_s=3600)
 
 
 class TopicPartitionRange(InputPartition):
     """One Spark task: offsets [start, end) of one topic partition."""
 
     def __init__(
-        self, *, topic: str, partition: int, start: int, end: int, root: str, headers: bool, fail_on_data_loss: bool
+        self,
+        *,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        root: str,
+        storage_options: Mapping[str, str],
+        headers: bool,
+        fail_on_data_loss: bool,
     ) -> None:
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
-        self.root, self.headers, self.fail_on_data_loss = root, headers, fail_on_data_loss
+        self.root, self.storage_options = root, dict(storage_options)
+        self.headers, self.fail_on_data_loss = headers, fail_on_data_loss
 
 
 def read_range(part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one partition's offsets [start, end), in offset order."""
-    reader = TopicReader(StorageRoot(part.root), part.topic, refresh_interval_s=3600)
+    reader = TopicReader(StorageRoot(part.root, part.storage_options), part.topic, _TASK_READER)
     lso = reader.log_start_offset(part.partition)
     cur = part.start
     if cur < lso:
@@ -104,7 +108,7 @@ class _Planner:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.storage = StorageRoot(options.root)
+        self.storage = StorageRoot(options.root, options.storage_options)
         self._readers: dict[str, TopicReader] = {}
 
     def topics(self) -> list[str]:
@@ -188,6 +192,7 @@ class _Planner:
                             start=s,
                             end=e,
                             root=self.options.root,
+                            storage_options=self.options.storage_options,
                             headers=self.options.include_headers,
                             fail_on_data_loss=self.options.fail_on_data_loss,
                         )
@@ -217,14 +222,23 @@ class _Planner:
 
 
 class TopiclakeDataSource(DataSource):
-    """Register with `spark.dataSource.register(TopiclakeDataSource)` (get_spark() does)."""
+    """Register with `spark.dataSource.register(bind_source(root, storage_options))` (get_spark() does,
+    from settings); a query's `root` and `storage.<key>` options override those defaults."""
+
+    default_root: ClassVar[str] = "data"
+    default_storage_options: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def name(cls) -> str:
         return "topiclake"
 
     def _options(self, streaming: bool) -> SourceOptions:
-        return parse_options(dict(self.options), default_root=default_root(), streaming=streaming)
+        return parse_options(
+            dict(self.options),
+            default_root=self.default_root,
+            default_storage_options=self.default_storage_options,
+            streaming=streaming,
+        )
 
     def schema(self) -> str:
         include = str(dict(self.options).get("includeHeaders", self.options.get("includeheaders", "false")))
@@ -312,3 +326,13 @@ class TopiclakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self.options.group_id and offsets and offsets != self._group_committed:
             self.planner.commit_group(from_json_offsets(offsets))
             self._group_committed = offsets
+
+
+def bind_source(root: str, storage_options: Mapping[str, str]) -> type[TopiclakeDataSource]:
+    """The data source with `root` and `storage_options` as defaults (resolved by the entry point,
+    `get_spark`, from settings: delta_log reads no environment)."""
+    return type(
+        "TopiclakeDataSource",
+        (TopiclakeDataSource,),
+        {"default_root": root, "default_storage_options": dict(storage_options)},
+    )

@@ -13,14 +13,15 @@ refresh `_partitions`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from conf import WriterSettings
-from delta_log.catalog import Catalog
-from delta_log.offsets import OffsetStore
-from delta_log.reader import TopicReader
-from delta_log.spark.source import default_root
-from delta_log.storage import StorageRoot
+from delta_log.core.lag import lag_sql
+from delta_log.log.catalog import Catalog
+from delta_log.log.reader import TopicReader
+from delta_log.system.offsets import OffsetStore
+from delta_log.table.storage import StorageRoot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,11 +40,22 @@ def table_name(topic: str) -> str:
     return topic.replace("-", "_").replace(".", "_")
 
 
-def register_topics(spark: SparkSession, root: str | None = None, *, database: str = "topics") -> dict[str, str]:
+def register_topics(
+    spark: SparkSession,
+    root: str | None = None,
+    *,
+    database: str = "topics",
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Register every topic under `root` as `<database>.<table_name(topic)>`, plus `_partitions` and
     `_consumer_lag`. Returns {topic: table}. Two topics whose SQL names collide: the second is
     registered as `<name>_2` (and so on), never silently replaced."""
-    storage = StorageRoot(root or default_root())
+    if root is None:  # the entry point's default: the settings' root
+        from conf import load_settings
+
+        settings = load_settings()
+        root, storage_options = settings.root, storage_options or settings.storage_options
+    storage = StorageRoot(root, storage_options or {})
     OffsetStore(storage)  # make sure the offsets table exists, so the lag view always resolves
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {_q(database)}")
     topics = Catalog(storage, WriterSettings()).list_topics()
@@ -77,7 +89,7 @@ def register_topics(spark: SparkSession, root: str | None = None, *, database: s
             GROUP BY `group`, topic, partition
         )
         SELECT l.`group`, l.topic, l.partition, l.committed_offset, p.high_watermark, p.log_start_offset,
-               greatest(0, p.high_watermark - greatest(l.committed_offset, p.log_start_offset)) AS lag
+               {lag_sql(committed="l.committed_offset", log_start_offset="p.log_start_offset", high_watermark="p.high_watermark")} AS lag
         FROM latest l JOIN {_q(database)}._partitions p ON l.topic = p.topic AND l.partition = p.partition
     """)
     return tables

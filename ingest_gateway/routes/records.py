@@ -12,10 +12,11 @@ import pyarrow as pa
 from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 
-from delta_log.errors import MalformedRequestError, RequestTooLargeError, UnsupportedMediaTypeError
-from delta_log.group_commit import GroupCommitter
+from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
+from delta_log.core.acl import authorize
+from delta_log.errors import RequestTooLargeError
+from delta_log.log.group_commit import GroupCommitter
 from ingest_gateway import decoding
-from ingest_gateway.auth import authorize
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
 from ingest_gateway.produce import PreparedRequest, prepare, producer_from_headers, record_offset_columns
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse

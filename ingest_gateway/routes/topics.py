@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
-from delta_log.catalog import TopicDescription
-from delta_log.reader import TopicReader
-from ingest_gateway.auth import authorize
+from delta_log.core.acl import authorize
+from delta_log.log.catalog import TopicDescription
+from delta_log.log.reader import TopicReader
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep
 from ingest_gateway.schemas import (
     AddPartitions,
@@ -65,34 +65,27 @@ def describe_topic(topic: str, registry: RegistryDep, principal: PrincipalDep) -
     """Describe a topic: config and, per partition, log start offset and high watermark."""
     if not any(principal.allows(op, topic) for op in ("produce", "consume", "admin")):
         authorize(principal, "consume", topic)
-    reader = registry.reader(topic)
-    reader.refresh()
-    return _info(registry.catalog.describe_topic(topic, reader.table), reader)
+    desc, reader = registry.describe_topic(topic)
+    return _info(desc, reader)
 
 
 @router.patch("/{topic}/config", response_model=TopicInfo, response_model_exclude_none=True)
 def alter_config(topic: str, body: AlterConfig, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Set topic config keys (null resets a key to its default)."""
     authorize(principal, "admin", topic)
-    d = registry.catalog.alter_config(topic, body.config)
-    registry.reader(topic).refresh()
-    return _info(d)
+    return _info(registry.alter_config(topic, body.config))
 
 
 @router.post("/{topic}/partitions", response_model=TopicInfo, response_model_exclude_none=True)
 def add_partitions(topic: str, body: AddPartitions, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Raise the partition count (never lower)."""
     authorize(principal, "admin", topic)
-    d = registry.catalog.add_partitions(topic, body.count)
-    registry.reader(topic).refresh()
-    return _info(d)
+    return _info(registry.add_partitions(topic, body.count))
 
 
 @router.delete("/{topic}", status_code=204)
 async def delete_topic(topic: str, registry: RegistryDep, principal: PrincipalDep) -> Response:
     """Delete a topic and its data."""
     authorize(principal, "admin", topic)
-    await run_in_threadpool(registry.catalog.describe_topic, topic)  # 404 before touching writers
-    await run_in_threadpool(registry.drop, topic)
-    await run_in_threadpool(registry.catalog.delete_topic, topic)
+    await run_in_threadpool(registry.delete_topic, topic)
     return Response(status_code=204)

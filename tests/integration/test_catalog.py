@@ -1,6 +1,7 @@
 import pytest
 
 from delta_log import Catalog, StorageRoot
+from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -8,7 +9,6 @@ from delta_log.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from delta_log.records import TOPIC_SCHEMA
 
 
 def test_create_describe_list_delete(catalog, storage):

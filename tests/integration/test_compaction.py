@@ -4,9 +4,10 @@ import time
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from conf import ReaderSettings
 from delta_log import TopicReader, TopicWriter, normalize_batch
-from delta_log.compaction import compact_topic
-from delta_log.segments import segments_of
+from delta_log.maintenance.compaction import compact_topic
+from delta_log.table.segment_files import segments_of
 
 
 def keyed(keys, values, topic):
@@ -40,7 +41,7 @@ def test_merge_is_invisible_to_readers_and_writers(storage, settings, topic_fact
     for i in range(30):
         w.append(keyed([b"k%d" % i] * 3, [b"v"] * 3, topic))
     before = rows(storage, topic)
-    reader = TopicReader(storage, topic, refresh_interval_s=3600)  # holds the old index
+    reader = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=3600))  # holds the old index
     old = reader.fetch(0, 0, max_records=1000).records
     live = threading.Thread(target=lambda: [w2.append(keyed([b"x"], [b"y"], topic)) for _ in range(20)])
     w2 = TopicWriter(storage, topic, settings.writer)

@@ -3,6 +3,7 @@ import time
 import pytest
 from deltalake import DeltaTable
 
+from conf import ReaderSettings
 from delta_log import TopicReader, TopicWriter
 from delta_log.errors import InvalidOffsetError, OffsetOutOfRangeError, PartitionNotFoundError
 from tests.integration.conftest import make_batch
@@ -68,7 +69,7 @@ def test_log_start_offset_after_prefix_delete(storage, filled):
 
 def test_incremental_refresh_sees_other_writer(storage, filled, settings):
     topic, _ = filled
-    r = TopicReader(storage, topic, refresh_interval_s=3600, end_refresh_interval_s=0)
+    r = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=3600, end_refresh_interval_s=0))
     other = TopicWriter(storage, topic, settings.writer)
     other.append(make_batch(4, partitions=2))
     # asking past the known high watermark forces a refresh
@@ -77,7 +78,7 @@ def test_incremental_refresh_sees_other_writer(storage, filled, settings):
 
 def test_tail_cache_serves_and_survives_gaps(storage, settings, topic_factory):
     topic = topic_factory()
-    r = TopicReader(storage, topic, refresh_interval_s=3600)
+    r = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=3600))
     w = TopicWriter(storage, topic, settings.writer, on_commit=r.on_commit)
     w.append(make_batch(5))
     TopicWriter(storage, topic, settings.writer).append(make_batch(5))  # another writer: a gap in our tail

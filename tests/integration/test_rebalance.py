@@ -4,17 +4,25 @@ import asyncio
 
 from consumer_api.coordinator import GroupCoordinator
 from delta_log import TopicWriter
-from delta_log.groups_store import REBALANCE_JOB, GroupStore
-from delta_log.offsets import OffsetCommit, OffsetStore
+from delta_log.registry import TopicRegistry
+from delta_log.system.groups import REBALANCE_JOB, GroupStore
+from delta_log.system.offsets import OffsetCommit
 from jobs import rebalance
 from tests.integration.conftest import make_batch
 
 
-def partitions_of(catalog):
-    return lambda t: catalog.describe_topic(t).partitions
-
-
 async def join_both(coord, topic, ids=(None, None)):
+    """Two members in one generation, as clients get there: when the second joins, the first learns
+    of the rebalance from its heartbeat and rejoins (without this, whichever join completes first
+    may form a generation alone)."""
+    if ids == (None, None):
+        first = await coord.join("g", topics=[topic], session_timeout_ms=10_000)
+        second = asyncio.create_task(coord.join("g", topics=[topic], session_timeout_ms=10_000))
+        while not (await coord.heartbeat("g", first.member_id, first.generation)).rebalance:
+            await asyncio.sleep(0.01)
+        ids = (first.member_id, None)
+        a = await coord.join("g", topics=[topic], member_id=ids[0], session_timeout_ms=10_000)
+        return a, await second
     a, b = await asyncio.gather(
         coord.join("g", topics=[topic], member_id=ids[0], session_timeout_ms=10_000),
         coord.join("g", topics=[topic], member_id=ids[1], session_timeout_ms=10_000),
@@ -22,13 +30,13 @@ async def join_both(coord, topic, ids=(None, None)):
     return a, b
 
 
-def test_server_adopts_the_jobs_lag_aware_assignment_through_a_rebalance(storage, settings, topic_factory, catalog):
+def test_server_adopts_the_jobs_lag_aware_assignment_through_a_rebalance(storage, settings, topic_factory):
     topic = topic_factory(partitions=4)
     TopicWriter(storage, topic, settings.writer).append(make_batch(4000, partition_of=lambda i: i % 2, topic=topic))
 
     async def scenario():
-        offsets, store = OffsetStore(storage), GroupStore(storage)
-        coord = GroupCoordinator(offsets, store, partitions_of(catalog), sync_interval_s=3600)
+        store = GroupStore(storage)
+        coord = GroupCoordinator(TopicRegistry(settings), store, sync_interval_s=3600)
         await coord.start()
         a, b = await join_both(coord, topic)
         # range: one member owns partitions 0 and 1 (all the backlog), the other 2 and 3 (none)
@@ -65,12 +73,12 @@ def test_server_adopts_the_jobs_lag_aware_assignment_through_a_rebalance(storage
     asyncio.run(scenario())
 
 
-def test_a_job_planned_on_a_stale_snapshot_loses_to_the_server(storage, settings, topic_factory, catalog):
+def test_a_job_planned_on_a_stale_snapshot_loses_to_the_server(storage, settings, topic_factory):
     topic = topic_factory(partitions=2)
 
     async def scenario():
         store = GroupStore(storage)
-        coord = GroupCoordinator(OffsetStore(storage), store, partitions_of(catalog), sync_interval_s=3600)
+        coord = GroupCoordinator(TopicRegistry(settings), store, sync_interval_s=3600)
         await coord.start()
         await join_both(coord, topic)
         job_store = GroupStore(storage)
@@ -86,12 +94,12 @@ def test_a_job_planned_on_a_stale_snapshot_loses_to_the_server(storage, settings
     asyncio.run(scenario())
 
 
-def test_persisted_heartbeats_are_wall_clock_and_compaction_keeps_the_latest_row(storage, topic_factory, catalog):
+def test_persisted_heartbeats_are_wall_clock_and_compaction_keeps_the_latest_row(storage, settings, topic_factory):
     topic = topic_factory(partitions=1)
 
     async def scenario():
         store = GroupStore(storage)
-        coord = GroupCoordinator(OffsetStore(storage), store, partitions_of(catalog), sync_interval_s=3600)
+        coord = GroupCoordinator(TopicRegistry(settings), store, sync_interval_s=3600)
         await coord.start()
         await coord.join("g", topics=[topic], session_timeout_ms=10_000)
         import time

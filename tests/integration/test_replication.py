@@ -8,17 +8,17 @@ from deltalake import DeltaTable
 from conf import load_settings
 from delta_log import TopicReader, TopicWriter
 from delta_log.errors import ReplicaStateError
-from delta_log.offsets import OffsetCommit, OffsetStore
-from delta_log.replication import (
+from delta_log.maintenance.replication import (
     promote,
     read_marker,
     refuse_unpromoted_replica,
     replicate_offsets,
     replicate_topic,
 )
-from delta_log.rollup import SegmentRoller
-from delta_log.segments import segments_of
-from delta_log.storage import StorageRoot
+from delta_log.maintenance.topic_maintenance import TopicMaintenance
+from delta_log.system.offsets import OffsetCommit, OffsetStore
+from delta_log.table.segment_files import segments_of
+from delta_log.table.storage import StorageRoot
 from jobs import replication as job
 from tests.integration.conftest import make_batch
 
@@ -63,7 +63,8 @@ def test_replication_is_offset_preserving_and_incremental(storage, settings, top
     for _ in range(3):
         w.append(make_batch(10, partitions=2, topic=topic))
     before = sum(len(s) for s in segments_of(DeltaTable(storage.topic_uri(topic))).values())
-    SegmentRoller(storage, topic, settings.writer.model_copy(update={"rollup_fanout": 2})).run_once()
+    maintenance = settings.maintenance.model_copy(update={"rollup_fanout": 2})
+    TopicMaintenance(storage, topic, maintenance, settings.writer, background=False).run_task("rollup")
     after = sum(len(s) for s in segments_of(DeltaTable(storage.topic_uri(topic))).values())
     assert after < before
     second = run_job(settings, replica)
@@ -71,7 +72,7 @@ def test_replication_is_offset_preserving_and_incremental(storage, settings, top
     assert all_records(replica, topic, 2) == all_records(storage, topic, 2)
     assert run_job(settings, replica).records_copied == 0
     # configs travel with the topic
-    from delta_log.catalog import Catalog
+    from delta_log.log.catalog import Catalog
 
     assert (
         Catalog(replica, settings.writer).describe_topic(topic).config
@@ -85,8 +86,8 @@ def test_source_retention_is_mirrored(storage, settings, topic_factory, replica)
     for _ in range(4):
         w.append(make_batch(10, topic=topic))
     replicate_topic(storage, replica, topic, settings.writer)
-    from delta_log.catalog import Catalog
-    from delta_log.retention import apply_retention
+    from delta_log.log.catalog import Catalog
+    from delta_log.maintenance.retention import apply_retention
 
     Catalog(storage, settings.writer).alter_config(topic, {"retention.bytes": 1})
     removed = apply_retention(storage, topic, settings.writer).records_removed
@@ -101,7 +102,7 @@ def test_source_retention_is_mirrored(storage, settings, topic_factory, replica)
 def test_replication_refuses_to_overwrite_a_primary_or_a_promoted_replica(storage, settings, topic_factory, tmp_path):
     topic_factory()
     other = load_settings(root=str(tmp_path / "other-primary"))
-    from delta_log.catalog import Catalog
+    from delta_log.log.catalog import Catalog
 
     Catalog(StorageRoot(other.root), other.writer).create_topic("mine")
     with pytest.raises(ReplicaStateError, match="not a replica"):

@@ -7,7 +7,7 @@ from deltalake import DeltaTable
 
 from delta_log import TopicReader, TopicWriter, normalize_batch
 from delta_log.errors import OffsetOutOfRangeError
-from delta_log.retention import apply_retention
+from delta_log.maintenance.retention import apply_retention
 
 
 def old_batch(n, ts_ms, topic="t"):

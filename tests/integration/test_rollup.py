@@ -2,9 +2,10 @@ import threading
 
 from deltalake import DeltaTable
 
+from conf import ReaderSettings
 from delta_log import TopicReader, TopicWriter
-from delta_log.rollup import SegmentRoller
-from delta_log.segments import segments_of
+from delta_log.maintenance.topic_maintenance import TopicMaintenance
+from delta_log.table.segment_files import segments_of
 from tests.integration.conftest import make_batch
 
 
@@ -19,11 +20,11 @@ def test_rollup_keeps_every_record_and_offset(storage, settings, topic_factory):
     for _ in range(40):
         w.append(make_batch(6, partitions=2))
     before = snapshot(storage, topic)
-    reader = TopicReader(storage, topic, refresh_interval_s=3600)
+    reader = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=3600))
     old_fetch = reader.fetch(0, 0, max_records=1000).records
-    roller = SegmentRoller(storage, topic, settings.writer)
+    roller = TopicMaintenance(storage, topic, settings.maintenance, settings.writer)
     try:
-        report = roller.run_once()
+        report = roller.run_once()["rollup"]
     finally:
         roller.close()
     assert report.runs == 10 and report.files_removed == 80 and report.conflicts == 0
@@ -43,7 +44,7 @@ def test_rollup_keeps_every_record_and_offset(storage, settings, topic_factory):
 def test_rollup_beside_a_live_writer(storage, settings, topic_factory):
     topic = topic_factory()
     w = TopicWriter(storage, topic, settings.writer)
-    roller = SegmentRoller(storage, topic, settings.writer)
+    roller = TopicMaintenance(storage, topic, settings.maintenance, settings.writer)
     w.on_commit = roller.notify_commit
     errors = []
 
@@ -72,7 +73,7 @@ def test_two_rollers_race_without_doubling(storage, settings, topic_factory):
     for _ in range(64):
         w.append(make_batch(2))
     before = snapshot(storage, topic)
-    rollers = [SegmentRoller(storage, topic, settings.writer) for _ in range(2)]
+    rollers = [TopicMaintenance(storage, topic, settings.maintenance, settings.writer) for _ in range(2)]
     threads = [threading.Thread(target=r.run_once) for r in rollers]
     for t in threads:
         t.start()
@@ -81,7 +82,7 @@ def test_two_rollers_race_without_doubling(storage, settings, topic_factory):
     for r in rollers:
         r.close()
     assert snapshot(storage, topic).equals(before)
-    done = sum(rep.runs for r in rollers for rep in r.reports)
+    done = sum(rep.runs for r in rollers for rep in r.rollup_reports)
     assert done >= 8  # 64 segments -> at least 8 runs between the two
 
 
@@ -97,8 +98,8 @@ def test_log_stays_small_and_stale_readers_recover(tmp_path):
     )
     storage = StorageRoot(settings.root)
     Catalog(storage, settings.writer).create_topic("small-log")
-    stale = TopicReader(storage, "small-log", refresh_interval_s=3600)
-    roller = SegmentRoller(storage, "small-log", settings.writer)
+    stale = TopicReader(storage, "small-log", ReaderSettings(refresh_interval_s=3600))
+    roller = TopicMaintenance(storage, "small-log", settings.maintenance, settings.writer)
     w = TopicWriter(storage, "small-log", settings.writer, on_commit=roller.notify_commit)
     for _ in range(150):
         w.append(make_batch(2))

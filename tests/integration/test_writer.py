@@ -6,6 +6,7 @@ from deltalake import DeltaTable
 
 from delta_log import AppendRequest, ProducerSequence, TopicReader, TopicWriter
 from delta_log.errors import DuplicateSequenceError, InvalidRecordError, TopicNotFoundError
+from delta_log.table.app_transactions import read_high_watermark, read_producer_state
 from tests.integration.conftest import make_batch
 
 
@@ -30,7 +31,7 @@ def test_many_requests_one_commit_one_file_per_partition(storage, settings, topi
     assert all_offsets(storage, topic) == {p: list(range(12)) for p in range(3)}
     assert {p: w.high_watermark(p) for p in range(3)} == {0: 12, 1: 12, 2: 12}
     # the high watermark is the Delta app transaction hw-<p>
-    assert DeltaTable(storage.topic_uri(topic)).transaction_version("hw-1") == 12
+    assert read_high_watermark(DeltaTable(storage.topic_uri(topic)), 1) == 12
 
 
 def test_rows_sorted_by_offset_within_files(storage, settings, topic_factory):
@@ -165,7 +166,8 @@ def test_one_producer_several_sequences_in_one_flush(storage, settings, topic_fa
     )
     assert [x.ranges[0].base_offset for x in r[:2]] == [0, 2]
     assert isinstance(r[2].error, DuplicateSequenceError)  # older, behind a newer one
-    assert DeltaTable(storage.topic_uri(topic)).transaction_version("p-pp-0") == 6
+    state = read_producer_state(DeltaTable(storage.topic_uri(topic)), "pp", 0)
+    assert state is not None and state.last_sequence == 6
     again = w.append(make_batch(2), p6)  # a retry of the newest: its original offsets
     assert again.duplicate and again.ranges[0].base_offset == 2
     with pytest.raises(DuplicateSequenceError):

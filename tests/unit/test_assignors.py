@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.assignors import ASSIGNORS, assign
+from delta_log.core.assignors import ASSIGNORS, assign
+from delta_log.errors import UnknownAssignorError
 
 topics_st = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(1, 12), min_size=1)
 
@@ -61,5 +62,5 @@ def test_range_matches_kafka():
 
 
 def test_unknown_assignor():
-    with pytest.raises(ValueError):
+    with pytest.raises(UnknownAssignorError):
         assign("magic", {"m": frozenset({"t"})}, {"t": 1})

@@ -2,8 +2,8 @@ import pytest
 from pydantic import SecretStr
 
 from conf import ApiKeySettings, AuthSettings
+from delta_log.core.acl import authenticate, authorize
 from delta_log.errors import AuthenticationError, AuthorizationError, all_error_classes
-from ingest_gateway.auth import authenticate, authorize
 from ingest_gateway.errors import STATUS, status_for
 
 AUTH = AuthSettings(

@@ -2,9 +2,9 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.compaction import latest_offsets, plan_merge, surviving_rows
-from delta_log.records import TOPIC_SCHEMA
-from delta_log.segments import SegmentInfo
+from delta_log.core.compaction_plan import latest_offsets, plan_merge, surviving_rows
+from delta_log.core.records import TOPIC_SCHEMA
+from delta_log.core.segments import SegmentInfo
 
 NOW = 10_000_000
 

@@ -5,7 +5,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from delta_log.errors import InvalidRecordError, InvalidSchemaError, MalformedRequestError
+from consumer_api.errors import MalformedRequestError
+from delta_log.errors import InvalidRecordError, InvalidSchemaError
 from ingest_gateway.decoding import decode_arrow, decode_json, decode_ndjson
 
 

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.log_cleanup import LogFile, plan_log_cleanup
+from delta_log.core.log_cleanup_plan import LogFile, plan_log_cleanup
 
 
 def log_files(latest, checkpoints, age=100.0):

@@ -1,6 +1,6 @@
 """plan_rebalance: expiry by persisted heartbeat, lag-aware reassignment, no churn when balanced."""
 
-from delta_log.groups_store import REBALANCE_JOB, GroupRecord, MemberRecord
+from delta_log.system.groups import REBALANCE_JOB, GroupRecord, MemberRecord
 from jobs.rebalance import plan_rebalance
 
 NOW = 1_000_000

@@ -4,13 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.errors import (
-    InvalidRecordError,
-    InvalidSchemaError,
-    PartitionNotFoundError,
-    RecordTooLargeError,
-)
-from delta_log.records import (
+from delta_log.core.records import (
     BATCH_SCHEMA,
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -18,6 +12,12 @@ from delta_log.records import (
     offsets_for_rows,
     plan_offsets,
     record_sizes,
+)
+from delta_log.errors import (
+    InvalidRecordError,
+    InvalidSchemaError,
+    PartitionNotFoundError,
+    RecordTooLargeError,
 )
 
 NOW = 1_700_000_000_000_000

@@ -1,7 +1,7 @@
 """plan_replication: copy by offset (whole segments or their tail), mirror retention, count what expired."""
 
-from delta_log.replication import plan_replication
-from delta_log.segments import SegmentInfo
+from delta_log.core.replication_plan import plan_replication
+from delta_log.core.segments import SegmentInfo
 
 
 def seg(p, first, last, path=None):

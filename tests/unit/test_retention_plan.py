@@ -1,8 +1,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.retention import plan_retention
-from delta_log.segments import SegmentInfo
+from delta_log.core.retention_plan import plan_retention
+from delta_log.core.segments import SegmentInfo
 
 NOW = 1_000_000
 

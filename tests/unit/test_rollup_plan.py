@@ -1,8 +1,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.rollup import plan_rollup, size_tier
-from delta_log.segments import SegmentInfo
+from delta_log.core.rollup_plan import plan_rollup, size_tier
+from delta_log.core.segments import SegmentInfo
 
 
 def segs(sizes):

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from delta_log.core.topic_config import TopicConfig, validate_config, validate_partitions, validate_topic_name
 from delta_log.errors import InvalidConfigError, InvalidPartitionsError, InvalidTopicError
-from delta_log.topic_config import TopicConfig, validate_config, validate_partitions, validate_topic_name
 
 
 @pytest.mark.parametrize("name", ["orders", "a", "A.b_c-9", "x" * 249])

@@ -10,11 +10,12 @@ Concurrency contract
 - The commit goes through the same DeltaTable object the high watermarks were read from; writing
   by URI would read a newer snapshot and silently duplicate offsets.
 - Conflicts with concurrent DELETE/OPTIMIZE commits (jobs) are retried the same way.
-- Idempotent producers: txn `p-<producer>-<p>` = last sequence, `o-<producer>-<p>` = its base
-  offset. A retried (producer, sequence) gets its original ranges and writes nothing.
-- Table hygiene: checkpoints stay on (post-commit hook); expired-log cleanup, segment roll-up and
-  vacuum run in the topic's SegmentRoller thread (delta_log.rollup), never on the produce path;
-  the table object is re-opened every `reopen_every_commits`.
+- Idempotent producers: their state is kept in txns (delta_log.table.app_transactions); which
+  requests of a flush to append is planned purely (delta_log.core.producer.plan_flush). A retried
+  (producer, sequence) gets its original ranges and writes nothing.
+- Table hygiene: checkpoints stay on (post-commit hook); log cleanup, segment roll-up, retention
+  and vacuum run in the topic's maintenance loop (delta_log.maintenance.topic_maintenance), never
+  on the produce path; the table object is re-opened every `reopen_every_commits`.
 - A commit is atomic (Delta log put-if-absent): a request is in it entirely or not at all. Data
   files written by a commit that then failed are orphans that vacuum removes later.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,15 +34,8 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Tr
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from conf import WriterSettings
-from delta_log.errors import (
-    CommitConflictError,
-    DuplicateSequenceError,
-    InvalidRecordError,
-    StorageUnavailableError,
-    TopiclakeError,
-    TopicNotFoundError,
-)
-from delta_log.records import (
+from delta_log.core.producer import ProducerSequence, plan_flush
+from delta_log.core.records import (
     BATCH_SCHEMA,
     TOPIC_SCHEMA,
     PartitionRange,
@@ -50,39 +43,24 @@ from delta_log.records import (
     offsets_for_rows,
     plan_offsets,
 )
-from delta_log.segment_files import ParquetOptions, remove_files, write_segments
-from delta_log.storage import StorageRoot
+from delta_log.errors import (
+    CommitConflictError,
+    StorageUnavailableError,
+    TopiclakeError,
+    TopicNotFoundError,
+)
+from delta_log.table.app_transactions import (
+    append_transactions,
+    read_high_watermark,
+    read_high_watermarks,
+    read_producer_state,
+)
+from delta_log.table.segment_files import ParquetOptions, remove_files, write_segments
+from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
 
-_PRODUCER_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _NO_HOOK_CLEANUP = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
-
-
-def hw_app_id(partition: int) -> str:
-    return f"hw-{partition}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProducerSequence:
-    """An idempotent producer's id and the sequence number of one request."""
-
-    producer_id: str
-    sequence: int
-
-    def __post_init__(self) -> None:
-        if not _PRODUCER_ID.match(self.producer_id):
-            raise InvalidRecordError(
-                "Producer id must be 1-128 characters from [A-Za-z0-9._:-].", producer_id=self.producer_id
-            )
-        if self.sequence < 0:
-            raise InvalidRecordError("Producer sequence must be >= 0.", sequence=self.sequence)
-
-    def seq_app_id(self, partition: int) -> str:
-        return f"p-{self.producer_id}-{partition}"
-
-    def offset_app_id(self, partition: int) -> str:
-        return f"o-{self.producer_id}-{partition}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,10 +130,7 @@ class TopicWriter:
         self._dt = self._open()
 
     def _open(self) -> DeltaTable:
-        try:
-            return self.storage.open_table(self.uri)
-        except TableNotFoundError as exc:
-            raise TopicNotFoundError(self.topic) from exc
+        return self.storage.open_topic(self.topic)
 
     @property
     def table(self) -> DeltaTable:
@@ -172,8 +147,7 @@ class TopicWriter:
 
     def high_watermark(self, partition: int) -> int:
         """Next offset to assign in `partition`, as of this writer's table version."""
-        version = self._dt.transaction_version(hw_app_id(partition))
-        return int(version) if version is not None else 0
+        return read_high_watermark(self._dt, partition)
 
     def append(self, batch: pa.Table, producer: ProducerSequence | None = None) -> AppendResult:
         """Append one request; raise its error instead of returning it."""
@@ -220,98 +194,47 @@ class TopicWriter:
         except TopiclakeError:
             return self._dt
 
-    def _check_producer(self, producer: ProducerSequence, partitions: Sequence[int]) -> AppendResult | None:
-        """The original result if (producer, sequence) was already committed, else None."""
-        ranges = []
-        for partition in partitions:
-            last = self._dt.transaction_version(producer.seq_app_id(partition))
-            if last is None or last < producer.sequence:
-                continue
-            if last > producer.sequence:
-                return AppendResult(
-                    error=DuplicateSequenceError(
-                        f"Sequence {producer.sequence} of producer {producer.producer_id!r} is older than "
-                        f"its last committed sequence {last} on partition {partition}.",
-                        producer_id=producer.producer_id,
-                        sequence=producer.sequence,
-                        last_sequence=int(last),
-                    )
-                )
-            base = self._dt.transaction_version(producer.offset_app_id(partition))
-            ranges.append((partition, int(base) if base is not None else -1))
-        if not ranges:
-            return None
-        return AppendResult(
-            ranges=tuple(PartitionRange(partition=p, base_offset=b, count=0) for p, b in ranges),
-            duplicate=True,
-        )
-
     def _attempt(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         self._t = time.perf_counter()
-        results: list[AppendResult | None] = [None] * len(requests)
-        counts: list[dict[int, int]] = []
-        pending: list[int] = []
-        first_of: dict[tuple[str, int], int] = {}
-        flush_seq: dict[tuple[str, int], int] = {}  # (producer, partition) -> highest sequence in this flush
         arrays = [req.partition_array() for req in requests]
-        for i, req in enumerate(requests):
-            part_counts = count_by_partition(arrays[i])
-            counts.append(part_counts)
-            if req.producer is None:
-                pending.append(i)
-                continue
-            key = (req.producer.producer_id, req.producer.sequence)
-            if key in first_of:  # the same request twice in one flush: a client retry
-                continue
-            done = self._check_producer(req.producer, list(part_counts))
-            if done is not None:
-                results[i] = _with_counts(done, part_counts)
-                continue
-            newer = max((flush_seq.get((req.producer.producer_id, p), -1) for p in part_counts), default=-1)
-            if newer > req.producer.sequence:  # an older sequence behind a newer one in this flush
-                results[i] = AppendResult(
-                    error=DuplicateSequenceError(
-                        f"Sequence {req.producer.sequence} of producer {req.producer.producer_id!r} arrived after "
-                        f"sequence {newer}.",
-                        producer_id=req.producer.producer_id,
-                        sequence=req.producer.sequence,
-                        last_sequence=newer,
-                    )
-                )
-                continue
-            for p in part_counts:
-                flush_seq[(req.producer.producer_id, p)] = req.producer.sequence
-            first_of[key] = i
-            pending.append(i)
-
+        counts = [count_by_partition(a) for a in arrays]
+        producers = [req.producer for req in requests]
+        state = {
+            (pr.producer_id, p): st
+            for pr, part_counts in zip(producers, counts, strict=True)
+            if pr is not None
+            for p in part_counts
+            if (st := read_producer_state(self._dt, pr.producer_id, p)) is not None
+        }
+        plan = plan_flush(producers, counts, state)
+        results: dict[int, AppendResult] = {i: AppendResult(error=err) for i, err in plan.refused.items()}
+        results.update({i: AppendResult(ranges=r, duplicate=True) for i, r in plan.committed.items()})
         self._tick("check")
+        pending = list(plan.append)
         if pending:
             touched = sorted({p for i in pending for p in counts[i]})
-            hws = {p: self.high_watermark(p) for p in touched}
+            hws = read_high_watermarks(self._dt, touched)
             plans, new_hws = plan_offsets([counts[i] for i in pending], hws)
             records = _assemble([requests[i].batch for i in pending], [arrays[i] for i in pending], hws, self.topic)
             self._tick("assemble")
-            versions = {hw_app_id(p): hw for p, hw in new_hws.items()}
-            for i, plan in zip(pending, plans, strict=True):
-                producer = requests[i].producer
-                if producer is not None:  # later (higher) sequences of a producer overwrite earlier ones
-                    for r in plan:
-                        versions[producer.seq_app_id(r.partition)] = producer.sequence
-                        versions[producer.offset_app_id(r.partition)] = r.base_offset
-            self._commit(records, [Transaction(app_id, v) for app_id, v in versions.items()])
+            producer_ranges = [
+                (pr, r.partition, r.base_offset)
+                for i, ranges in zip(pending, plans, strict=True)
+                if (pr := producers[i]) is not None
+                for r in ranges
+            ]
+            self._commit(records, append_transactions(new_hws, producer_ranges))
             version = self._dt.version()
-            for i, plan in zip(pending, plans, strict=True):
-                results[i] = AppendResult(ranges=tuple(plan), table_version=version)
+            for i, ranges in zip(pending, plans, strict=True):
+                results[i] = AppendResult(ranges=tuple(ranges), table_version=version)
             self._after_commit(
                 CommitInfo(topic=self.topic, table_version=version, records=records, high_watermarks=new_hws)
             )
-        # In-flush duplicates share the first request's result.
-        for i, req in enumerate(requests):
-            if results[i] is None and req.producer is not None:
-                first = results[first_of[(req.producer.producer_id, req.producer.sequence)]]
-                assert first is not None
-                results[i] = AppendResult(ranges=first.ranges, duplicate=True, table_version=first.table_version)
-        return [r for r in results if r is not None]
+        for i, first in plan.same_as.items():  # in-flush retries share their first copy's result
+            results[i] = AppendResult(
+                ranges=results[first].ranges, duplicate=True, table_version=results[first].table_version
+            )
+        return [results[i] for i in range(len(requests))]
 
     def _commit(self, records: pa.Table, txns: list[Transaction]) -> None:
         """Write one parquet file per partition, then commit their add actions and `txns` at once.
@@ -357,19 +280,6 @@ class TopicWriter:
         if self._commits_since_open >= self.settings.reopen_every_commits:
             self._commits_since_open = 0
             self._dt = self._reopen_quietly()
-
-
-def _with_counts(result: AppendResult, counts: dict[int, int]) -> AppendResult:
-    if result.error is not None or not result.duplicate:
-        return result
-    return AppendResult(
-        ranges=tuple(
-            PartitionRange(partition=r.partition, base_offset=r.base_offset, count=counts.get(r.partition, 0))
-            for r in result.ranges
-        ),
-        duplicate=True,
-        table_version=result.table_version,
-    )
 
 
 def _assemble(batches: list[pa.Table], partitions: list[np.ndarray], hws: dict[int, int], topic: str) -> pa.Table:

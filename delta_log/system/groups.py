@@ -6,7 +6,7 @@ timeout, assignment, last heartbeat in wall-clock ms). The latest row per group 
 generation, then latest update). A restarted server, and the Spark rebalance job, read it back.
 
 Concurrency contract: every row for group g is committed with the Delta app transaction
-`group-<g>`, and delta-rs refuses a commit when a concurrent commit carries the same app id. The
+`group-<g>` (delta_log.table.app_transactions), and delta-rs refuses a commit when a concurrent commit carries the same app id. The
 server refreshes before it writes (`save`: the server wins a race); the rebalance job writes on
 the snapshot it planned from (`save_if_unchanged`: it loses to any concurrent change of the group
 and plans again). `compact()` rewrites the table to one row per group; it conflicts with (and
@@ -21,19 +21,17 @@ import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
+from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
+from delta_log.core.group_rules import MemberState
 from delta_log.errors import StorageUnavailableError
-from delta_log.storage import StorageRoot, translate_storage_errors
+from delta_log.table.app_transactions import group_transactions
+from delta_log.table.storage import StorageRoot, translate_storage_errors
 
 GROUPS_TABLE = "consumer_groups"
 SERVER, HEARTBEAT, REBALANCE_JOB = "server", "heartbeat", "rebalance-job"  # the `writer` column
 _HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
-
-
-def group_app_id(group: str) -> str:
-    return f"group-{group}"
 
 
 GROUPS_SCHEMA = pa.schema(
@@ -57,6 +55,28 @@ class MemberRecord:
     session_timeout_ms: int
     assignment: dict[str, list[int]] = field(default_factory=dict)
     last_heartbeat_ms: int = 0
+
+    @classmethod
+    def of(cls, m: MemberState, *, last_heartbeat_ms: int) -> MemberRecord:
+        return cls(
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            topics=tuple(sorted(m.topics)),
+            session_timeout_ms=m.session_timeout_ms,
+            assignment=m.assignment,
+            last_heartbeat_ms=last_heartbeat_ms,
+        )
+
+    def to_state(self, *, last_heartbeat: float) -> MemberState:
+        """The live member this row describes, alive as of `last_heartbeat` (monotonic seconds)."""
+        return MemberState(
+            member_id=self.member_id,
+            instance_id=self.instance_id,
+            topics=frozenset(self.topics),
+            session_timeout_ms=self.session_timeout_ms,
+            last_heartbeat=last_heartbeat,
+            assignment=self.assignment,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,7 +171,7 @@ class GroupStore:
         return int(self._dt.version())
 
     def _append(self, records: list[GroupRecord]) -> None:
-        txns = [Transaction(group_app_id(g), max(0, r.generation)) for g, r in {r.group: r for r in records}.items()]
+        txns = group_transactions({r.group: r.generation for r in records})
         write_deltalake(
             self._dt,
             _row_table(records),

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_log.errors import (
+    InvalidOffsetError,
     InvalidRecordError,
     InvalidSchemaError,
     PartitionNotFoundError,
@@ -51,6 +52,18 @@ BATCH_SCHEMA = pa.schema(
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
+
+#: Offsets are int64, as in Kafka and in the topic table.
+MAX_OFFSET = 2**63 - 1
+
+
+def check_offset(offset: int, *, what: str = "Offset") -> int:
+    """Return `offset` if it is a valid log offset (0 .. 2**63-1). Raises: InvalidOffsetError."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+        raise InvalidOffsetError(
+            f"{what} must be an integer between 0 and {MAX_OFFSET}; got {offset}.", offset=str(offset)
+        )
+    return offset
 
 
 def _column(table: pa.Table, name: str, target: pa.DataType) -> pa.ChunkedArray | None:

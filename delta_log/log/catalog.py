@@ -19,6 +19,15 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from conf import WriterSettings
+from delta_log.core.records import TOPIC_SCHEMA
+from delta_log.core.topic_config import (
+    DEFAULT_CONFIG,
+    PARTITIONS_PROPERTY,
+    TopicConfig,
+    validate_config,
+    validate_partitions,
+    validate_topic_name,
+)
 from delta_log.errors import (
     CommitConflictError,
     InvalidConfigError,
@@ -27,16 +36,7 @@ from delta_log.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from delta_log.records import TOPIC_SCHEMA
-from delta_log.storage import TOPICS_DIR, StorageRoot, translate_storage_errors
-from delta_log.topic_config import (
-    DEFAULT_CONFIG,
-    PARTITIONS_PROPERTY,
-    TopicConfig,
-    validate_config,
-    validate_partitions,
-    validate_topic_name,
-)
+from delta_log.table.storage import TOPICS_DIR, StorageRoot, translate_storage_errors
 
 #: Delta properties every engine must leave alone on topic tables (see ARCHITECTURE.md).
 FORBIDDEN_DELTA_PROPERTIES = frozenset(

@@ -1,6 +1,7 @@
 """Segments: a topic table's data files as seen through the Delta snapshot's add actions.
 
-One parser for everyone who needs them (reader index, roll-up, retention, compaction), so a file
+Pure: the adapter (delta_log.table.segment_files.segments_of) hands in the add actions. One parser
+for everyone who needs them (reader index, roll-up, retention, compaction), so a file
 whose statistics are missing is treated the same everywhere: an unknown newest timestamp is
 UNKNOWN_TIMESTAMP_MS, which no retention deadline reaches and no timestamp lookup skips.
 """
@@ -12,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
 #: An unknown newest timestamp: never "expired", never skipped when looking up a time.
 UNKNOWN_TIMESTAMP_MS = 2**62
@@ -47,13 +47,14 @@ def epoch_ms(value: object) -> int | None:
     return None
 
 
-def segments_of(dt: DeltaTable, *, stats_fallback: StatsFallback | None = None) -> dict[int, list[SegmentInfo]]:
-    """Every data file of a topic table by partition.
+def parse_add_actions(
+    actions: pa.Table, *, stats_fallback: StatsFallback | None = None
+) -> dict[int, list[SegmentInfo]]:
+    """Every data file of a topic table by partition, from its snapshot's flattened add actions.
 
     Files without offset statistics are read with `stats_fallback`, or left out without one
     (planners leave such files alone).
     """
-    actions = pa.table(dt.get_add_actions(flatten=True))
     out: dict[int, list[SegmentInfo]] = {}
     if not actions.num_rows:
         return out

@@ -1,7 +1,7 @@
 """Compaction: merge adjacent segments, and key compaction for cleanup.policy=compact topics.
 
-Pure planning and filtering (`plan_merge`, `surviving_rows`) plus the per-topic execution used by
-jobs/compaction.py.
+Pure planning and filtering (`plan_merge`, `surviving_rows`) live in delta_log.core.compaction_plan;
+this is the per-topic execution used by jobs/compaction.py.
 
 - Merge: runs of >= 2 ADJACENT segments (by offset) whose total stays under `target_bytes` become one
   file sorted by offset, committed with dataChange=false: same records, same offsets (invariant 6);
@@ -12,74 +12,27 @@ jobs/compaction.py.
   delete.retention.ms. Survivors keep their offsets; records without a key are kept. Committed with
   dataChange=true (records are removed, as in Kafka).
 
-Commits go through delta_log.file_commit: beside live producers, and never twice on one file.
+Commits go through delta_log.table.file_commit: beside live producers, and never twice on one file.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction, RemoveAction
 
 from conf import WriterSettings
-from delta_log.errors import TopicNotFoundError
-from delta_log.file_commit import SourcesGoneError, commit_file_changes
-from delta_log.records import TOPIC_SCHEMA
-from delta_log.segment_files import ParquetOptions, write_segments
-from delta_log.segments import SegmentInfo, segments_of
-from delta_log.storage import StorageRoot
-from delta_log.topic_config import TopicConfig
-
-
-def plan_merge(segments: Sequence[SegmentInfo], *, target_bytes: int) -> list[tuple[SegmentInfo, ...]]:
-    """Maximal runs of >= 2 adjacent segments whose total size stays <= target_bytes (pure)."""
-    ordered = sorted(segments, key=lambda s: s.first_offset)
-    runs: list[tuple[SegmentInfo, ...]] = []
-    current: list[SegmentInfo] = []
-    size = 0
-    for seg in ordered:
-        if current and size + seg.size_bytes > target_bytes:
-            if len(current) >= 2:
-                runs.append(tuple(current))
-            current, size = [], 0
-        if seg.size_bytes >= target_bytes:
-            continue
-        current.append(seg)
-        size += seg.size_bytes
-    if len(current) >= 2:
-        runs.append(tuple(current))
-    return runs
-
-
-def latest_offsets(keys: Sequence[bytes | None], offsets: Sequence[int]) -> dict[bytes, int]:
-    """Highest offset of every non-null key (pure)."""
-    latest: dict[bytes, int] = {}
-    for k, o in zip(keys, offsets, strict=True):
-        if k is not None and o > latest.get(k, -1):
-            latest[k] = o
-    return latest
-
-
-def surviving_rows(table: pa.Table, latest: Mapping[bytes, int], *, now_ms: int, delete_retention_ms: int) -> pa.Table:
-    """Rows of `table` that key compaction keeps (pure)."""
-    keys = table.column("key").to_pylist()
-    offsets = table.column("offset").to_pylist()
-    values_null = pc.is_null(table.column("value")).to_pylist()
-    ts = table.column("timestamp").cast(pa.int64()).to_pylist()
-    keep = np.zeros(table.num_rows, dtype=bool)
-    horizon_us = (now_ms - delete_retention_ms) * 1000
-    for i, (k, o) in enumerate(zip(keys, offsets, strict=True)):
-        if k is None:
-            keep[i] = True
-        elif latest.get(k) == o:
-            keep[i] = not (values_null[i] and ts[i] is not None and ts[i] < horizon_us)
-    return table.filter(pa.array(keep))
+from delta_log.core.compaction_plan import latest_offsets, plan_merge, surviving_rows
+from delta_log.core.records import TOPIC_SCHEMA
+from delta_log.core.segments import SegmentInfo
+from delta_log.core.topic_config import TopicConfig
+from delta_log.errors import SourcesGoneError
+from delta_log.table.file_commit import commit_file_changes
+from delta_log.table.segment_files import ParquetOptions, remove_files, segments_of, write_segments
+from delta_log.table.storage import StorageRoot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,12 +70,7 @@ def compact_topic(
     now_ms: int | None = None,
 ) -> CompactionReport:
     """Merge adjacent segments; on compacted topics also drop superseded records. Raises: TopicNotFoundError."""
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        dt = storage.open_table(storage.topic_uri(topic))
-    except TableNotFoundError as exc:
-        raise TopicNotFoundError(topic) from exc
+    dt = storage.open_topic(topic)
     uri = storage.topic_uri(topic)
     config = TopicConfig.from_properties(dt.metadata().configuration)
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -189,8 +137,6 @@ def compact_topic(
     try:
         commit_file_changes(dt, removed_paths, actions, operation="compaction", attempts=settings.max_commit_attempts)
     except SourcesGoneError as exc:
-        from delta_log.segment_files import remove_files
-
         remove_files(storage, uri, written)
         return CompactionReport(
             topic=topic,

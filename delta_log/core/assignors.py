@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+from delta_log.errors import UnknownAssignorError
+
 AssignorName = Literal["range", "roundrobin", "sticky"]
 ASSIGNORS: tuple[str, ...] = ("range", "roundrobin", "sticky")
 
@@ -117,7 +119,7 @@ def assign(
     *,
     weights: Mapping[tuple[str, int], int] | None = None,
 ) -> Assignment:
-    """Dispatch by assignor name. Raises: ValueError for an unknown name (callers map it to a 4xx)."""
+    """Dispatch by assignor name. Raises: UnknownAssignorError."""
     if not members:
         return {}
     if name == "range":
@@ -126,7 +128,7 @@ def assign(
         return assign_roundrobin(members, partitions)
     if name == "sticky":
         return assign_sticky(members, partitions, previous, weights=weights)
-    raise ValueError(f"unknown assignor {name!r}")
+    raise UnknownAssignorError(f"Unknown assignor {name!r}.", assignor=name)
 
 
 def moved(previous: Mapping[str, Mapping[str, list[int]]], current: Assignment) -> int:

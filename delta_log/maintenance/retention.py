@@ -1,6 +1,6 @@
 """Retention: drop whole oldest segments past retention.ms / retention.bytes.
 
-`plan_retention` is pure: it removes a PREFIX of a partition's segments (never a hole, invariant 7),
+`plan_retention` (delta_log.core.retention_plan) is pure: it removes a PREFIX of a partition's segments (never a hole, invariant 7),
 by Kafka's rules — a segment goes when its newest record is older than retention.ms, or while the
 partition without it is still at least retention.bytes. Consumer-aware: records some consumer group
 has not consumed yet (at or above its lowest committed offset) are reported, and kept when the topic
@@ -15,77 +15,19 @@ deleted by vacuum after delta.deletedFileRetentionDuration, so readers mid-fetch
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from deltalake.transaction import RemoveAction
 
 from conf import WriterSettings
-from delta_log.errors import TopicNotFoundError
-from delta_log.file_commit import SourcesGoneError, commit_file_changes
-from delta_log.segments import SegmentInfo, segments_of
-from delta_log.storage import StorageRoot
-from delta_log.topic_config import TopicConfig
-from delta_log.writer import hw_app_id
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionRetention:
-    partition: int
-    remove: tuple[SegmentInfo, ...]
-    log_start_offset: int  # after the removal
-    unconsumed_records: int  # removed (or kept, when protected) records no group has consumed yet
-    protected: bool  # stopped early to keep unconsumed records
-
-    @property
-    def records(self) -> int:
-        return sum(s.records for s in self.remove)
-
-    @property
-    def bytes(self) -> int:
-        return sum(s.size_bytes for s in self.remove)
-
-
-def plan_retention(
-    segments: Sequence[SegmentInfo],
-    *,
-    partition: int,
-    now_ms: int,
-    retention_ms: int,
-    retention_bytes: int,
-    high_watermark: int,
-    lowest_committed: int | None = None,
-    protect_unconsumed: bool = False,
-) -> PartitionRetention:
-    """Which oldest segments of one partition to drop (pure). -1 disables a limit, as in Kafka."""
-    ordered = sorted(segments, key=lambda s: s.first_offset)
-    total = sum(s.size_bytes for s in ordered)
-    remove: list[SegmentInfo] = []
-    unconsumed = 0
-    protected = False
-    for seg in ordered:
-        expired = retention_ms >= 0 and seg.max_timestamp_ms < now_ms - retention_ms
-        too_big = retention_bytes >= 0 and total - seg.size_bytes >= retention_bytes
-        if not (expired or too_big):
-            break
-        if lowest_committed is not None and seg.last_offset >= lowest_committed:
-            at_risk = seg.last_offset - max(seg.first_offset, lowest_committed) + 1
-            if protect_unconsumed:
-                unconsumed += at_risk
-                protected = True
-                break
-            unconsumed += at_risk
-        remove.append(seg)
-        total -= seg.size_bytes
-    rest = ordered[len(remove) :]
-    lso = rest[0].first_offset if rest else high_watermark
-    return PartitionRetention(
-        partition=partition,
-        remove=tuple(remove),
-        log_start_offset=lso,
-        unconsumed_records=unconsumed,
-        protected=protected,
-    )
+from delta_log.core.retention_plan import PartitionRetention, plan_retention
+from delta_log.core.topic_config import TopicConfig
+from delta_log.errors import SourcesGoneError
+from delta_log.table.app_transactions import read_high_watermark
+from delta_log.table.file_commit import commit_file_changes
+from delta_log.table.segment_files import segments_of
+from delta_log.table.storage import StorageRoot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,18 +74,13 @@ def apply_retention(
     now_ms: int | None = None,
     lowest_committed: Mapping[int, int] | None = None,
 ) -> RetentionReport:
-    """Plan and commit retention for one topic. Raises: TopicNotFoundError."""
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        dt = storage.open_table(storage.topic_uri(topic))
-    except TableNotFoundError as exc:
-        raise TopicNotFoundError(topic) from exc
+    """Plan and commit retention for one topic. Raises: TopicNotFoundError, StorageUnavailableError."""
+    dt = storage.open_topic(topic)
     config = TopicConfig.from_properties(dt.metadata().configuration)
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     plans = []
     for partition, segments in sorted(segments_of(dt).items()):
-        hw = dt.transaction_version(hw_app_id(partition)) or 0
+        hw = read_high_watermark(dt, partition)
         plans.append(
             plan_retention(
                 segments,
@@ -151,7 +88,7 @@ def apply_retention(
                 now_ms=now_ms,
                 retention_ms=config.retention_ms,
                 retention_bytes=config.retention_bytes,
-                high_watermark=int(hw),
+                high_watermark=hw,
                 lowest_committed=(lowest_committed or {}).get(partition),
                 protect_unconsumed=config.values.get("retention.protect.unconsumed") == "true",
             )

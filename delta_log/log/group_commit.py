@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from delta_log.errors import BackPressureError, WriterClosedError
-from delta_log.writer import AppendRequest, AppendResult, TopicWriter
+from delta_log.log.writer import AppendRequest, AppendResult, TopicWriter
 
 log = logging.getLogger(__name__)
 

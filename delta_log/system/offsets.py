@@ -24,9 +24,11 @@ import pyarrow as pa
 from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
+from delta_log.core.group_rules import validate_group_id
+from delta_log.core.records import check_offset
+from delta_log.core.topic_config import validate_topic_name
 from delta_log.errors import InvalidOffsetError, StorageUnavailableError
-from delta_log.storage import StorageRoot, translate_storage_errors
-from delta_log.topic_config import validate_topic_name
+from delta_log.table.storage import StorageRoot, translate_storage_errors
 
 OFFSETS_TABLE = "consumer_offsets"
 
@@ -64,14 +66,12 @@ class OffsetCommit:
 
 
 def validate_commit(c: OffsetCommit) -> None:
-    """Raises: InvalidOffsetError, InvalidTopicError."""
-    if not c.group or len(c.group) > 255:
-        raise InvalidOffsetError("Group id must be 1-255 characters.", group=c.group)
+    """Raises: InvalidGroupError, InvalidTopicError, InvalidOffsetError."""
+    validate_group_id(c.group)
     validate_topic_name(c.topic)
     if c.partition < 0:
         raise InvalidOffsetError(f"Partition must be >= 0; got {c.partition}.", partition=c.partition)
-    if c.offset < 0:
-        raise InvalidOffsetError(f"Committed offset must be >= 0; got {c.offset}.", offset=c.offset)
+    check_offset(c.offset, what="A committed offset")
 
 
 def latest_per_key(rows: Iterable[OffsetCommit]) -> dict[tuple[str, str, int], OffsetCommit]:

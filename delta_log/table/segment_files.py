@@ -1,4 +1,5 @@
-"""Segment files: writing one parquet file per partition and describing it as a Delta add action.
+"""Segment files: writing one parquet file per partition and describing it as a Delta add action;
+listing a snapshot's segments.
 
 I/O adapter (pyarrow.parquet + the root's filesystem). Files are immutable once written; they
 become visible only when a Delta commit adds them.
@@ -17,9 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
-from delta_log.storage import StorageRoot
+from delta_log.core.segments import SegmentInfo, StatsFallback, parse_add_actions
+from delta_log.table.storage import StorageRoot
 
 #: Columns with Delta file statistics (delta.dataSkippingStatsColumns); offset drives the index.
 STATS_COLUMNS = ("offset", "timestamp", "timestampType")
@@ -119,6 +122,11 @@ def write_segments(
         )
         out.append(WrittenSegment(relative_path=rel, partition=partition, records=piece.num_rows, action=action))
     return out
+
+
+def segments_of(dt: DeltaTable, *, stats_fallback: StatsFallback | None = None) -> dict[int, list[SegmentInfo]]:
+    """Every data file of a topic table's snapshot by partition (see core.segments.parse_add_actions)."""
+    return parse_add_actions(pa.table(dt.get_add_actions(flatten=True)), stats_fallback=stats_fallback)
 
 
 def remove_files(storage: StorageRoot, table_uri: str, relative_paths: list[str]) -> None:

@@ -1,15 +1,25 @@
-"""Pure consumer-group rules: who may commit, who expired, how to validate a join. No I/O, no clock."""
+"""Pure consumer-group rules: group states, who may commit, who expired, how to validate a join.
+
+No I/O, no clock: callers pass `now` (monotonic seconds). Shared by the HTTP coordinator
+(consumer_api), the rebalance job and the group state machine (delta_log.core.group_state).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
-from delta_log.assignors import ASSIGNORS
+from delta_log.core.assignors import ASSIGNORS
 from delta_log.errors import FencedMemberError, InvalidGroupError, UnknownAssignorError, UnknownMemberError
+
+#: Kafka's group states (the ones this coordinator uses).
+EMPTY, PREPARING, STABLE = "Empty", "PreparingRebalance", "Stable"
+GroupStateName = Literal["Empty", "PreparingRebalance", "Stable"]
 
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 300_000
+MAX_GROUP_ID_LENGTH = 255
 
 
 @dataclass(slots=True, kw_only=True)
@@ -26,10 +36,12 @@ class MemberState:
         return partition in self.assignment.get(topic, ())
 
 
-def validate_group_id(group: str) -> str:
-    """Raises: InvalidGroupError."""
-    if not 1 <= len(group) <= 255 or any(c in group for c in "/\\\x00"):
-        raise InvalidGroupError("Group ids are 1-255 characters without '/' or '\\'.", group=group)
+def validate_group_id(group: object) -> str:
+    """The one rule for group ids, everywhere they enter. Raises: InvalidGroupError."""
+    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP_ID_LENGTH or any(c in group for c in "/\\\x00"):
+        raise InvalidGroupError(
+            f"Group ids are 1-{MAX_GROUP_ID_LENGTH} characters without '/', '\\' or NUL.", group=str(group)[:300]
+        )
     return group
 
 

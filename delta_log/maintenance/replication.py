@@ -31,65 +31,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+from deltalake import CommitProperties, PostCommitHookProperties
 from deltalake.transaction import AddAction, RemoveAction
 
-from conf.settings import WriterSettings
-from delta_log.catalog import Catalog
-from delta_log.errors import ReplicaStateError, TopicNotFoundError
-from delta_log.file_commit import SourcesGoneError, commit_file_changes
-from delta_log.offsets import OffsetStore
-from delta_log.records import TOPIC_SCHEMA
-from delta_log.segment_files import ParquetOptions, segment_stats, write_segments
-from delta_log.segments import SegmentInfo, segments_of
-from delta_log.storage import SYSTEM_DIR, StorageRoot, translate_storage_errors
-from delta_log.writer import hw_app_id
+from conf import WriterSettings
+from delta_log.core.records import TOPIC_SCHEMA
+from delta_log.core.replication_plan import PartitionCopy, plan_replication
+from delta_log.errors import ReplicaStateError, SourcesGoneError, TopicNotFoundError
+from delta_log.log.catalog import Catalog
+from delta_log.system.offsets import OffsetStore
+from delta_log.table.app_transactions import high_watermark_transactions, read_high_watermarks
+from delta_log.table.file_commit import commit_file_changes
+from delta_log.table.segment_files import ParquetOptions, segment_stats, segments_of, write_segments
+from delta_log.table.storage import SYSTEM_DIR, StorageRoot, translate_storage_errors
 
 MARKER = "replica.json"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionCopy:
-    """What one run does to one partition of the replica."""
-
-    partition: int
-    source_hw: int
-    replica_hw: int
-    copy_whole: list[SegmentInfo] = field(default_factory=list)
-    copy_tail: list[SegmentInfo] = field(default_factory=list)  # copy records >= replica_hw only
-    remove: list[SegmentInfo] = field(default_factory=list)  # below the source's log start offset
-    skipped_records: int = 0  # removed by the source's retention before they were replicated
-
-
-def plan_replication(
-    partitions: int,
-    source_segments: Mapping[int, list[SegmentInfo]],
-    source_hw: Mapping[int, int],
-    replica_segments: Mapping[int, list[SegmentInfo]],
-    replica_hw: Mapping[int, int],
-) -> list[PartitionCopy]:
-    """Per partition: which source segments to copy (whole or their tail) and which replica
-    segments to drop to mirror the source's retention. Pure."""
-    plans = []
-    for p in range(partitions):
-        src = sorted(source_segments.get(p, []), key=lambda s: s.first_offset)
-        hw_src, hw_rep = source_hw.get(p, 0), replica_hw.get(p, 0)
-        log_start = src[0].first_offset if src else hw_src
-        whole = [s for s in src if s.first_offset >= hw_rep]
-        tail = [s for s in src if s.first_offset < hw_rep <= s.last_offset]
-        remove = [s for s in replica_segments.get(p, []) if s.last_offset < log_start]
-        plans.append(
-            PartitionCopy(
-                partition=p,
-                source_hw=hw_src,
-                replica_hw=hw_rep,
-                copy_whole=whole,
-                copy_tail=tail,
-                remove=remove,
-                skipped_records=max(0, log_start - hw_rep) if hw_src > hw_rep else 0,
-            )
-        )
-    return plans
 
 
 @dataclass(slots=True, kw_only=True)
@@ -107,10 +63,6 @@ class TopicReplication:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _hw(dt: DeltaTable, partitions: int) -> dict[int, int]:
-    return {p: int(dt.transaction_version(hw_app_id(p)) or 0) for p in range(partitions)}
 
 
 def _ensure_topic(source: Catalog, replica: Catalog, topic: str, report: TopicReplication) -> int:
@@ -141,15 +93,15 @@ def replicate_topic(
     src_dt, rep_dt = src_cat.open_topic(topic), rep_cat.open_topic(topic)
     src_uri, rep_uri = source.topic_uri(topic), replica.topic_uri(topic)
     with translate_storage_errors():
-        src_hw = _hw(src_dt, partitions)  # same snapshot as the files: they hold offsets < hw
+        src_hw = read_high_watermarks(src_dt, partitions)  # same snapshot as the files: they hold offsets < hw
         src_segs = segments_of(src_dt)
-        rep_hw = _hw(rep_dt, partitions)
+        rep_hw = read_high_watermarks(rep_dt, partitions)
         rep_segs = segments_of(rep_dt)
     plans = plan_replication(partitions, src_segs, src_hw, rep_segs, rep_hw)
     src_fs, _ = source.filesystem()
     rep_fs, _ = replica.filesystem()
     adds: list[AddAction | RemoveAction] = []
-    txns: list[Transaction] = []
+    new_hws: dict[int, int] = {}
     for plan in plans:
         report.records_skipped += plan.skipped_records
         for seg in plan.copy_whole:  # one snapshot: its files hold exactly the offsets below its hw
@@ -178,8 +130,9 @@ def replicate_topic(
                 report.bytes_copied += written.action.size
                 report.files_copied += 1
         if plan.source_hw > plan.replica_hw:
-            txns.append(Transaction(hw_app_id(plan.partition), plan.source_hw))
+            new_hws[plan.partition] = plan.source_hw
         report.high_watermarks[plan.partition] = max(plan.source_hw, plan.replica_hw)
+    txns = high_watermark_transactions(new_hws)
     if adds or txns:
         with translate_storage_errors():
             rep_dt.create_write_transaction(
@@ -282,7 +235,7 @@ def promote(replica: StorageRoot, settings: WriterSettings) -> dict[str, Any]:
     for topic in catalog.list_topics():
         dt = catalog.open_topic(topic)
         n = catalog.describe_topic(topic, dt).partitions
-        hw = _hw(dt, n)
+        hw = read_high_watermarks(dt, n)
         for p, segs in segments_of(dt).items():
             top = max((s.last_offset for s in segs), default=-1)
             if top >= hw.get(p, 0):

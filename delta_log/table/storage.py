@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from delta_log.errors import StorageUnavailableError, TopiclakeError
+from delta_log.errors import StorageUnavailableError, TopiclakeError, TopicNotFoundError
 
 TOPICS_DIR = "topics"
 SYSTEM_DIR = "_system"
@@ -141,6 +141,13 @@ class StorageRoot:
         """Raises: TableNotFoundError (deltalake's) if absent; StorageUnavailableError on I/O."""
         with translate_storage_errors(passthrough=(TableNotFoundError,)):
             return DeltaTable(uri, storage_options=self.options())
+
+    def open_topic(self, topic: str) -> DeltaTable:
+        """The topic's table at its latest version. Raises: TopicNotFoundError, StorageUnavailableError."""
+        try:
+            return self.open_table(self.topic_uri(topic))
+        except TableNotFoundError as exc:
+            raise TopicNotFoundError(topic) from exc
 
 
 @contextmanager

@@ -16,11 +16,8 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from delta_log.records import TOPIC_SCHEMA
-
-
-class SourcesGoneError(Exception):
-    """A file to remove is no longer live (another job removed it), or commits kept landing first."""
+from delta_log.core.records import TOPIC_SCHEMA
+from delta_log.errors import SourcesGoneError
 
 
 def commit_file_changes(

@@ -1,0 +1,21 @@
+"""Errors only the HTTP front door raises (request bodies, media types, query formats).
+
+They sit under the one root (delta_log.errors.TopiclakeError) with stable codes; the gateway's
+status table maps them like every other error. Errors every front door shares (authentication,
+authorization, records, offsets) live in delta_log.errors.
+"""
+
+from __future__ import annotations
+
+from delta_log.errors import TopiclakeError
+
+
+class MalformedRequestError(TopiclakeError):
+    """The body cannot be parsed (bad JSON, NDJSON line or Arrow stream); `index` names the record."""
+
+    code = "MALFORMED_REQUEST"
+
+
+class UnsupportedMediaTypeError(TopiclakeError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    hint = "Use application/json, application/x-ndjson or application/vnd.apache.arrow.stream."

@@ -1,0 +1,227 @@
+"""The consumer-group state machine (Kafka's eager rebalance protocol), pure: no I/O, no clock.
+
+Every transition takes `now` (monotonic seconds) from the caller. The coordinator (consumer_api)
+drives it from its event loop and does the waiting and the persistence; a Kafka listener can
+drive the same machine from JoinGroup/SyncGroup/Heartbeat/LeaveGroup.
+
+- A join by a new member, a changed subscription, a leave or an expired session starts a
+  rebalance: the group is PreparingRebalance and heartbeats answer `rebalance`; members commit
+  what they processed (their generation is still current) and join again.
+- The rebalance completes when every member rejoined or the rebalance timeout (the largest session
+  timeout) passed; members that did not rejoin are dropped. Then the generation is bumped and the
+  assignor (or a rebalance job's pending assignment) runs.
+- Static membership: a join with a known `instance_id` and an unchanged subscription takes over
+  that member's id and partitions without a rebalance.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from delta_log.core.assignors import assign
+from delta_log.core.group_rules import EMPTY, PREPARING, STABLE, MemberState, check_commit, expired
+from delta_log.errors import UnknownMemberError
+
+#: member id -> topic -> partitions
+Assignment = dict[str, dict[str, list[int]]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinResult:
+    member_id: str
+    generation: int
+    assignment: dict[str, list[int]]
+    members: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatResult:
+    generation: int
+    rebalance: bool
+    assignment: dict[str, list[int]]
+
+
+def new_member_id(instance_id: str | None) -> str:
+    return f"{instance_id or 'member'}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(slots=True, kw_only=True)
+class GroupState:
+    """One consumer group's membership, generation and assignment."""
+
+    group_id: str
+    generation: int = 0
+    state: str = EMPTY
+    assignor: str = "range"
+    members: dict[str, MemberState] = field(default_factory=dict)
+    rebalance_deadline: float | None = None
+    #: a rebalance job's assignment, used by the next completion if its members still match
+    pending: Assignment | None = None
+
+    # -- queries ---------------------------------------------------------------------------------
+    def member(self, member_id: str) -> MemberState:
+        """Raises: UnknownMemberError."""
+        m = self.members.get(member_id)
+        if m is None:
+            raise UnknownMemberError(
+                f"Member {member_id!r} is not in group {self.group_id!r}.", member_id=member_id[:300]
+            )
+        return m
+
+    def result(self, m: MemberState) -> JoinResult:
+        return JoinResult(
+            member_id=m.member_id, generation=self.generation, assignment=dict(m.assignment), members=len(self.members)
+        )
+
+    @property
+    def rebalancing(self) -> bool:
+        return self.state == PREPARING
+
+    def ready_to_complete(self, now: float) -> bool:
+        """A rebalance in progress can complete: everyone rejoined, or the timeout passed."""
+        if self.state != PREPARING:
+            return False
+        if all(m.rejoined for m in self.members.values()):
+            return True
+        return self.rebalance_deadline is not None and now >= self.rebalance_deadline
+
+    # -- transitions -----------------------------------------------------------------------------
+    def join(
+        self,
+        *,
+        now: float,
+        topics: Iterable[str],
+        member_id: str | None,
+        instance_id: str | None,
+        session_timeout_ms: int,
+        assignor: str,
+    ) -> tuple[MemberState, bool]:
+        """Add or refresh a member. Returns (member, settled): when `settled`, the current
+        assignment stands and the join is answered now; otherwise a rebalance is in progress and
+        the caller waits until `ready_to_complete`, then calls `complete`.
+
+        Raises: UnknownMemberError (a `member_id` the group does not know).
+        """
+        subs = frozenset(topics)
+        if member_id is not None:
+            member = self.member(member_id)
+        else:
+            found = next((m for m in self.members.values() if instance_id and m.instance_id == instance_id), None)
+            if found is not None and found.topics == subs and self.state == STABLE:
+                found.last_heartbeat = now  # static member back within its session: no rebalance
+                found.session_timeout_ms = session_timeout_ms
+                return found, True
+            if found is None:
+                found = MemberState(
+                    member_id=new_member_id(instance_id),
+                    instance_id=instance_id,
+                    topics=subs,
+                    session_timeout_ms=session_timeout_ms,
+                    last_heartbeat=now,
+                )
+                self.members[found.member_id] = found
+            member = found
+        member.last_heartbeat = now
+        member.session_timeout_ms = session_timeout_ms
+        if self.state == STABLE and member.topics == subs and member.assignment and member_id is not None:
+            return member, True  # nothing changed
+        member.topics = subs
+        if len(self.members) <= 1:
+            self.assignor = assignor
+        self.start_rebalance(now)
+        member.rejoined = True
+        return member, False
+
+    def start_rebalance(self, now: float) -> None:
+        """Enter PreparingRebalance (no-op if already there). With no members left, the caller
+        completes at once (`ready_to_complete` is true)."""
+        if self.state == PREPARING:
+            return
+        self.state = PREPARING
+        timeout = max((m.session_timeout_ms for m in self.members.values()), default=0) / 1000
+        self.rebalance_deadline = now + timeout
+        for m in self.members.values():
+            m.rejoined = False
+
+    def topics_to_assign(self) -> list[str]:
+        """Drop members that did not rejoin; the topics the survivors subscribe to (the caller looks
+        up their partition counts for `complete`)."""
+        for mid in [m.member_id for m in self.members.values() if not m.rejoined]:
+            self.members.pop(mid)
+        return sorted({t for m in self.members.values() for t in m.topics})
+
+    def complete(self, partitions: Mapping[str, int]) -> None:
+        """Finish a rebalance: assign, bump the generation, become Stable (Empty without members).
+
+        `partitions`: topic -> partition count for `topics_to_assign()` (0 for a deleted topic).
+        """
+        self.topics_to_assign()
+        previous = {m.member_id: m.assignment for m in self.members.values()}
+        pending, self.pending = self.pending, None
+        if pending is not None and set(pending) == set(self.members):
+            assignment: Assignment = {mid: dict(a) for mid, a in pending.items()}
+        elif self.members:
+            subs = {m.member_id: m.topics for m in self.members.values()}
+            assignment = assign(self.assignor, subs, partitions, previous)
+        else:
+            assignment = {}
+        for m in self.members.values():
+            m.assignment = assignment.get(m.member_id, {})
+            m.rejoined = True
+        self.generation += 1
+        self.state = STABLE if self.members else EMPTY
+        self.rebalance_deadline = None
+
+    def heartbeat(self, member_id: str, generation: int, now: float) -> HeartbeatResult:
+        """Raises: UnknownMemberError, FencedMemberError (an old generation)."""
+        m = self.member(member_id)
+        m.last_heartbeat = now
+        if self.state == PREPARING:
+            return HeartbeatResult(generation=self.generation, rebalance=True, assignment=dict(m.assignment))
+        if generation != self.generation:
+            check_commit(
+                self.members, self.generation, member_id=member_id, member_generation=generation, partitions=()
+            )
+        return HeartbeatResult(generation=self.generation, rebalance=False, assignment=dict(m.assignment))
+
+    def leave(self, member_id: str, now: float) -> None:
+        """Raises: UnknownMemberError."""
+        self.member(member_id)
+        self.members.pop(member_id)
+        self.start_rebalance(now)
+
+    def expire(self, now: float) -> list[str]:
+        """Drop members whose session timed out (starting a rebalance); their ids."""
+        gone = expired(self.members, now)
+        for mid in gone:
+            self.members.pop(mid, None)
+        if gone:
+            self.start_rebalance(now)
+        return gone
+
+    def check_commit(
+        self, *, member_id: str | None, generation: int | None, partitions: Iterable[tuple[str, int]], now: float
+    ) -> None:
+        """Only the current generation's owner commits (invariant 5); a commit is also a sign of life.
+
+        Raises: UnknownMemberError, FencedMemberError.
+        """
+        check_commit(
+            self.members, self.generation, member_id=member_id, member_generation=generation, partitions=partitions
+        )
+        if member_id is not None:
+            self.members[member_id].last_heartbeat = now
+
+    def adopt(self, generation: int, assignment: Assignment, now: float) -> bool:
+        """A rebalance job wrote the next generation: drop the members it expired and rebalance so
+        that the completion uses its assignment. False (and nothing changes) unless this group is
+        Stable at the generation before it."""
+        if self.state != STABLE or generation != self.generation + 1:
+            return False
+        for mid in [mid for mid in self.members if mid not in assignment]:
+            self.members.pop(mid)
+        self.pending = assignment
+        self.start_rebalance(now)
+        return True

@@ -1,0 +1,127 @@
+"""Idempotent producers: ids, sequences, and which requests of a flush to append (pure).
+
+A producer sends (producer id, sequence); the log keeps, per (producer, partition), the last
+committed sequence and the base offset it got (see delta_log.table.app_transactions). A request
+whose sequence is already committed is answered with its original offsets and writes nothing; an
+older sequence than the last committed one is refused (its offsets are no longer known).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from delta_log.core.records import PartitionRange
+from delta_log.errors import DuplicateSequenceError, InvalidRecordError
+
+_PRODUCER_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+#: Sequences are Delta txn versions (int64); Kafka's own are int32, so this is never the limit.
+MAX_SEQUENCE = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerSequence:
+    """An idempotent producer's id and the sequence number of one request.
+
+    Raises (on construction): InvalidRecordError for a malformed id or a sequence out of range.
+    """
+
+    producer_id: str
+    sequence: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.producer_id, str) or not _PRODUCER_ID.match(self.producer_id):
+            raise InvalidRecordError("Producer id must be 1-128 characters from [A-Za-z0-9._:-].")
+        if not 0 <= self.sequence <= MAX_SEQUENCE:
+            raise InvalidRecordError(
+                f"Producer sequence must be between 0 and {MAX_SEQUENCE}.", sequence=str(self.sequence)
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerState:
+    """What the log holds for one producer on one partition."""
+
+    last_sequence: int
+    base_offset: int  # -1 when unknown
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlushPlan:
+    """What to do with each request of one flush.
+
+    - `append`: indexes to append, in arrival order;
+    - `committed`: already committed requests, with their original ranges (answered as duplicates);
+    - `refused`: requests refused on their own (an older sequence);
+    - `same_as`: the same (producer, sequence) twice in one flush (a client retry): index -> the index
+      of its first copy, whose result it shares.
+    """
+
+    append: tuple[int, ...]
+    committed: Mapping[int, tuple[PartitionRange, ...]] = field(default_factory=dict)
+    refused: Mapping[int, DuplicateSequenceError] = field(default_factory=dict)
+    same_as: Mapping[int, int] = field(default_factory=dict)
+
+
+def _older(producer: ProducerSequence, last: int, where: str) -> DuplicateSequenceError:
+    return DuplicateSequenceError(
+        f"Sequence {producer.sequence} of producer {producer.producer_id!r} is older than {where} {last}.",
+        producer_id=producer.producer_id,
+        sequence=producer.sequence,
+        last_sequence=last,
+    )
+
+
+def plan_flush(
+    producers: Sequence[ProducerSequence | None],
+    counts: Sequence[Mapping[int, int]],
+    state: Mapping[tuple[str, int], ProducerState],
+) -> FlushPlan:
+    """Decide, for the requests of one flush, which to append (pure).
+
+    `producers[i]` and `counts[i]` (partition -> records) describe request i; `state` holds the
+    log's `ProducerState` for every (producer id, partition) the requests touch (absent: never
+    committed there).
+    """
+    append: list[int] = []
+    committed: dict[int, tuple[PartitionRange, ...]] = {}
+    refused: dict[int, DuplicateSequenceError] = {}
+    same_as: dict[int, int] = {}
+    first_of: dict[tuple[str, int], int] = {}
+    flush_seq: dict[tuple[str, int], int] = {}  # (producer, partition) -> highest sequence appended here
+    for i, (producer, part_counts) in enumerate(zip(producers, counts, strict=True)):
+        if producer is None:
+            append.append(i)
+            continue
+        key = (producer.producer_id, producer.sequence)
+        if key in first_of:
+            same_as[i] = first_of[key]
+            continue
+        ranges: list[PartitionRange] = []
+        older: DuplicateSequenceError | None = None
+        for partition in part_counts:
+            st = state.get((producer.producer_id, partition))
+            if st is None or st.last_sequence < producer.sequence:
+                continue
+            if st.last_sequence > producer.sequence:
+                older = _older(producer, st.last_sequence, f"its last committed sequence on partition {partition},")
+                break
+            ranges.append(
+                PartitionRange(partition=partition, base_offset=st.base_offset, count=part_counts.get(partition, 0))
+            )
+        if older is not None:
+            refused[i] = older
+            continue
+        if ranges:
+            committed[i] = tuple(ranges)
+            continue
+        newer = max((flush_seq.get((producer.producer_id, p), -1) for p in part_counts), default=-1)
+        if newer > producer.sequence:  # an older sequence behind a newer one in this flush
+            refused[i] = _older(producer, newer, "a sequence earlier in this flush,")
+            continue
+        for p in part_counts:
+            flush_seq[(producer.producer_id, p)] = producer.sequence
+        first_of[key] = i
+        append.append(i)
+    return FlushPlan(append=tuple(append), committed=committed, refused=refused, same_as=same_as)

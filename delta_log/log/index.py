@@ -1,0 +1,153 @@
+"""Segment index of a topic: per partition, its segments sorted by offset, from one Delta snapshot.
+
+Built from the snapshot's add actions and their stats (min/max offset, max timestamp), so it sees
+every writer and every job rewrite (compaction, retention); files without stats are described from
+their parquet footers. Also the parquet footer cache and row-group selection a fetch reads through.
+
+Concurrency contract: a `TopicSnapshot` is immutable (the reader swaps whole snapshots); the footer
+cache is guarded by its own lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from delta_log.core.segments import SegmentInfo, StatsFallback, epoch_ms
+from delta_log.core.topic_config import TopicConfig
+from delta_log.errors import StorageUnavailableError, TopicNotFoundError
+from delta_log.table.app_transactions import read_high_watermarks
+from delta_log.table.segment_files import segments_of
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionIndex:
+    segments: tuple[SegmentInfo, ...]
+    lasts: tuple[int, ...]  # last offsets, ascending, for bisect
+
+    @classmethod
+    def of(cls, segments: list[SegmentInfo]) -> PartitionIndex:
+        segments.sort(key=lambda s: s.first_offset)
+        return cls(segments=tuple(segments), lasts=tuple(s.last_offset for s in segments))
+
+    def find(self, offset: int) -> int:
+        """Index of the first segment whose last offset >= `offset` (len if none)."""
+        return bisect.bisect_left(self.lasts, offset)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSnapshot:
+    """One Delta version of a topic: config, segments and high watermarks read together."""
+
+    table_version: int
+    config: TopicConfig
+    partitions: dict[int, PartitionIndex]
+    high_watermarks: dict[int, int]
+    loaded_at: float  # monotonic seconds
+
+    def high_watermark(self, partition: int) -> int:
+        return self.high_watermarks.get(partition, 0)
+
+    def log_start_offset(self, partition: int) -> int:
+        """First offset still stored. With no segment, everything below the snapshot's high
+        watermark is gone (retention)."""
+        index = self.partitions.get(partition)
+        hw = self.high_watermark(partition)
+        if index is None or not index.segments:
+            return hw
+        return min(index.segments[0].first_offset, hw)
+
+
+def build_snapshot(dt: DeltaTable, *, topic: str, stats_fallback: StatsFallback, now: float) -> TopicSnapshot:
+    """The index of `dt`'s current version. Raises: TopicNotFoundError, StorageUnavailableError."""
+    try:
+        by_partition = segments_of(dt, stats_fallback=stats_fallback)
+        props = dt.metadata().configuration
+        version = dt.version()
+        config = TopicConfig.from_properties(props)
+        hws = read_high_watermarks(dt, config.partitions)
+    except TableNotFoundError as exc:
+        raise TopicNotFoundError(topic) from exc
+    except (DeltaError, OSError) as exc:
+        raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
+    return TopicSnapshot(
+        table_version=version,
+        config=config,
+        partitions={p: PartitionIndex.of(segs) for p, segs in by_partition.items()},
+        high_watermarks=hws,
+        loaded_at=now,
+    )
+
+
+class FooterCache:
+    """Parquet footers of a topic's segments, least recently read out first."""
+
+    def __init__(self, fs: pafs.FileSystem, path_of: Callable[[str], str], entries: int) -> None:
+        self._fs = fs
+        self._path_of = path_of
+        self._entries = entries
+        self._lock = threading.Lock()
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+
+    def get(self, rel_path: str) -> pq.FileMetaData:
+        """Raises: StorageUnavailableError."""
+        with self._lock:
+            meta = self._footers.get(rel_path)
+        if meta is None:
+            try:
+                meta = pq.read_metadata(self._path_of(rel_path), filesystem=self._fs)
+            except OSError as exc:
+                raise StorageUnavailableError(f"Cannot read segment {rel_path}: {exc}") from exc
+            with self._lock:
+                self._footers[rel_path] = meta
+                if len(self._footers) > self._entries:
+                    self._footers.popitem(last=False)
+        return meta
+
+    def stats(self, rel_path: str) -> tuple[int, int, int | None]:
+        """(first offset, last offset, newest timestamp ms) from a file's parquet statistics."""
+        meta = self.get(rel_path)
+        idx = meta.schema.to_arrow_schema().get_field_index("offset")
+        ts_idx = meta.schema.to_arrow_schema().get_field_index("timestamp")
+        lo, hi, ts = None, None, None
+        for rg in range(meta.num_row_groups):
+            st = meta.row_group(rg).column(idx).statistics
+            lo = st.min if lo is None else min(lo, st.min)
+            hi = st.max if hi is None else max(hi, st.max)
+            tst = meta.row_group(rg).column(ts_idx).statistics
+            if tst is not None and tst.has_min_max:
+                ts = tst.max if ts is None else max(ts, tst.max)
+        return int(lo or 0), int(hi or -1), epoch_ms(ts)
+
+
+def row_groups_for(meta: pq.FileMetaData, offset: int, limit: int) -> list[int]:
+    """Row groups that can hold offsets >= `offset`, enough for `limit` rows if the file is sorted.
+
+    When row groups are not in ascending, disjoint offset order, every group with offsets >= `offset`
+    is returned (correct for any file layout, only slower).
+    """
+    col = meta.schema.to_arrow_schema().get_field_index("offset")
+    stats = []
+    for rg in range(meta.num_row_groups):
+        st = meta.row_group(rg).column(col).statistics
+        if st is None or not st.has_min_max:
+            return list(range(meta.num_row_groups))
+        stats.append((int(st.min), int(st.max), meta.row_group(rg).num_rows))
+    ordered = all(stats[i][0] > stats[i - 1][1] for i in range(1, len(stats)))
+    groups, rows = [], 0
+    for rg, (lo, hi, n) in enumerate(stats):
+        if hi < offset:
+            continue
+        groups.append(rg)
+        rows += n - max(0, offset - lo)
+        if ordered and rows >= limit:
+            break
+    return groups

@@ -1,0 +1,353 @@
+"""Topic reader: fetch by offset, offsets for timestamps, offset resolution, over the segment index.
+
+Concurrency contract
+- Thread-safe: the index (delta_log.log.index.TopicSnapshot) is immutable and swapped atomically
+  under a lock; parquet reads need no lock. Many fetch threads may share one reader.
+- The index is refreshed when older than `refresh_interval_s` (by ONE caller; the others go on
+  with the current one), when a fetch asks past what it knows, or on `refresh()`.
+- The tail cache (delta_log.log.tail_cache) is fed by this process's writer (`on_commit`) with
+  committed records only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from conf import ReaderSettings
+from delta_log.core.records import TOPIC_SCHEMA, check_offset, record_sizes
+from delta_log.core.segments import SegmentInfo
+from delta_log.core.topic_config import TopicConfig
+from delta_log.errors import (
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    PartitionNotFoundError,
+    StorageUnavailableError,
+    TopicNotFoundError,
+)
+from delta_log.log.index import FooterCache, TopicSnapshot, build_snapshot, row_groups_for
+from delta_log.log.tail_cache import TailCache
+from delta_log.log.writer import CommitInfo
+from delta_log.table.storage import StorageRoot
+
+#: Where an offset lookup or reset points (see TopicReader.resolve_offsets).
+OffsetSpec = Literal["earliest", "latest", "timestamp", "offset"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionOffsets:
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    segments: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResult:
+    records: pa.Table  # TOPIC_SCHEMA, ascending offsets
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+class TopicReader:
+    """Reads one topic's partitions by offset."""
+
+    def __init__(self, storage: StorageRoot, topic: str, settings: ReaderSettings | None = None) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.settings = settings or ReaderSettings()
+        self.uri = storage.topic_uri(topic)
+        self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
+        self._tail = TailCache(self.settings.tail_cache_bytes)
+        self._fs, _ = storage.filesystem()
+        self._footers = FooterCache(
+            self._fs, lambda rel: storage.file_path(self.uri, rel), self.settings.footer_cache_entries
+        )
+        self._dt = storage.open_topic(topic)
+        self._snap = self._build()
+
+    # -- index -------------------------------------------------------------------------------
+    def _build(self) -> TopicSnapshot:
+        return build_snapshot(self._dt, topic=self.topic, stats_fallback=self._footers.stats, now=time.monotonic())
+
+    def refresh(self) -> int:
+        """Load new Delta versions and rebuild the index if the table changed; return its version."""
+        with self._lock:
+            try:
+                self._dt.update_incremental()
+            except TableNotFoundError as exc:
+                raise TopicNotFoundError(self.topic) from exc
+            except (DeltaError, OSError):
+                # An idle reader's version may predate the retained log (short log retention):
+                # start again from the latest checkpoint.
+                self._dt = self.storage.open_topic(self.topic)
+            if self._dt.version() != self._snap.table_version:
+                self._snap = self._build()
+            else:
+                self._snap = TopicSnapshot(
+                    table_version=self._snap.table_version,
+                    config=self._snap.config,
+                    partitions=self._snap.partitions,
+                    high_watermarks=self._snap.high_watermarks,
+                    loaded_at=time.monotonic(),
+                )
+            return self._snap.table_version
+
+    def _fresh(self) -> TopicSnapshot:
+        """The snapshot, refreshed when older than `refresh_interval_s` by ONE caller; the others go
+        on with the current one (measured: under load every request thread queued on the lock to
+        rebuild the index in turn)."""
+        if time.monotonic() - self._snap.loaded_at > self.settings.refresh_interval_s and self._refreshing.acquire(
+            blocking=False
+        ):
+            try:
+                self.refresh()
+            finally:
+                self._refreshing.release()
+        return self._snap
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._fresh().config
+
+    @property
+    def table_version(self) -> int:
+        return self._snap.table_version
+
+    @property
+    def table(self) -> DeltaTable:
+        return self._dt
+
+    def _check_partition(self, snap: TopicSnapshot, partition: int) -> TopicSnapshot:
+        if not 0 <= partition < snap.config.partitions:
+            snap = self._snapshot_after_refresh()
+            if not 0 <= partition < snap.config.partitions:
+                raise PartitionNotFoundError(self.topic, partition, snap.config.partitions)
+        return snap
+
+    def _snapshot_after_refresh(self) -> TopicSnapshot:
+        self.refresh()
+        return self._snap
+
+    def on_commit(self, info: CommitInfo) -> None:
+        """Feed the tail cache with records this process just committed."""
+        self._tail.add(info.records)
+
+    # -- offsets -------------------------------------------------------------------------------
+    def _hw(self, snap: TopicSnapshot, partition: int) -> int:
+        return max(snap.high_watermark(partition), self._tail.end_offset(partition))
+
+    def high_watermark(self, partition: int) -> int:
+        """Raises: PartitionNotFoundError."""
+        snap = self._check_partition(self._fresh(), partition)
+        return self._hw(snap, partition)
+
+    def log_start_offset(self, partition: int) -> int:
+        """Raises: PartitionNotFoundError."""
+        snap = self._check_partition(self._fresh(), partition)
+        return snap.log_start_offset(partition)
+
+    def partition_offsets(self) -> list[PartitionOffsets]:
+        """Log start offset, high watermark, segment count and bytes for every partition."""
+        snap = self._fresh()
+        out = []
+        for p in range(snap.config.partitions):
+            index = snap.partitions.get(p)
+            segs = index.segments if index else ()
+            out.append(
+                PartitionOffsets(
+                    partition=p,
+                    log_start_offset=snap.log_start_offset(p),
+                    high_watermark=self._hw(snap, p),
+                    segments=len(segs),
+                    size_bytes=sum(s.size_bytes for s in segs),
+                )
+            )
+        return out
+
+    def resolve_offsets(
+        self,
+        to: OffsetSpec,
+        *,
+        timestamp: int | None = None,
+        offset: int | None = None,
+        partitions: list[int] | None = None,
+    ) -> dict[int, int]:
+        """Per partition (default: all), where `to` points, as Kafka's ListOffsets and offset resets:
+        "earliest" (the log start offset), "latest" (the high watermark), "timestamp" (the first
+        offset at or after `timestamp` epoch ms, else the high watermark) or "offset" (`offset`
+        itself, which must lie within [log start offset, high watermark]).
+
+        Raises: PartitionNotFoundError, InvalidOffsetError.
+        """
+        if to == "timestamp" and timestamp is None:
+            raise InvalidOffsetError("to=timestamp needs a timestamp (epoch ms).")
+        if to == "offset" and offset is None:
+            raise InvalidOffsetError("to=offset needs an offset.")
+        snap = self._fresh()
+        wanted = list(range(snap.config.partitions)) if partitions is None else partitions
+        out: dict[int, int] = {}
+        for p in wanted:
+            snap = self._check_partition(snap, p)
+            lso, hw = snap.log_start_offset(p), self._hw(snap, p)
+            if to == "earliest":
+                out[p] = lso
+            elif to == "latest":
+                out[p] = hw
+            elif to == "timestamp":
+                assert timestamp is not None
+                found = self.offset_for_timestamp(p, timestamp)
+                out[p] = hw if found is None else found
+            else:
+                assert offset is not None
+                if not lso <= offset <= hw:
+                    raise InvalidOffsetError(
+                        f"Offset {offset} is outside [{lso}, {hw}] for partition {p}; pick one within it.",
+                        partition=p,
+                    )
+                out[p] = offset
+        return out
+
+    # -- fetch ---------------------------------------------------------------------------------
+    def fetch(
+        self, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1024 * 1024
+    ) -> FetchResult:
+        """Records of `partition` from `offset`, at most `max_records` and about `max_bytes`.
+
+        At least one record is returned when any is available, even if larger than max_bytes
+        (as Kafka does). Compacted partitions may skip offsets; `next_offset` says where to go on.
+
+        Raises:
+            InvalidOffsetError: negative offset or limits out of range.
+            PartitionNotFoundError: no such partition.
+            OffsetOutOfRangeError: offset below the log start offset or above the high watermark.
+        """
+        check_offset(offset)
+        if not 1 <= max_records <= self.settings.max_fetch_records:
+            raise InvalidOffsetError(
+                f"max_records must be between 1 and {self.settings.max_fetch_records}; got {max_records}.",
+                max_records=max_records,
+            )
+        if max_bytes < 1:
+            raise InvalidOffsetError(f"max_bytes must be >= 1; got {max_bytes}.", max_bytes=max_bytes)
+        snap = self._check_partition(self._fresh(), partition)
+        hw = max(snap.high_watermark(partition), self._tail.end_offset(partition))
+        lso = snap.log_start_offset(partition)
+        at_end = offset == hw and time.monotonic() - snap.loaded_at > self.settings.end_refresh_interval_s
+        if offset > hw or offset < lso or at_end:
+            # Past what we know, or at the end of a snapshot that may be stale: re-read the log.
+            snap = self._snapshot_after_refresh()
+            hw = max(snap.high_watermark(partition), self._tail.end_offset(partition))
+            lso = snap.log_start_offset(partition)
+            if offset > hw or offset < lso:
+                raise OffsetOutOfRangeError(
+                    topic=self.topic,
+                    partition=partition,
+                    offset=offset,
+                    log_start_offset=lso,
+                    high_watermark=hw,
+                )
+        pieces: list[pa.Table] = []
+        cur, remaining, budget = offset, max_records, max_bytes
+        refreshed = False
+        while remaining > 0 and budget > 0 and cur < hw:
+            piece = self._tail.read(partition, cur, remaining)
+            if piece is None:
+                index = snap.partitions.get(partition)
+                pos = index.find(cur) if index else 0
+                if index is None or pos >= len(index.segments):
+                    if refreshed:
+                        break
+                    snap, refreshed = self._snapshot_after_refresh(), True
+                    continue
+                piece = self._read_segment(index.segments[pos], partition, cur, remaining)
+                if piece.num_rows == 0:
+                    cur = index.segments[pos].last_offset + 1
+                    continue
+            sizes = record_sizes(piece)
+            fits = int(np.searchsorted(np.cumsum(sizes), budget, side="right"))
+            if fits == 0 and not pieces:
+                fits = 1
+            if fits < piece.num_rows:
+                piece = piece.slice(0, fits)
+                pieces.append(piece)
+                cur = int(piece.column("offset")[-1].as_py()) + 1 if fits else cur
+                break
+            pieces.append(piece)
+            budget -= int(sizes.sum())
+            remaining -= piece.num_rows
+            cur = int(piece.column("offset")[-1].as_py()) + 1
+        records = pa.concat_tables(pieces) if pieces else TOPIC_SCHEMA.empty_table()
+        return FetchResult(records=records, next_offset=cur, high_watermark=hw, log_start_offset=lso)
+
+    def _read_segment(self, seg: SegmentInfo, partition: int, offset: int, limit: int) -> pa.Table:
+        """Rows of `seg` with offset >= `offset`, at most `limit`, reading only needed row groups."""
+        meta = self._footers.get(seg.path)
+        groups = row_groups_for(meta, offset, limit)
+        if not groups:
+            return TOPIC_SCHEMA.empty_table()
+        path = self.storage.file_path(self.uri, seg.path)
+        try:
+            with self._fs.open_input_file(path) as f:
+                table = pq.ParquetFile(f, metadata=meta).read_row_groups(groups)
+        except (OSError, FileNotFoundError) as exc:
+            # A job removed the file after our snapshot: re-index and let the caller retry.
+            self.refresh()
+            raise StorageUnavailableError(
+                f"Segment {seg.path} of {self.topic}-{partition} vanished; retry the fetch."
+            ) from exc
+        offsets = table.column("offset")
+        if pc.min(offsets).as_py() < offset:
+            table = table.filter(pc.greater_equal(offsets, offset))
+        # Our writers and compaction keep files sorted by offset; other engines (a plain Spark
+        # OPTIMIZE) may not, so check and sort rather than trust.
+        offs = table.column("offset").to_numpy()
+        if len(offs) > 1 and not (np.diff(offs) > 0).all():
+            table = table.take(pa.array(np.argsort(offs, kind="stable")))
+        table = table.slice(0, limit)
+        n = table.num_rows
+        return pa.table(
+            {
+                "key": table.column("key"),
+                "value": table.column("value"),
+                "topic": table.column("topic") if "topic" in table.column_names else pa.array([self.topic] * n),
+                "partition": pa.array(np.full(n, partition, dtype=np.int32)),
+                "offset": table.column("offset"),
+                "timestamp": table.column("timestamp").cast(TOPIC_SCHEMA.field("timestamp").type),
+                "timestampType": table.column("timestampType"),
+                "headers": table.column("headers"),
+            },
+            schema=TOPIC_SCHEMA,
+        )
+
+    def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int | None:
+        """First offset whose timestamp >= `timestamp_ms`, or None if every record is older.
+
+        Raises: PartitionNotFoundError.
+        """
+        snap = self._check_partition(self._snapshot_after_refresh(), partition)
+        target_us = timestamp_ms * 1000
+        index = snap.partitions.get(partition)
+        if index is None:
+            return None
+        for seg in index.segments:
+            if seg.max_timestamp_ms < timestamp_ms:  # stats are ms, floored: never skips a match
+                continue
+            table = self._read_segment(seg, partition, seg.first_offset, seg.records or self.settings.max_fetch_records)
+            ts = table.column("timestamp").cast(pa.int64()).to_numpy()
+            hits = np.flatnonzero(ts >= target_us)
+            if len(hits):
+                return int(table.column("offset")[int(hits[0])].as_py())
+        return None

@@ -1,0 +1,171 @@
+"""One maintenance loop per active topic: every task the server runs on a topic, called by name.
+
+    rollup       merge small adjacent segments (delta_log.maintenance.rollup), after every
+                 `rollup_every_commits` commits or every `interval_s`
+    log_cleanup  delete old `_delta_log` files (delta_log.maintenance.log_cleanup), every
+                 `cleanup_every_commits` commits (the writer's plus the roll-up's)
+    retention    drop whole oldest segments (delta_log.maintenance.retention), every
+                 `retention_interval_s`
+    vacuum       delete files no version references any more, every `vacuum_interval_s`
+
+Concurrency contract: one thread per topic with its own table object, beside the writer, never on
+the produce path; one pass at a time (`run_once` and `run_task` share a lock). Every task commits
+only file changes, never a `hw-<p>` transaction, so producers' commits are not refused because of
+it; its conflicts are its own to retry at the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+from deltalake import DeltaTable
+
+from conf import MaintenanceSettings, WriterSettings
+from delta_log.maintenance.log_cleanup import cleanup_log
+from delta_log.maintenance.retention import RetentionReport, apply_retention
+from delta_log.maintenance.rollup import RollupReport, roll_up
+from delta_log.table.segment_files import ParquetOptions
+from delta_log.table.storage import StorageRoot
+
+log = logging.getLogger(__name__)
+
+Task = Literal["rollup", "log_cleanup", "retention", "vacuum"]
+TASKS: tuple[Task, ...] = ("rollup", "log_cleanup", "retention", "vacuum")
+_KEEP_REPORTS = 100
+
+
+class TopicMaintenance:
+    """The maintenance of one topic (see module docstring)."""
+
+    def __init__(
+        self,
+        storage: StorageRoot,
+        topic: str,
+        settings: MaintenanceSettings,
+        writer: WriterSettings,
+        *,
+        lowest_committed: Callable[[str], dict[int, int]] | None = None,
+        background: bool = True,
+    ) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.settings = settings
+        self.writer = writer
+        self.uri = storage.topic_uri(topic)
+        self.lowest_committed = lowest_committed
+        self._parquet = ParquetOptions(row_group_rows=writer.max_row_group_rows, compression=writer.compression.lower())
+        self._dt: DeltaTable | None = None
+        self._cond = threading.Condition()
+        self._pending_commits = 0
+        self._commits_since_cleanup = 0
+        self._closed = False
+        self._last_run: dict[Task, float] = {"retention": 0.0, "vacuum": time.monotonic()}
+        self._pass_lock = threading.Lock()
+        self.rollup_reports: list[RollupReport] = []
+        self.retention_reports: list[RetentionReport] = []
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name=f"maintenance-{topic}", daemon=True)
+            self._thread.start()
+
+    # -- scheduling ------------------------------------------------------------------------------
+    def notify_commit(self, *_: object) -> None:
+        """Called after each writer commit; wakes the loop every `rollup_every_commits`."""
+        with self._cond:
+            self._pending_commits += 1
+            if self._pending_commits >= self.settings.rollup_every_commits:
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and self._pending_commits < self.settings.rollup_every_commits:
+                    self._cond.wait(self.settings.interval_s)
+                    if self._pending_commits:
+                        break
+                if self._closed:
+                    return
+                commits, self._pending_commits = self._pending_commits, 0
+            try:
+                self.run_once(commits)
+            except Exception:
+                log.exception("maintenance of topic %s failed; will retry", self.topic)
+
+    def due(self, commits: int, now: float) -> list[Task]:
+        """The tasks a pass runs now, in order (roll-up first: the cleanup counts its commit)."""
+        tasks: list[Task] = ["rollup"]
+        if self._commits_since_cleanup + commits >= self.settings.cleanup_every_commits:
+            tasks.append("log_cleanup")
+        if now - self._last_run["retention"] >= self.settings.retention_interval_s:
+            tasks.append("retention")
+        if now - self._last_run["vacuum"] >= self.settings.vacuum_interval_s:
+            tasks.append("vacuum")
+        return tasks
+
+    # -- passes ----------------------------------------------------------------------------------
+    def run_once(self, commits: int = 0) -> dict[Task, Any]:
+        """One pass: every due task, in order; returns each task's result by name."""
+        with self._pass_lock:
+            self._commits_since_cleanup += commits
+            now = time.monotonic()
+            results: dict[Task, Any] = {}
+            for task in TASKS:
+                if task in self.due(0, now):  # asked again after each task: roll-up commits count
+                    results[task] = self._call(task)
+            return results
+
+    def run_task(self, task: Task) -> Any:
+        """Run one task now, whether due or not (tests, admin tools)."""
+        with self._pass_lock:
+            return self._call(task)
+
+    def _call(self, task: Task) -> Any:
+        self._last_run[task] = time.monotonic()
+        if task == "rollup":
+            report = roll_up(
+                self.storage,
+                self.uri,
+                self._table(),
+                self.settings,
+                parquet=self._parquet,
+                attempts=self.writer.max_commit_attempts,
+                closing=lambda: self._closed,
+            )
+            self._commits_since_cleanup += report.runs
+            self.rollup_reports = [*self.rollup_reports[-_KEEP_REPORTS + 1 :], report]
+            return report
+        if task == "log_cleanup":
+            self._commits_since_cleanup = 0
+            return cleanup_log(
+                self.storage,
+                self.uri,
+                keep_versions=self.settings.log_keep_versions,
+                min_age_s=self.settings.log_min_age_s,
+            )
+        if task == "retention":
+            committed = self.lowest_committed(self.topic) if self.lowest_committed else None
+            retention = apply_retention(self.storage, self.topic, self.writer, lowest_committed=committed)
+            if retention.committed or retention.conflict:
+                self.retention_reports = [*self.retention_reports[-_KEEP_REPORTS + 1 :], retention]
+                log.info("retention on %s: %s", self.topic, retention.to_dict())
+            return retention
+        # the last of the closed Literal: "vacuum"
+        return self._table().vacuum(dry_run=False, enforce_retention_duration=True)
+
+    def _table(self) -> DeltaTable:
+        if self._dt is None:
+            self._dt = self.storage.open_table(self.uri)
+        else:
+            self._dt.update_incremental()
+        return self._dt
+
+    def close(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)

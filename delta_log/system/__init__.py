@@ -1,0 +1,1 @@
+"""The `_system` tables: committed consumer offsets and consumer group state."""

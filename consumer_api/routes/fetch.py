@@ -18,7 +18,7 @@ from consumer_api.encoding import check_format, records_to_json
 from consumer_api.schemas import OffsetLookup
 from delta_log.core.acl import authorize
 from delta_log.errors import InvalidOffsetError
-from delta_log.log.reader import FetchResult, TopicReader
+from delta_log.log.reader import FetchResult, OffsetSpec, TopicReader
 
 router = APIRouter(tags=["consume"])
 
@@ -109,7 +109,7 @@ async def lookup_offsets(
     def lookup() -> list[dict[str, int | None]]:
         reader = registry.reader(topic)
         infos = reader.partition_offsets()
-        to = "timestamp" if ts is not None else ("earliest" if at == "earliest" else "latest")
+        to: OffsetSpec = "timestamp" if ts is not None else ("earliest" if at == "earliest" else "latest")
         found = reader.resolve_offsets(to, timestamp=ts, partitions=[i.partition for i in infos])
         return [
             {

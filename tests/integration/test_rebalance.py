@@ -114,3 +114,45 @@ def test_persisted_heartbeats_are_wall_clock_and_compaction_keeps_the_latest_row
         await coord.stop()
 
     asyncio.run(scenario())
+
+
+def test_the_jobs_lag_counts_from_the_log_start_offset(storage, settings, topic_factory):
+    """Records retention removed are not lag: a group with no commit lags by what is stored."""
+    import time
+
+    from delta_log.maintenance.retention import apply_retention
+    from delta_log.system.groups import GroupRecord, MemberRecord
+
+    topic = topic_factory(partitions=2, retention_ms=1000)
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(3):
+        w.append(make_batch(10, partition_of=lambda i: 0, topic=topic))
+    w.append(make_batch(5, partition_of=lambda i: 1, topic=topic))
+    now_ms = int(time.time() * 1000)
+    assert apply_retention(storage, topic, settings.writer, now_ms=now_ms + 60_000).committed  # every segment expired
+    w.append(make_batch(4, partition_of=lambda i: 0, topic=topic))  # partition 0: log start 30, high watermark 34
+
+    def member(mid, partition):
+        return MemberRecord(
+            member_id=mid,
+            instance_id=None,
+            topics=(topic,),
+            session_timeout_ms=30_000,
+            assignment={topic: [partition]},
+            last_heartbeat_ms=now_ms,
+        )
+
+    GroupStore(storage).save(
+        [
+            GroupRecord(
+                group="g",
+                generation=1,
+                state="Stable",
+                assignor="range",
+                members=(member("a", 0), member("b", 1)),
+                updated_at_us=now_ms * 1000,
+            )
+        ]
+    )
+    [plan] = rebalance.run(None, settings).groups
+    assert plan["lag_before"] == {"a": 4, "b": 0}  # not 34 and 5: offsets below the log start are gone

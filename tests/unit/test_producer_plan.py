@@ -1,0 +1,63 @@
+"""plan_flush: which requests of one flush an idempotent writer appends (pure)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delta_log.core.producer import MAX_SEQUENCE, ProducerSequence, ProducerState, plan_flush
+from delta_log.errors import DuplicateSequenceError, InvalidRecordError
+
+
+def seq(n, pid="p"):
+    return ProducerSequence(producer_id=pid, sequence=n)
+
+
+def test_plain_requests_are_all_appended():
+    plan = plan_flush([None, None], [{0: 2}, {1: 3}], {})
+    assert plan.append == (0, 1) and not plan.committed and not plan.refused and not plan.same_as
+
+
+def test_a_committed_sequence_is_answered_with_its_original_offsets():
+    state = {("p", 0): ProducerState(last_sequence=4, base_offset=100)}
+    plan = plan_flush([seq(4)], [{0: 3}], state)
+    assert plan.append == ()
+    [r] = plan.committed[0]
+    assert (r.partition, r.base_offset, r.count) == (0, 100, 3)
+
+
+def test_an_older_sequence_is_refused():
+    state = {("p", 0): ProducerState(last_sequence=4, base_offset=100)}
+    plan = plan_flush([seq(3)], [{0: 1}], state)
+    assert isinstance(plan.refused[0], DuplicateSequenceError) and plan.append == ()
+
+
+def test_the_same_request_twice_in_one_flush_is_written_once():
+    plan = plan_flush([seq(5), seq(5)], [{0: 1}, {0: 1}], {})
+    assert plan.append == (0,) and plan.same_as == {1: 0}
+
+
+def test_an_older_sequence_behind_a_newer_one_in_the_flush_is_refused():
+    plan = plan_flush([seq(6), seq(5)], [{0: 1}, {0: 1}], {})
+    assert plan.append == (0,) and 1 in plan.refused
+
+
+def test_other_producers_and_partitions_are_independent():
+    state = {("p", 0): ProducerState(last_sequence=9, base_offset=0)}
+    plan = plan_flush([seq(1, "q"), seq(10)], [{0: 1}, {0: 1}], state)
+    assert plan.append == (0, 1)
+
+
+@pytest.mark.parametrize("bad", [("", 0), ("bad id", 0), ("p", -1), ("p", MAX_SEQUENCE + 1), ("x" * 129, 0)])
+def test_malformed_producers_are_refused(bad):
+    with pytest.raises(InvalidRecordError):
+        ProducerSequence(producer_id=bad[0], sequence=bad[1])
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)), max_size=12))
+def test_every_request_gets_exactly_one_outcome(requests):
+    producers = [seq(n, pid) for pid, n in requests]
+    plan = plan_flush(producers, [{0: 1}] * len(producers), {})
+    outcomes = [*plan.append, *plan.committed, *plan.refused, *plan.same_as]
+    assert sorted(outcomes) == list(range(len(producers)))
+    appended = [(producers[i].producer_id, producers[i].sequence) for i in plan.append]
+    assert len(appended) == len(set(appended))  # never twice in one commit

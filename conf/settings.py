@@ -51,7 +51,7 @@ class ReaderSettings(BaseModel):
 
     model_config = _FROZEN
 
-    refresh_interval_s: float = Field(0.5, gt=0, description="Re-read the Delta log when the index is older.")
+    refresh_interval_s: float = Field(0.5, ge=0, description="Re-read the Delta log when the index is older.")
     end_refresh_interval_s: float = Field(
         0.05, ge=0, description="A fetch at the high watermark re-reads the log when the index is older."
     )

@@ -5,7 +5,7 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import types as T
 
-from conf import load_settings
+from conf import ReaderSettings, load_settings
 from delta_log import Catalog, StorageRoot, TopicReader, TopicWriter
 from tests.integration.conftest import make_batch
 
@@ -89,7 +89,7 @@ def test_spark_optimize_is_transparent(spark, tmp_path):
 
     _, storage, w = setup_topic(tmp_path, commits=8)
     uri = storage.topic_uri("interop")
-    reader = TopicReader(storage, "interop", refresh_interval_s=0)
+    reader = TopicReader(storage, "interop", ReaderSettings(refresh_interval_s=0))
     before = reader.fetch(1, 0, max_records=1000).records
     SparkDeltaTable.forPath(spark, uri).optimize().where("partition = 1").executeCompaction()
     after = reader.fetch(1, 0, max_records=1000).records

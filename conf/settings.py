@@ -112,6 +112,8 @@ class AuthSettings(BaseModel):
     model_config = _FROZEN
 
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
+    open_docs: bool = Field(False, description="Serve /openapi.json, /docs and /redoc without a key.")
+    open_metrics: bool = Field(False, description="Serve /metrics without a key (e.g. for a Prometheus scraper).")
 
     @property
     def enabled(self) -> bool:

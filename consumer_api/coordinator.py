@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from delta_log.core.group_rules import EMPTY, STABLE, validate_group_id, validate_join
+from delta_log.core.group_rules import EMPTY, STABLE, validate_group_id, validate_instance_id, validate_join
 from delta_log.core.group_state import GroupState, HeartbeatResult, JoinResult
 from delta_log.core.lag import partition_lag
-from delta_log.errors import GroupNotEmptyError, TopiclakeError, UnknownGroupError
+from delta_log.errors import GroupNotEmptyError, PartitionNotFoundError, TopiclakeError, UnknownGroupError
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
 from delta_log.system.groups import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
@@ -168,7 +168,8 @@ class GroupCoordinator:
         Raises: InvalidGroupError, UnknownAssignorError, UnknownMemberError, TopicNotFoundError.
         """
         validate_group_id(group_id)
-        validate_join(assignor, session_timeout_ms, topics)
+        topics = validate_join(assignor, session_timeout_ms, topics)
+        validate_instance_id(instance_id)
         for t in topics:
             await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
         g = self.groups.setdefault(group_id, GroupState(group_id=group_id, assignor=assignor))
@@ -254,6 +255,7 @@ class GroupCoordinator:
         validate_group_id(group_id)
         for c in commits:
             validate_commit(c)
+        await asyncio.to_thread(self._check_partitions_exist, commits)
         g = self.groups.setdefault(group_id, GroupState(group_id=group_id))
         async with self._lock(g):
             g.check_commit(
@@ -263,6 +265,15 @@ class GroupCoordinator:
                 now=self.clock(),
             )
             return await asyncio.to_thread(self.offsets.commit, commits)
+
+    def _check_partitions_exist(self, commits: list[OffsetCommit]) -> None:
+        """Kafka refuses commits for unknown topics or partitions. Raises: TopicNotFoundError,
+        PartitionNotFoundError."""
+        for topic in sorted({c.topic for c in commits}):
+            n = self.registry.partitions(topic)
+            for c in commits:
+                if c.topic == topic and c.partition >= n:
+                    raise PartitionNotFoundError(topic, c.partition, n)
 
     async def committed(self, group_id: str) -> dict[tuple[str, int], OffsetCommit]:
         """The group's committed offsets, including commits by other writers (Spark queries with

@@ -29,12 +29,15 @@ def _decode(value: bytes | None, fmt: str) -> Any:
         return text
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # not JSON: the text as it is
+    except (json.JSONDecodeError, RecursionError):
+        return text  # not JSON (or nested beyond the parser): the text as it is
 
 
 def records_to_json(records: pa.Table, *, key_format: str, value_format: str) -> list[dict[str, Any]]:
-    cols = records.to_pydict()
+    """JSON-ready records. Timestamps are epoch ms computed from the stored integer, never through
+    datetime: a record written by another engine with any timestamp still renders (no 500)."""
+    micros = records.column("timestamp").cast(pa.int64()).to_pylist()
+    cols = records.drop_columns(["timestamp"]).to_pydict()
     out = []
     for i in range(records.num_rows):
         headers = cols["headers"][i] or []
@@ -42,7 +45,7 @@ def records_to_json(records: pa.Table, *, key_format: str, value_format: str) ->
             {
                 "partition": cols["partition"][i],
                 "offset": cols["offset"][i],
-                "timestamp": int(cols["timestamp"][i].timestamp() * 1000) if cols["timestamp"][i] else None,
+                "timestamp": micros[i] // 1000 if micros[i] is not None else None,
                 "timestamp_type": cols["timestamp_type"][i] if "timestamp_type" in cols else cols["timestampType"][i],
                 "key": _decode(cols["key"][i], key_format),
                 "value": _decode(cols["value"][i], value_format),

@@ -16,6 +16,13 @@ class MalformedRequestError(TopiclakeError):
     code = "MALFORMED_REQUEST"
 
 
+class JsonTooDeepError(MalformedRequestError):
+    """A JSON document nested deeper than MAX_JSON_DEPTH (see consumer_api.json_body)."""
+
+    code = "JSON_TOO_DEEP"
+    hint = "Flatten the document: objects and arrays may nest at most 64 levels."
+
+
 class UnsupportedMediaTypeError(TopiclakeError):
     code = "UNSUPPORTED_MEDIA_TYPE"
     hint = "Use application/json, application/x-ndjson or application/vnd.apache.arrow.stream."

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,12 +11,23 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+INT32 = 2**31 - 1
+INT64 = 2**63 - 1
+
+
 class JoinRequest(_Model):
-    topics: list[str] = Field(description="Topics to subscribe to.")
-    member_id: str | None = Field(None, description="Set when rejoining after a rebalance.")
-    instance_id: str | None = Field(None, description="Static membership: a stable id for this consumer.")
-    session_timeout_ms: int = 10_000
-    assignor: str = Field("range", description="range, roundrobin or sticky.")
+    topics: list[Annotated[str, Field(max_length=249)]] = Field(
+        min_length=1, max_length=1000, description="Topics to subscribe to (duplicates are ignored)."
+    )
+    member_id: str | None = Field(None, max_length=300, description="Set when rejoining after a rebalance.")
+    instance_id: str | None = Field(
+        None,
+        max_length=249,
+        pattern=r"^[a-zA-Z0-9._-]+$",
+        description="Static membership (Kafka's group.instance.id): a stable id for this consumer.",
+    )
+    session_timeout_ms: int = Field(10_000, ge=1_000, le=300_000)
+    assignor: str = Field("range", max_length=32, description="range, roundrobin or sticky.")
 
 
 class JoinResponse(_Model):
@@ -28,7 +39,7 @@ class JoinResponse(_Model):
 
 
 class HeartbeatRequest(_Model):
-    generation: int
+    generation: int = Field(ge=-1, le=INT32)
 
 
 class HeartbeatResponse(_Model):
@@ -38,16 +49,16 @@ class HeartbeatResponse(_Model):
 
 
 class PartitionOffset(_Model):
-    topic: str
-    partition: int
-    offset: int = Field(description="The next offset to consume (Kafka's committed-offset meaning).")
-    metadata: str = ""
+    topic: str = Field(max_length=249)
+    partition: int = Field(ge=0, le=INT32)
+    offset: int = Field(ge=0, le=INT64, description="The next offset to consume (Kafka's committed-offset meaning).")
+    metadata: str = Field("", max_length=4096, description="At most 4096 bytes (offset.metadata.max.bytes).")
 
 
 class CommitRequest(_Model):
-    member_id: str | None = None
-    generation: int | None = None
-    offsets: list[PartitionOffset]
+    member_id: str | None = Field(None, max_length=300)
+    generation: int | None = Field(None, ge=-1, le=INT32)
+    offsets: list[PartitionOffset] = Field(max_length=100_000)
 
 
 class CommittedOffsets(_Model):
@@ -56,11 +67,13 @@ class CommittedOffsets(_Model):
 
 
 class ResetRequest(_Model):
-    topic: str
+    topic: str = Field(max_length=249)
     to: Literal["earliest", "latest", "timestamp", "offset"]
-    timestamp: int | None = Field(None, description="Epoch ms, for to=timestamp.")
-    offset: int | None = Field(None, description="For to=offset.")
-    partitions: list[int] | None = Field(None, description="Default: every partition.")
+    timestamp: int | None = Field(None, ge=0, le=INT64, description="Epoch ms, for to=timestamp.")
+    offset: int | None = Field(None, ge=0, le=INT64, description="For to=offset.")
+    partitions: list[Annotated[int, Field(ge=0, le=INT32)]] | None = Field(
+        None, max_length=10_000, description="Default: every partition."
+    )
 
 
 class MemberInfo(_Model):

@@ -91,6 +91,14 @@ class InvalidSchemaError(TopiclakeError):
     hint = "Send columns key (binary), value (binary), and optionally partition, timestamp, headers."
 
 
+class InvalidTimestampError(InvalidRecordError):
+    """A record timestamp outside what a topic table (and Spark) can hold, or outside the topic's
+    message.timestamp.before/after.max.ms; `index` names the record."""
+
+    code = "INVALID_TIMESTAMP"
+    hint = "Send epoch milliseconds between 0 and 253402300799999 (9999-12-31), or -1 for the server's time."
+
+
 class RecordTooLargeError(TopiclakeError):
     code = "RECORD_TOO_LARGE"
     hint = "Split the value, or raise the topic's max.message.bytes."
@@ -119,6 +127,11 @@ class OffsetOutOfRangeError(TopiclakeError):
 
 class InvalidOffsetError(TopiclakeError):
     code = "INVALID_OFFSET"
+
+
+class OffsetMetadataTooLargeError(TopiclakeError):
+    code = "OFFSET_METADATA_TOO_LARGE"
+    hint = "Commit metadata is at most 4096 bytes (Kafka's offset.metadata.max.bytes)."
 
 
 # --- idempotent producers --------------------------------------------------------------------

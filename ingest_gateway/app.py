@@ -11,15 +11,17 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from conf import Settings, load_settings
+from conf import AuthSettings, Settings, load_settings
 from consumer_api.coordinator import GroupCoordinator
 from consumer_api.notifier import CommitNotifier
 from consumer_api.router import router as consumer_router
+from delta_log.core.acl import authenticate
+from delta_log.errors import AuthenticationError
 from delta_log.maintenance.replication import refuse_unpromoted_replica
 from delta_log.registry import TopicRegistry
 from delta_log.system.groups import GroupStore
 from delta_log.table.storage import StorageRoot
-from ingest_gateway.errors import install_error_handlers
+from ingest_gateway.errors import error_response, install_error_handlers
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.routes import ops, records, topics
 
@@ -44,6 +46,39 @@ class RequestMetricsMiddleware:
             await send(message)
 
         await self.app(scope, receive, counting_send)
+
+
+#: Answered without a key whatever the configuration: liveness and readiness probes.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+DOCS_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
+class AuthenticationMiddleware:
+    """With keys configured, every HTTP request but the health checks needs a valid key, whatever
+    route it reaches (one gate for the whole app: routes added later, the docs pages and 404s
+    included). Authorization of each operation on each resource stays with the routes."""
+
+    def __init__(self, app: ASGIApp, auth: AuthSettings, retry_after: int) -> None:
+        self.app = app
+        self.auth = auth
+        self.retry_after = retry_after
+        self.open = (
+            OPEN_PATHS
+            | (DOCS_PATHS if auth.open_docs else frozenset())
+            | (frozenset({"/metrics"}) if auth.open_metrics else frozenset())
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.auth.enabled or scope["path"] in self.open:
+            await self.app(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+        try:
+            authenticate(self.auth, header)
+        except AuthenticationError as exc:
+            await error_response(exc, retry_after=self.retry_after)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -85,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
 
+    app.add_middleware(AuthenticationMiddleware, auth=settings.auth, retry_after=settings.server.retry_after_seconds)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
 
     install_error_handlers(app, retry_after=settings.server.retry_after_seconds, on_error=metrics.on_error)

@@ -14,16 +14,18 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import json
+import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from consumer_api.errors import MalformedRequestError
-from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
-from delta_log.errors import InvalidRecordError, InvalidSchemaError
+from consumer_api import json_body
+from consumer_api.errors import JsonTooDeepError, MalformedRequestError
+from delta_log.core.records import HEADERS_TYPE, MAX_TIMESTAMP_MS, NO_TIMESTAMP, TIMESTAMP_TYPE
+from delta_log.errors import InvalidRecordError, InvalidSchemaError, InvalidTimestampError
 
 Format = Literal["json", "string", "binary"]
 FORMATS = ("json", "string", "binary")
@@ -46,17 +48,39 @@ def _check_format(name: str, fmt: object) -> Format:
     return fmt  # type: ignore[return-value]
 
 
+def _utf8(text: str, index: int, field: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise InvalidRecordError(
+            f"Record {index}: {field} is not valid UTF-8 (it holds a lone surrogate such as \\ud800).",
+            index=index,
+            field=field,
+        ) from None
+
+
 def _encode(value: Any, fmt: Format, index: int, field: str) -> bytes | None:
     if value is None:
         return None
     if fmt == "json":
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            return json_body.dumps_value(value)
+        except ValueError:
+            raise InvalidRecordError(
+                f"Record {index}: {field} holds a number JSON cannot carry (NaN or infinite, e.g. 1e400).",
+                index=index,
+                field=field,
+            ) from None
+        except UnicodeEncodeError:
+            return _utf8("\ud800", index, field)
+        except RecursionError:
+            raise JsonTooDeepError(f"Record {index}: {field} nests too deeply.", index=index) from None
     if not isinstance(value, str):
         raise InvalidRecordError(
             f"Record {index}: {field} must be a string with {field}_format={fmt}.", index=index, field=field
         )
     if fmt == "string":
-        return value.encode()
+        return _utf8(value, index, field)
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
@@ -64,25 +88,35 @@ def _encode(value: Any, fmt: Format, index: int, field: str) -> bytes | None:
 
 
 def _timestamp_us(value: Any, index: int) -> int | None:
-    if value is None:
+    """Epoch microseconds of a record's timestamp; None (the server's time) for null or -1.
+
+    Raises: InvalidTimestampError outside 0 .. 9999-12-31T23:59:59.999Z (what a topic table holds).
+    """
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == NO_TIMESTAMP):
         return None
     if isinstance(value, bool):
-        raise InvalidRecordError(f"Record {index}: timestamp must be epoch ms or ISO-8601.", index=index)
+        raise InvalidTimestampError(f"Record {index}: timestamp must be epoch ms or ISO-8601.", index=index)
     if isinstance(value, int | float):
-        if value < 0:
-            raise InvalidRecordError(f"Record {index}: timestamp must be >= 0.", index=index)
+        if not (math.isfinite(value) and 0 <= value <= MAX_TIMESTAMP_MS):
+            raise InvalidTimestampError(
+                f"Record {index}: timestamp {value} is outside 0..{MAX_TIMESTAMP_MS} epoch ms (-1: the server's time).",
+                index=index,
+            )
         return int(value * 1000)
     if isinstance(value, str):
         try:
             parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidRecordError(
-                f"Record {index}: timestamp {value!r} is not ISO-8601 or epoch ms.", index=index
+            raise InvalidTimestampError(
+                f"Record {index}: timestamp {value[:64]!r} is not ISO-8601 or epoch ms.", index=index
             ) from None
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=dt.UTC)
-        return int(parsed.timestamp() * 1_000_000)
-    raise InvalidRecordError(f"Record {index}: timestamp must be epoch ms or ISO-8601.", index=index)
+        us = int(parsed.timestamp() * 1_000_000)
+        if not 0 <= us <= MAX_TIMESTAMP_MS * 1000:
+            raise InvalidTimestampError(f"Record {index}: timestamp {value[:64]!r} is before 1970.", index=index)
+        return us
+    raise InvalidTimestampError(f"Record {index}: timestamp must be epoch ms or ISO-8601.", index=index)
 
 
 def _headers(value: Any, index: int) -> list[dict[str, Any]] | None:
@@ -104,7 +138,8 @@ def _headers(value: Any, index: int) -> list[dict[str, Any]] | None:
     for k, v in items:
         if not isinstance(k, str) or not (v is None or isinstance(v, str)):
             raise InvalidRecordError(f"Record {index}: header keys and values must be strings.", index=index)
-        out.append({"key": k, "value": None if v is None else v.encode()})
+        _utf8(k, index, "header key")
+        out.append({"key": k, "value": None if v is None else _utf8(v, index, "header value")})
     return out
 
 
@@ -149,10 +184,7 @@ def records_to_table(records: list[Any], key_format: Format, value_format: Forma
 
 def decode_json(body: bytes, *, key_format: str = "string", value_format: str = "json") -> pa.Table:
     """`{"key_format"?, "value_format"?, "records": [...]}`. Raises: MalformedRequestError, InvalidRecordError."""
-    try:
-        doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MalformedRequestError(f"The body is not valid JSON: {exc}.") from exc
+    doc = json_body.loads(body)
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         raise MalformedRequestError('The body must be a JSON object with a "records" list.')
     unknown = set(doc) - {"records", "key_format", "value_format"}
@@ -167,19 +199,35 @@ def decode_ndjson(body: bytes, *, key_format: str = "string", value_format: str 
     """One record object per line. Raises: MalformedRequestError (naming the line), InvalidRecordError."""
     kf = _check_format("key_format", key_format)
     vf = _check_format("value_format", value_format)
-    records = []
+    records: list[Any] = []
     for i, line in enumerate(body.splitlines()):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise MalformedRequestError(
-                f"Line {i + 1} (record {len(records)}) is not valid JSON: {exc}.",
-                index=len(records),
-                line=i + 1,
-            ) from exc
+            records.append(json_body.loads(line, where=f"Line {i + 1} (record {len(records)})"))
+        except MalformedRequestError as exc:
+            exc.details.update(index=len(records), line=i + 1)
+            raise
     return records_to_table(records, kf, vf)
+
+
+def _epoch_ms_column(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An integer epoch-ms column as timestamps; -1 (Kafka's "none") becomes null (the server's time).
+
+    Raises: InvalidTimestampError for values outside 0 .. MAX_TIMESTAMP_MS (checked before scaling,
+    so a huge value cannot wrap around into a plausible one)."""
+    try:
+        ms = col.cast(pa.int64())
+    except pa.ArrowInvalid as exc:
+        raise InvalidTimestampError(f"The timestamp column does not fit epoch ms: {exc}.") from None
+    ms = pc.if_else(pc.equal(ms, NO_TIMESTAMP), pa.scalar(None, pa.int64()), ms)
+    bad = pc.fill_null(pc.or_(pc.less(ms, 0), pc.greater(ms, MAX_TIMESTAMP_MS)), False)
+    if pc.any(bad).as_py():
+        idx = int(pc.index(bad, True).as_py())
+        raise InvalidTimestampError(
+            f"Record {idx}: timestamp {ms[idx].as_py()} is outside 0..{MAX_TIMESTAMP_MS} epoch ms.", index=idx
+        )
+    return pc.multiply(ms, 1000).cast(TIMESTAMP_TYPE)
 
 
 def decode_arrow(body: bytes) -> pa.Table:
@@ -203,9 +251,7 @@ def decode_arrow(body: bytes) -> pa.Table:
             col = table.column(f.name)
             if col.type != f.type:
                 if f.name == "timestamp" and pa.types.is_integer(col.type):
-                    col = col.cast(pa.int64())
-                    col = pa.chunked_array([c.cast(pa.int64()) for c in col.chunks], pa.int64())
-                    col = pa.compute.multiply(col, 1000).cast(TIMESTAMP_TYPE)  # epoch ms
+                    col = _epoch_ms_column(col)
                 else:
                     try:
                         col = col.cast(f.type)

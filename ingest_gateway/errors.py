@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from consumer_api import errors as http_errors
+from consumer_api.errors import JsonTooDeepError
 from delta_log import errors as e
 
 log = logging.getLogger(__name__)
@@ -29,12 +30,15 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.RequestTooLargeError: 413,
     e.OffsetOutOfRangeError: 416,
     e.InvalidOffsetError: 400,
+    e.OffsetMetadataTooLargeError: 413,
+    e.InvalidTimestampError: 422,
     e.DuplicateSequenceError: 409,
     e.CommitConflictError: 503,
     e.StorageUnavailableError: 503,
     e.BackPressureError: 429,
     e.WriterClosedError: 503,
     http_errors.MalformedRequestError: 400,
+    http_errors.JsonTooDeepError: 400,
     http_errors.UnsupportedMediaTypeError: 415,
     e.SourcesGoneError: 503,
     e.DataLossError: 409,
@@ -75,6 +79,13 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
         if status_for(exc) >= 500:
             log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
         return error_response(exc, retry_after=retry_after)
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        # A JSON body nested beyond the parser's recursion guard (FastAPI-parsed bodies).
+        return error_response(
+            JsonTooDeepError("The body nests objects and arrays too deeply."), retry_after=retry_after
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -6,6 +6,7 @@ No I/O, no clock: callers pass `now` (monotonic seconds). Shared by the HTTP coo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -20,6 +21,8 @@ GroupStateName = Literal["Empty", "PreparingRebalance", "Stable"]
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 300_000
 MAX_GROUP_ID_LENGTH = 255
+MAX_SUBSCRIBED_TOPICS = 1000
+_INSTANCE_ID = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -45,8 +48,20 @@ def validate_group_id(group: object) -> str:
     return group
 
 
-def validate_join(assignor: str, session_timeout_ms: int, topics: Iterable[str]) -> None:
-    """Raises: UnknownAssignorError, InvalidGroupError."""
+def validate_instance_id(instance_id: str | None) -> str | None:
+    """Static membership ids follow Kafka's rule for names: 1-249 of [a-zA-Z0-9._-]. Raises: InvalidGroupError."""
+    if instance_id is None:
+        return None
+    if not isinstance(instance_id, str) or not _INSTANCE_ID.match(instance_id):
+        raise InvalidGroupError(
+            "group.instance.id (instance_id) must be 1-249 characters from [a-zA-Z0-9._-].",
+            instance_id=str(instance_id)[:64],
+        )
+    return instance_id
+
+
+def validate_join(assignor: str, session_timeout_ms: int, topics: Iterable[str]) -> list[str]:
+    """The subscription, de-duplicated and sorted. Raises: UnknownAssignorError, InvalidGroupError."""
     if assignor not in ASSIGNORS:
         raise UnknownAssignorError(f"Unknown assignor {assignor!r}.", assignor=assignor)
     if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
@@ -54,8 +69,14 @@ def validate_join(assignor: str, session_timeout_ms: int, topics: Iterable[str])
             f"session_timeout_ms must be between {MIN_SESSION_TIMEOUT_MS} and {MAX_SESSION_TIMEOUT_MS}.",
             session_timeout_ms=session_timeout_ms,
         )
-    if not list(topics):
+    unique = sorted(set(topics))
+    if not unique:
         raise InvalidGroupError("Subscribe to at least one topic.")
+    if len(unique) > MAX_SUBSCRIBED_TOPICS:
+        raise InvalidGroupError(
+            f"A member subscribes to at most {MAX_SUBSCRIBED_TOPICS} topics; got {len(unique)}.", topics=len(unique)
+        )
+    return unique
 
 
 def check_commit(

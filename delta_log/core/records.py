@@ -16,6 +16,7 @@ from delta_log.errors import (
     InvalidOffsetError,
     InvalidRecordError,
     InvalidSchemaError,
+    InvalidTimestampError,
     PartitionNotFoundError,
     RecordTooLargeError,
 )
@@ -55,6 +56,10 @@ LOG_APPEND_TIME = 1
 
 #: Offsets are int64, as in Kafka and in the topic table.
 MAX_OFFSET = 2**63 - 1
+#: The latest record timestamp a topic table (and Spark) holds: 9999-12-31T23:59:59.999Z, epoch ms.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+#: Kafka's "no timestamp": the server's time is used.
+NO_TIMESTAMP = -1
 
 
 def check_offset(offset: int, *, what: str = "Offset") -> int:
@@ -80,6 +85,18 @@ def _column(table: pa.Table, name: str, target: pa.DataType) -> pa.ChunkedArray 
 
 def _first_index(mask: pa.ChunkedArray | pa.Array) -> int:
     return int(np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))[0])
+
+
+def _check_timestamps(ts: pa.ChunkedArray) -> None:
+    """Raises: InvalidTimestampError for a timestamp outside 0 .. MAX_TIMESTAMP_MS (what Delta and Spark
+    hold): stored, it would make the partition unreadable for every JSON consumer."""
+    micros = ts.cast(pa.int64())
+    bad = pc.or_(pc.less(micros, 0), pc.greater(micros, MAX_TIMESTAMP_MS * 1000))
+    if pc.any(bad).as_py():
+        idx = _first_index(pc.fill_null(bad, False))
+        raise InvalidTimestampError(
+            f"Record {idx} has timestamp {micros[idx].as_py()} us, outside 1970-01-01 .. 9999-12-31.", index=idx
+        )
 
 
 def record_sizes(table: pa.Table) -> np.ndarray:
@@ -158,6 +175,7 @@ def normalize_batch(
         ts = pa.chunked_array([pa.array(np.full(n, now_us, dtype=np.int64), TIMESTAMP_TYPE)])
         ts_type = pa.chunked_array([pa.array(np.full(n, LOG_APPEND_TIME, dtype=np.int32))])
     else:
+        _check_timestamps(ts)
         missing = pc.is_null(ts)
         ts_type = pc.if_else(missing, pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32()))
         ts = pc.if_else(missing, now, ts)

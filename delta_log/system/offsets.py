@@ -27,10 +27,12 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from delta_log.core.group_rules import validate_group_id
 from delta_log.core.records import check_offset
 from delta_log.core.topic_config import validate_topic_name
-from delta_log.errors import InvalidOffsetError, StorageUnavailableError
+from delta_log.errors import InvalidOffsetError, OffsetMetadataTooLargeError, StorageUnavailableError
 from delta_log.table.storage import StorageRoot, translate_storage_errors
 
 OFFSETS_TABLE = "consumer_offsets"
+#: Kafka's offset.metadata.max.bytes.
+MAX_METADATA_BYTES = 4096
 
 OFFSETS_SCHEMA = pa.schema(
     [
@@ -72,6 +74,10 @@ def validate_commit(c: OffsetCommit) -> None:
     if c.partition < 0:
         raise InvalidOffsetError(f"Partition must be >= 0; got {c.partition}.", partition=c.partition)
     check_offset(c.offset, what="A committed offset")
+    if len(c.metadata.encode("utf-8", "surrogatepass")) > MAX_METADATA_BYTES:
+        raise OffsetMetadataTooLargeError(
+            f"Commit metadata of {c.topic}-{c.partition} is over {MAX_METADATA_BYTES} bytes.", partition=c.partition
+        )
 
 
 def latest_per_key(rows: Iterable[OffsetCommit]) -> dict[tuple[str, str, int], OffsetCommit]:

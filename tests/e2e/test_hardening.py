@@ -1,0 +1,215 @@
+"""Careless and hostile inputs against real server processes: a 4xx with the error envelope, nothing
+written, the server healthy; a key on every route but the health checks."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import httpx
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from tests.e2e.conftest import hw
+from tests.e2e.server import ServerProcess
+
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+def arrow_body(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def assert_refused(r: httpx.Response, status: int, code: str) -> None:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and err["message"], err
+
+
+def deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+BAD_PRODUCE = [
+    # (what, content type, body, status, code)
+    (
+        "json nested 100,000 deep",
+        "application/json",
+        '{"records": [{"value": ' + deep(100_000) + "}]}",
+        400,
+        "JSON_TOO_DEEP",
+    ),
+    ("ndjson nested 100,000 deep", "application/x-ndjson", '{"value": ' + deep(100_000) + "}\n", 400, "JSON_TOO_DEEP"),
+    (
+        "json nested just past the limit",
+        "application/json",
+        '{"records": [{"value": ' + deep(62) + "}]}",
+        400,
+        "JSON_TOO_DEEP",
+    ),
+    ("lone surrogate in a value", "application/json", '{"records": [{"value": "\\ud800"}]}', 422, "INVALID_RECORD"),
+    (
+        "lone surrogate in a key",
+        "application/json",
+        '{"records": [{"key": "\\ud800", "value": 1}]}',
+        422,
+        "INVALID_RECORD",
+    ),
+    (
+        "lone surrogate in a header",
+        "application/json",
+        '{"records": [{"value": 1, "headers": {"h": "\\udfff"}}]}',
+        422,
+        "INVALID_RECORD",
+    ),
+    ("1e400 in a value", "application/json", '{"records": [{"value": {"x": 1e400}}]}', 422, "INVALID_RECORD"),
+    ("NaN literal", "application/json", '{"records": [{"value": NaN}]}', 400, "MALFORMED_REQUEST"),
+    (
+        "timestamp 1e400",
+        "application/json",
+        '{"records": [{"value": 1, "timestamp": 1e400}]}',
+        422,
+        "INVALID_TIMESTAMP",
+    ),
+    (
+        "timestamp year 10000",
+        "application/json",
+        '{"records": [{"value": 1, "timestamp": 253402300800000}]}',
+        422,
+        "INVALID_TIMESTAMP",
+    ),
+    (
+        "timestamp before 1970",
+        "application/json",
+        '{"records": [{"value": 1, "timestamp": "1969-12-31T23:59:59Z"}]}',
+        422,
+        "INVALID_TIMESTAMP",
+    ),
+    (
+        "negative timestamp",
+        "application/json",
+        '{"records": [{"value": 1, "timestamp": -5}]}',
+        422,
+        "INVALID_TIMESTAMP",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "ctype", "body", "status", "code"), BAD_PRODUCE, ids=[b[0] for b in BAD_PRODUCE])
+def test_bad_produce_bodies_are_refused_and_write_nothing(http, topic, what, ctype, body, status, code):
+    before = hw(http, topic)
+    r = http.post(f"/topics/{topic}/records", content=body.encode(), headers={"content-type": ctype})
+    assert_refused(r, status, code)
+    assert hw(http, topic) == before
+    assert http.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([2**62], pa.int64()),  # would wrap around when scaled to microseconds
+        pa.array([-5], pa.int64()),
+        pa.array([253402300800000], pa.int64()),  # 10000-01-01
+        pa.array([-(2**62)], pa.timestamp("us", tz="UTC")),
+    ],
+)
+def test_arrow_timestamps_outside_the_table_are_refused(http, topic, column):
+    body = arrow_body(pa.table({"value": pa.array([b"v"]), "timestamp": column}))
+    before = hw(http, topic)
+    r = http.post(f"/topics/{topic}/records", content=body, headers={"content-type": ARROW})
+    assert_refused(r, 422, "INVALID_TIMESTAMP")
+    assert hw(http, topic) == before
+
+
+def test_minus_one_means_the_servers_time(http, topic):
+    r = http.post(f"/topics/{topic}/records", json={"records": [{"value": 1, "timestamp": -1, "partition": 0}]})
+    assert r.status_code == 200, r.text
+    got = http.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0}).json()["records"][0]
+    assert got["timestamp"] > 1_600_000_000_000 and got["timestamp_type"] == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [({"Producer-Id": "p", "Producer-Sequence": str(2**70)}, "INVALID_RECORD")],
+)
+def test_out_of_range_sequences_are_refused(http, topic, headers, code):
+    r = http.post(f"/topics/{topic}/records", json={"records": [{"value": 1}]}, headers=headers)
+    assert_refused(r, 422, code)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "status", "code"),
+    [
+        ([{"topic": "{topic}", "partition": 0, "offset": 2**63}], 422, "INVALID_REQUEST"),
+        ([{"topic": "{topic}", "partition": 0, "offset": 1, "metadata": "x" * 8192}], 422, "INVALID_REQUEST"),
+        ([{"topic": "no-such-topic", "partition": 0, "offset": 1}], 404, "UNKNOWN_TOPIC"),
+        ([{"topic": "{topic}", "partition": 99, "offset": 1}], 404, "UNKNOWN_PARTITION"),
+        ([{"topic": "{topic}", "partition": 2**40, "offset": 1}], 422, "INVALID_REQUEST"),
+    ],
+)
+def test_bad_offset_commits_are_refused(http, topic, offsets, status, code):
+    group = f"g-{topic}"
+    body = json.loads(json.dumps({"offsets": offsets}).replace("{topic}", topic))
+    assert_refused(http.post(f"/groups/{group}/offsets", json=body), status, code)
+    assert http.get(f"/groups/{group}/offsets").status_code == 404  # nothing was committed
+
+
+def test_metadata_over_4096_utf8_bytes_is_refused(http, topic):
+    body = {"offsets": [{"topic": topic, "partition": 0, "offset": 1, "metadata": "é" * 3000}]}  # 6000 bytes
+    assert_refused(http.post(f"/groups/m-{topic}/offsets", json=body), 413, "OFFSET_METADATA_TOO_LARGE")
+
+
+def test_joins_are_bounded_and_deduplicated(http, topic):
+    big = http.post(f"/groups/j-{topic}/members", json={"topics": [topic], "instance_id": "i" * (1 << 20)})
+    assert_refused(big, 422, "INVALID_REQUEST")
+    r = http.post(f"/groups/j-{topic}/members", json={"topics": [topic] * 1000, "session_timeout_ms": 5000})
+    assert r.status_code == 200, r.text
+    assert r.json()["assignment"] == {topic: [0, 1, 2]}
+    http.delete(f"/groups/j-{topic}/members/{r.json()['member_id']}")
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keyed")
+    cfg = root / "auth.toml"
+    cfg.write_text(
+        '[[auth.api_keys]]\nkey = "ops-secret"\nprincipal = "ops"\nacls = { "*" = ["admin"] }\n'
+        '[[auth.api_keys]]\nkey = "reader-secret"\nprincipal = "reader"\nacls = { "orders-*" = ["consume"] }\n'
+    )
+    srv = ServerProcess(root / "data", env={"TOPICLAKE_CONFIG": str(cfg)}).start()
+    yield srv
+    srv.stop()
+
+
+OPEN = ["/healthz", "/readyz"]
+KEYED = [
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs"),
+    ("GET", "/redoc"),
+    ("GET", "/topics"),
+    ("GET", "/groups"),
+    ("GET", "/groups/any"),
+    ("GET", "/groups/any/offsets"),
+    ("POST", "/groups/any/members/someone/heartbeat"),
+    ("DELETE", "/groups/any/members/someone"),
+    ("GET", "/no-such-route"),
+]
+
+
+def test_only_health_checks_answer_without_a_key(keyed_server):
+    with httpx.Client(base_url=keyed_server.url, timeout=30) as c:
+        for path in OPEN:
+            assert c.get(path).status_code == 200, path
+        for method, path in KEYED:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                r = c.request(method, path, headers=headers, json={"generation": 1})
+                assert_refused(r, 401, "UNAUTHENTICATED")
+                assert r.headers.get("www-authenticate") == "Bearer"
+        ok = {"Authorization": "Bearer ops-secret"}
+        assert c.get("/metrics", headers=ok).status_code == 200
+        assert c.get("/openapi.json", headers=ok).status_code == 200

@@ -17,7 +17,7 @@ INT64 = 2**63 - 1
 
 class JoinRequest(_Model):
     topics: list[Annotated[str, Field(max_length=249)]] = Field(
-        min_length=1, max_length=1000, description="Topics to subscribe to (duplicates are ignored)."
+        max_length=100_000, description="1-1000 distinct topics to subscribe to (duplicates are ignored)."
     )
     member_id: str | None = Field(None, max_length=300, description="Set when rejoining after a rebalance.")
     instance_id: str | None = Field(
@@ -26,7 +26,7 @@ class JoinRequest(_Model):
         pattern=r"^[a-zA-Z0-9._-]+$",
         description="Static membership (Kafka's group.instance.id): a stable id for this consumer.",
     )
-    session_timeout_ms: int = Field(10_000, ge=1_000, le=300_000)
+    session_timeout_ms: int = Field(10_000, description="1000-300000; outside: 400 INVALID_GROUP.")
     assignor: str = Field("range", max_length=32, description="range, roundrobin or sticky.")
 
 
@@ -50,8 +50,8 @@ class HeartbeatResponse(_Model):
 
 class PartitionOffset(_Model):
     topic: str = Field(max_length=249)
-    partition: int = Field(ge=0, le=INT32)
-    offset: int = Field(ge=0, le=INT64, description="The next offset to consume (Kafka's committed-offset meaning).")
+    partition: int
+    offset: int = Field(description="The next offset to consume (Kafka's committed-offset meaning), 0..2**63-1.")
     metadata: str = Field("", max_length=4096, description="At most 4096 bytes (offset.metadata.max.bytes).")
 
 

@@ -144,11 +144,11 @@ def test_out_of_range_sequences_are_refused(http, topic, headers, code):
 @pytest.mark.parametrize(
     ("offsets", "status", "code"),
     [
-        ([{"topic": "{topic}", "partition": 0, "offset": 2**63}], 422, "INVALID_REQUEST"),
+        ([{"topic": "{topic}", "partition": 0, "offset": 2**63}], 400, "INVALID_OFFSET"),
         ([{"topic": "{topic}", "partition": 0, "offset": 1, "metadata": "x" * 8192}], 422, "INVALID_REQUEST"),
         ([{"topic": "no-such-topic", "partition": 0, "offset": 1}], 404, "UNKNOWN_TOPIC"),
         ([{"topic": "{topic}", "partition": 99, "offset": 1}], 404, "UNKNOWN_PARTITION"),
-        ([{"topic": "{topic}", "partition": 2**40, "offset": 1}], 422, "INVALID_REQUEST"),
+        ([{"topic": "{topic}", "partition": 2**40, "offset": 1}], 404, "UNKNOWN_PARTITION"),
     ],
 )
 def test_bad_offset_commits_are_refused(http, topic, offsets, status, code):

@@ -48,15 +48,19 @@ def _check_format(name: str, fmt: object) -> Format:
     return fmt  # type: ignore[return-value]
 
 
+def _not_utf8(index: int, field: str) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"Record {index}: {field} is not valid UTF-8 (it holds a lone surrogate such as \\ud800).",
+        index=index,
+        field=field,
+    )
+
+
 def _utf8(text: str, index: int, field: str) -> bytes:
     try:
         return text.encode()
     except UnicodeEncodeError:
-        raise InvalidRecordError(
-            f"Record {index}: {field} is not valid UTF-8 (it holds a lone surrogate such as \\ud800).",
-            index=index,
-            field=field,
-        ) from None
+        raise _not_utf8(index, field) from None
 
 
 def _encode(value: Any, fmt: Format, index: int, field: str) -> bytes | None:
@@ -72,7 +76,7 @@ def _encode(value: Any, fmt: Format, index: int, field: str) -> bytes | None:
                 field=field,
             ) from None
         except UnicodeEncodeError:
-            return _utf8("\ud800", index, field)
+            raise _not_utf8(index, field) from None
         except RecursionError:
             raise JsonTooDeepError(f"Record {index}: {field} nests too deeply.", index=index) from None
     if not isinstance(value, str):

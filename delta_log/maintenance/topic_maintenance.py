@@ -95,10 +95,10 @@ class TopicMaintenance:
             except Exception:
                 log.exception("maintenance of topic %s failed; will retry", self.topic)
 
-    def due(self, commits: int, now: float) -> list[Task]:
+    def due(self, now: float) -> list[Task]:
         """The tasks a pass runs now, in order (roll-up first: the cleanup counts its commit)."""
         tasks: list[Task] = ["rollup"]
-        if self._commits_since_cleanup + commits >= self.settings.cleanup_every_commits:
+        if self._commits_since_cleanup >= self.settings.cleanup_every_commits:
             tasks.append("log_cleanup")
         if now - self._last_run["retention"] >= self.settings.retention_interval_s:
             tasks.append("retention")
@@ -114,7 +114,7 @@ class TopicMaintenance:
             now = time.monotonic()
             results: dict[Task, Any] = {}
             for task in TASKS:
-                if task in self.due(0, now):  # asked again after each task: roll-up commits count
+                if task in self.due(now):  # asked again after each task: roll-up commits count
                     results[task] = self._call(task)
             return results
 

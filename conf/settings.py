@@ -96,16 +96,20 @@ _MOVED_TO_MAINTENANCE = {
 
 
 class ApiKeySettings(BaseModel):
-    """One API key (bearer token) and what it may do.
+    """One API key (bearer token) and what it may do (Kafka's ACL model; see delta_log.core.acl).
 
-    `acls` maps a topic name or glob (`*`, `orders-*`) to operations among produce, consume, admin.
+    `acls` maps a topic name or glob (`*`, `orders-*`) to operations among produce, consume,
+    describe, admin; `groups` maps a group name or glob to read, describe, admin. A key without
+    `groups` (key files older than group ACLs) gets read on every group if it may consume or
+    administer a topic.
     """
 
     model_config = _FROZEN
 
     key: SecretStr
     principal: str
-    acls: dict[str, list[Literal["produce", "consume", "admin"]]] = Field(default_factory=dict)
+    acls: dict[str, list[Literal["produce", "consume", "describe", "admin"]]] = Field(default_factory=dict)
+    groups: dict[str, list[Literal["read", "describe", "admin"]]] | None = None
 
 
 class AuthSettings(BaseModel):

@@ -162,6 +162,7 @@ class GroupCoordinator:
         instance_id: str | None = None,
         session_timeout_ms: int = 10_000,
         assignor: str = "range",
+        principal: str | None = None,
     ) -> JoinResult:
         """Join (or rejoin) and wait for the group's next stable generation.
 
@@ -180,6 +181,7 @@ class GroupCoordinator:
             instance_id=instance_id,
             session_timeout_ms=session_timeout_ms,
             assignor=assignor,
+            principal=principal,
         )
         if settled:
             return g.result(member)
@@ -226,14 +228,18 @@ class GroupCoordinator:
             writer=writer,
         )
 
-    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> HeartbeatResult:
-        """Raises: UnknownGroupError, UnknownMemberError, FencedMemberError."""
-        return self.group(group_id).heartbeat(member_id, generation, self.clock())
+    async def heartbeat(
+        self, group_id: str, member_id: str, generation: int, *, principal: str | None = None
+    ) -> HeartbeatResult:
+        """`principal`: the caller (None while auth is off); only the one that joined the member.
 
-    async def leave(self, group_id: str, member_id: str) -> None:
-        """Raises: UnknownGroupError, UnknownMemberError."""
+        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError."""
+        return self.group(group_id).heartbeat(member_id, generation, self.clock(), principal)
+
+    async def leave(self, group_id: str, member_id: str, *, principal: str | None = None) -> None:
+        """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError."""
         g = self.group(group_id)
-        g.leave(member_id, self.clock())
+        g.leave(member_id, self.clock(), principal)
         if not g.members:
             await self._complete_rebalance(g)
         self._wake(g)
@@ -246,11 +252,12 @@ class GroupCoordinator:
         *,
         member_id: str | None,
         generation: int | None,
+        principal: str | None = None,
     ) -> int:
         """Durably commit offsets if the caller owns them in the current generation.
 
         Raises: InvalidGroupError, UnknownMemberError, FencedMemberError, InvalidOffsetError,
-        StorageUnavailableError.
+        StorageUnavailableError, AuthorizationError (a member another principal joined).
         """
         validate_group_id(group_id)
         for c in commits:
@@ -263,6 +270,7 @@ class GroupCoordinator:
                 generation=generation,
                 partitions=[(c.topic, c.partition) for c in commits],
                 now=self.clock(),
+                principal=principal,
             )
             return await asyncio.to_thread(self.offsets.commit, commits)
 
@@ -289,10 +297,10 @@ class GroupCoordinator:
         await asyncio.to_thread(self.offsets.load)
         return sorted(set(self.groups) | set(self.offsets.groups()))
 
-    def _lag(self, group_id: str, topics: set[str]) -> list[GroupLag]:
+    def _lag(self, group_id: str, topics: set[str], visible: Callable[[str], bool]) -> list[GroupLag]:
         committed = self.offsets.committed(group_id)
         rows = []
-        for t in sorted(topics | {t for t, _ in committed}):
+        for t in sorted(t for t in topics | {t for t, _ in committed} if visible(t)):
             try:
                 parts = self.registry.reader(t).partition_offsets()
             except TopiclakeError:
@@ -315,8 +323,11 @@ class GroupCoordinator:
                 )
         return rows
 
-    async def describe(self, group_id: str) -> tuple[GroupState, list[GroupLag]]:
-        """The group (an Empty one if it only has commits) and its lag per partition.
+    async def describe(
+        self, group_id: str, visible: Callable[[str], bool] = lambda topic: True
+    ) -> tuple[GroupState, list[GroupLag]]:
+        """The group (an Empty one if it only has commits) and its lag per partition of the topics
+        `visible` lets through (the caller may describe them).
 
         Raises: UnknownGroupError."""
         await asyncio.to_thread(self.offsets.load)
@@ -325,7 +336,7 @@ class GroupCoordinator:
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
         g = g or GroupState(group_id=group_id)
         topics = {t for m in g.members.values() for t in m.topics}
-        return g, await asyncio.to_thread(self._lag, group_id, topics)
+        return g, await asyncio.to_thread(self._lag, group_id, topics, visible)
 
     async def reset(
         self,

@@ -37,11 +37,25 @@ def get_notifier(request: Request) -> CommitNotifier:
 
 
 def get_principal(
+    request: Request,
     settings: Annotated[Settings, Depends(get_settings)],
-    authorization: Annotated[str | None, Header()] = None,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Principal:
-    """The caller, from `Authorization: Bearer <key>`. Raises: AuthenticationError (401)."""
-    return authenticate(settings.auth, authorization)
+    """The caller, from `Authorization: Bearer <key>` (already checked by the app's gate, which
+    leaves the principal in the request state). Raises: AuthenticationError (401)."""
+    known = request.scope.get("state", {}).get("principal")
+    return known if isinstance(known, Principal) else authenticate(settings.auth, authorization)
+
+
+def get_optional_principal(
+    request: Request,
+    settings: Annotated[Settings, Depends(get_settings)],
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Principal | None:
+    """The caller if it sent a key; None on a route opened to everyone by a setting (auth.open_metrics)."""
+    if authorization is None and request.scope.get("state", {}).get("principal") is None:
+        return None
+    return get_principal(request, settings, authorization)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -49,3 +63,4 @@ RegistryDep = Annotated[TopicRegistry, Depends(get_registry)]
 CoordinatorDep = Annotated[GroupCoordinator, Depends(get_coordinator)]
 NotifierDep = Annotated[CommitNotifier, Depends(get_notifier)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+OptionalPrincipalDep = Annotated[Principal | None, Depends(get_optional_principal)]

@@ -195,7 +195,7 @@ class AuthenticationError(TopiclakeError):
 
 class AuthorizationError(TopiclakeError):
     code = "FORBIDDEN"
-    hint = "Ask an admin to grant this key the operation on the topic (auth.api_keys acls)."
+    hint = "Ask an admin to grant this key the operation on the topic or group (auth.api_keys acls, groups)."
 
 
 # --- consumer groups -------------------------------------------------------------------------

@@ -74,10 +74,11 @@ class AuthenticationMiddleware:
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
         try:
-            authenticate(self.auth, header)
+            principal = authenticate(self.auth, header)
         except AuthenticationError as exc:
             await error_response(exc, retry_after=self.retry_after)(scope, receive, send)
             return
+        scope.setdefault("state", {})["principal"] = principal  # the routes' PrincipalDep reads it
         await self.app(scope, receive, send)
 
 

@@ -6,10 +6,27 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from consumer_api.dependencies import PrincipalDep, RegistryDep, SettingsDep, get_principal, get_registry, get_settings
+from consumer_api.dependencies import (
+    OptionalPrincipalDep,
+    PrincipalDep,
+    RegistryDep,
+    SettingsDep,
+    get_principal,
+    get_registry,
+    get_settings,
+)
 from ingest_gateway.metrics import Metrics
 
-__all__ = ["MetricsDep", "PrincipalDep", "RegistryDep", "SettingsDep", "get_principal", "get_registry", "get_settings"]
+__all__ = [
+    "MetricsDep",
+    "OptionalPrincipalDep",
+    "PrincipalDep",
+    "RegistryDep",
+    "SettingsDep",
+    "get_principal",
+    "get_registry",
+    "get_settings",
+]
 
 
 def get_metrics(request: Request) -> Metrics:

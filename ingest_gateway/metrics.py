@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from delta_log.log.group_commit import FlushStats
+
+V = TypeVar("V")
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -52,8 +56,13 @@ class Metrics:
         queue_depth: dict[str, int],
         queued_bytes: dict[str, int],
         phases: dict[str, dict[str, float]] | None = None,
+        visible: Callable[[str], bool] = lambda topic: True,
     ) -> str:
+        """The Prometheus text; per-topic series only for the topics `visible` lets through."""
         lines: list[str] = []
+
+        def mine(by_topic: Mapping[str, V]) -> list[tuple[str, V]]:
+            return sorted((t, v) for t, v in by_topic.items() if visible(t))
 
         def family(name: str, kind: str, help_text: str) -> None:
             lines.append(f"# HELP {name} {help_text}")
@@ -61,13 +70,13 @@ class Metrics:
 
         with self._lock:
             family("topiclake_records_in_total", "counter", "Records committed, per topic.")
-            for t, v in sorted(self.records_in.items()):
+            for t, v in mine(self.records_in):
                 lines.append(f"topiclake_records_in_total{_labels(topic=t)} {v}")
             family("topiclake_bytes_in_total", "counter", "Record bytes committed, per topic.")
-            for t, v in sorted(self.bytes_in.items()):
+            for t, v in mine(self.bytes_in):
                 lines.append(f"topiclake_bytes_in_total{_labels(topic=t)} {v}")
             family("topiclake_commits_total", "counter", "Delta commits (group-commit flushes), per topic.")
-            for t, v in sorted(self.commits.items()):
+            for t, v in mine(self.commits):
                 lines.append(f"topiclake_commits_total{_labels(topic=t)} {v}")
             family("topiclake_commit_latency_seconds", "histogram", "Time per group-commit flush.")
             for bound, count in zip(LATENCY_BUCKETS, self._buckets, strict=True):
@@ -82,13 +91,13 @@ class Metrics:
             for (m, s), v in sorted(self.requests.items()):
                 lines.append(f"topiclake_http_requests_total{_labels(method=m, status=s)} {v}")
         family("topiclake_queue_depth", "gauge", "Produce requests waiting for a commit, per topic.")
-        for t, v in sorted(queue_depth.items()):
+        for t, v in mine(queue_depth):
             lines.append(f"topiclake_queue_depth{_labels(topic=t)} {v}")
         family("topiclake_queue_bytes", "gauge", "Bytes waiting for a commit, per topic.")
-        for t, v in sorted(queued_bytes.items()):
+        for t, v in mine(queued_bytes):
             lines.append(f"topiclake_queue_bytes{_labels(topic=t)} {v}")
         family("topiclake_writer_phase_seconds_total", "counter", "Flush time by phase, per topic.")
-        for t, by_phase in sorted((phases or {}).items()):
+        for t, by_phase in mine(phases or {}):
             for phase, secs in by_phase.items():
                 lines.append(f"topiclake_writer_phase_seconds_total{_labels(topic=t, phase=phase)} {secs:.6f}")
         return "\n".join(lines) + "\n"

@@ -1,4 +1,10 @@
-"""Consumer groups: join, heartbeat, leave, commit and read offsets, describe, reset."""
+"""Consumer groups: join, heartbeat, leave, commit and read offsets, describe, reset.
+
+Kafka's ACLs: READ on the group (plus consume on each topic) to join, heartbeat, leave and commit;
+DESCRIBE on the group to describe it and read its offsets, showing only the topics the key may
+describe; READ on the group plus admin on the topic to reset. A member is heartbeated, left or
+committed for only with the key that joined it.
+"""
 
 from __future__ import annotations
 
@@ -21,15 +27,21 @@ from consumer_api.schemas import (
     PartitionOffset,
     ResetRequest,
 )
-from delta_log.core.acl import authorize
+from delta_log.core.acl import Principal, authorize, authorize_group
 from delta_log.system.offsets import OffsetCommit
 
 router = APIRouter(prefix="/groups", tags=["consumer groups"])
 
 
+def _owner(principal: Principal) -> str | None:
+    """Who owns the members this caller joins (None while auth is off: no ownership checks)."""
+    return None if principal.anonymous else principal.name
+
+
 @router.post("/{group}/members", response_model=JoinResponse)
 async def join(group: str, body: JoinRequest, principal: PrincipalDep, coordinator: CoordinatorDep) -> JoinResponse:
     """Join (or rejoin) a group; returns when the group is stable, with this member's partitions."""
+    authorize_group(principal, "read", group)
     for t in body.topics:
         authorize(principal, "consume", t)
     r = await coordinator.join(
@@ -39,6 +51,7 @@ async def join(group: str, body: JoinRequest, principal: PrincipalDep, coordinat
         instance_id=body.instance_id,
         session_timeout_ms=body.session_timeout_ms,
         assignor=body.assignor,
+        principal=_owner(principal),
     )
     return JoinResponse(
         group=group, member_id=r.member_id, generation=r.generation, assignment=r.assignment, members=r.members
@@ -50,14 +63,16 @@ async def heartbeat(
     group: str, member_id: str, body: HeartbeatRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> HeartbeatResponse:
     """Keep the session alive; `rebalance: true` means commit what you processed and join again."""
-    r = await coordinator.heartbeat(group, member_id, body.generation)
+    authorize_group(principal, "read", group)
+    r = await coordinator.heartbeat(group, member_id, body.generation, principal=_owner(principal))
     return HeartbeatResponse(generation=r.generation, rebalance=r.rebalance, assignment=r.assignment)
 
 
 @router.delete("/{group}/members/{member_id}", status_code=204)
 async def leave(group: str, member_id: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> Response:
     """Leave the group (its partitions go to the others)."""
-    await coordinator.leave(group, member_id)
+    authorize_group(principal, "read", group)
+    await coordinator.leave(group, member_id, principal=_owner(principal))
     return Response(status_code=204)
 
 
@@ -67,6 +82,7 @@ async def commit(
 ) -> CommittedOffsets:
     """Commit offsets (durable before the answer). Refused with 409 FENCED_MEMBER unless the
     member owns every partition in the group's current generation."""
+    authorize_group(principal, "read", group)
     for o in body.offsets:
         authorize(principal, "consume", o.topic)
     now_us = int(time.time() * 1e6)
@@ -83,28 +99,34 @@ async def commit(
         )
         for o in body.offsets
     ]
-    await coordinator.commit(group, commits, member_id=body.member_id, generation=body.generation)
+    await coordinator.commit(
+        group, commits, member_id=body.member_id, generation=body.generation, principal=_owner(principal)
+    )
     return CommittedOffsets(group=group, offsets=body.offsets)
 
 
 @router.get("/{group}/offsets", response_model=CommittedOffsets)
 async def committed(group: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> CommittedOffsets:
-    """The group's committed offsets."""
+    """The group's committed offsets, of the topics this key may describe."""
+    authorize_group(principal, "describe", group)
     offsets = await coordinator.committed(group)
     return CommittedOffsets(
         group=group,
         offsets=[
             PartitionOffset(topic=t, partition=p, offset=c.offset, metadata=c.metadata)
             for (t, p), c in sorted(offsets.items())
+            if principal.allows("describe", t)
         ],
     )
 
 
 @router.get("", response_model=GroupList)
 async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupList:
-    """Every group with members or committed offsets."""
+    """Every group with members or committed offsets that this key may describe."""
     out: list[dict[str, str | int]] = []
     for name in await coordinator.group_names():
+        if not principal.allows_group("describe", name):
+            continue
         g = coordinator.all_groups().get(name)
         out.append(
             {
@@ -119,8 +141,14 @@ async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> G
 
 @router.get("/{group}", response_model=GroupInfo)
 async def describe(group: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupInfo:
-    """State, generation, members and assignment, committed offsets and lag per partition."""
-    g, lag = await coordinator.describe(group)
+    """State, generation, members and assignment, committed offsets and lag per partition (of the
+    topics this key may describe)."""
+    authorize_group(principal, "describe", group)
+
+    def visible(topic: str) -> bool:
+        return principal.allows("describe", topic)
+
+    g, lag = await coordinator.describe(group, visible)
     return GroupInfo(
         group=group,
         state=g.state,
@@ -130,9 +158,9 @@ async def describe(group: str, principal: PrincipalDep, coordinator: Coordinator
             MemberInfo(
                 member_id=m.member_id,
                 instance_id=m.instance_id,
-                topics=sorted(m.topics),
+                topics=sorted(t for t in m.topics if visible(t)),
                 session_timeout_ms=m.session_timeout_ms,
-                assignment=m.assignment,
+                assignment={t: ps for t, ps in m.assignment.items() if visible(t)},
             )
             for m in g.members.values()
         ],
@@ -155,6 +183,7 @@ async def reset(
     group: str, body: ResetRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> CommittedOffsets:
     """Admin: move a group's committed offsets (earliest, latest, timestamp, explicit) while it has no members."""
+    authorize_group(principal, "read", group)
     authorize(principal, "admin", body.topic)
     offsets = await coordinator.reset(
         group, body.topic, body.to, timestamp=body.timestamp, offset=body.offset, partitions=body.partitions

@@ -1,40 +1,96 @@
-"""API keys (bearer tokens) with per-topic ACLs. Pure: settings + header in, a decision out.
+"""API keys (bearer tokens) with Kafka's ACL model for topics and groups. Pure: settings + header
+in, a decision out.
 
 Off while no keys are configured (the embedded default). With keys configured, every request but
-/healthz, /readyz needs `Authorization: Bearer <key>`; each operation needs its ACL on the topic.
-ACL patterns are topic names or globs (`*`, `orders-*`); admin implies produce and consume.
+/healthz, /readyz needs `Authorization: Bearer <key>` (one gate for the whole app), and each
+operation needs its permission on each resource it touches:
+
+- topics: `produce` (Kafka's WRITE), `consume` (READ), `admin` (CREATE, ALTER, DELETE; implies the
+  others). DESCRIBE is implied by any of them, as in Kafka.
+- groups: `read` (join, heartbeat, leave, commit; with admin on the topic, reset offsets),
+  `describe` (describe, fetch offsets; implied by read), `admin` (every group operation).
+
+Patterns are names or globs (`*`, `orders-*`). A key file written before groups had ACLs has no
+`groups` table; it keeps working as before: a key that may consume or administer some topic gets
+`read` on every group (`legacy_group_acls`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hmac
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from conf import AuthSettings
 from delta_log.errors import AuthenticationError, AuthorizationError
 
-Operation = Literal["produce", "consume", "admin"]
+TopicOperation = Literal["produce", "consume", "admin", "describe"]
+GroupOperation = Literal["read", "describe", "admin"]
+
+#: what each granted permission implies (Kafka: READ/WRITE/ALTER... imply DESCRIBE; admin all)
+_TOPIC_IMPLIED: dict[str, frozenset[str]] = {
+    "describe": frozenset({"describe"}),
+    "produce": frozenset({"produce", "describe"}),
+    "consume": frozenset({"consume", "describe"}),
+    "admin": frozenset({"produce", "consume", "admin", "describe"}),
+}
+_GROUP_IMPLIED: dict[str, frozenset[str]] = {
+    "describe": frozenset({"describe"}),
+    "read": frozenset({"read", "describe"}),
+    "admin": frozenset({"read", "describe", "admin"}),
+}
+
+Rules = tuple[tuple[str, frozenset[str]], ...]
+
+
+def _rules(acls: Mapping[str, Sequence[str]], implied: Mapping[str, frozenset[str]]) -> Rules:
+    return tuple((pattern, frozenset().union(*(implied[op] for op in ops))) for pattern, ops in acls.items())
+
+
+def _allowed(rules: Rules, operation: str, name: str) -> bool:
+    return any(operation in ops and fnmatch.fnmatchcase(name, pattern) for pattern, ops in rules)
+
+
+def legacy_group_acls(topic_acls: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Group permissions of a key file without a `groups` table: what it could do before."""
+    ops = {op for granted in topic_acls.values() for op in granted}
+    if ops & {"consume", "admin"}:
+        return {"*": ["read"]}
+    return {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Principal:
     name: str
-    acls: tuple[tuple[str, frozenset[str]], ...]
+    topics: Rules = ()
+    groups: Rules = ()
     anonymous: bool = False
 
-    def allows(self, operation: Operation, topic: str | None) -> bool:
+    def allows(self, operation: TopicOperation, topic: str | None) -> bool:
+        """`topic=None`: the operation on some topic (e.g. may this key administer anything)."""
         if self.anonymous:
             return True
-        for pattern, ops in self.acls:
-            matches = topic is None or fnmatch.fnmatchcase(topic, pattern)
-            if matches and (operation in ops or "admin" in ops):
-                return True
-        return False
+        if topic is None:
+            return any(operation in ops for _, ops in self.topics)
+        return _allowed(self.topics, operation, topic)
+
+    def allows_group(self, operation: GroupOperation, group: str) -> bool:
+        return self.anonymous or _allowed(self.groups, operation, group)
 
 
-ANONYMOUS = Principal(name="anonymous", acls=(), anonymous=True)
+ANONYMOUS = Principal(name="anonymous", anonymous=True)
+
+
+def principal_of(
+    name: str, topics: Mapping[str, Sequence[str]], groups: Mapping[str, Sequence[str]] | None
+) -> Principal:
+    return Principal(
+        name=name,
+        topics=_rules(topics, _TOPIC_IMPLIED),
+        groups=_rules(legacy_group_acls(topics) if groups is None else groups, _GROUP_IMPLIED),
+    )
 
 
 def authenticate(settings: AuthSettings, authorization: str | None) -> Principal:
@@ -42,21 +98,32 @@ def authenticate(settings: AuthSettings, authorization: str | None) -> Principal
     if not settings.enabled:
         return ANONYMOUS
     if not authorization or not authorization.lower().startswith("bearer "):
-        raise AuthenticationError("This server requires an API key.")
+        raise AuthenticationError("This server requires an API key: send `Authorization: Bearer <key>`.")
     token = authorization[7:].strip().encode()
     for key in settings.api_keys:
         if hmac.compare_digest(key.key.get_secret_value().encode(), token):
-            return Principal(name=key.principal, acls=tuple((p, frozenset(ops)) for p, ops in key.acls.items()))
-    raise AuthenticationError("Unknown API key.")
+            return principal_of(key.principal, key.acls, key.groups)
+    raise AuthenticationError("Unknown API key: check the key, or ask an operator for one.")
 
 
-def authorize(principal: Principal, operation: Operation, topic: str | None) -> None:
+def authorize(principal: Principal, operation: TopicOperation, topic: str | None) -> None:
     """Raises: AuthorizationError."""
     if not principal.allows(operation, topic):
         where = f"topic {topic!r}" if topic else "this server"
         raise AuthorizationError(
-            f"{principal.name!r} may not {operation} on {where}.",
+            f"{principal.name!r} may not {operation} on {where}; ask an operator for an ACL.",
             principal=principal.name,
             operation=operation,
             topic=topic,
+        )
+
+
+def authorize_group(principal: Principal, operation: GroupOperation, group: str) -> None:
+    """Raises: AuthorizationError."""
+    if not principal.allows_group(operation, group):
+        raise AuthorizationError(
+            f"{principal.name!r} may not {operation} group {group!r}; ask an operator for a group ACL.",
+            principal=principal.name,
+            operation=operation,
+            group=group,
         )

@@ -34,6 +34,8 @@ class MemberState:
     last_heartbeat: float  # monotonic seconds
     assignment: dict[str, list[int]] = field(default_factory=dict)
     rejoined: bool = True
+    #: who joined it (the API key's principal): only they heartbeat, leave or commit for it
+    principal: str = ""
 
     def owns(self, topic: str, partition: int) -> bool:
         return partition in self.assignment.get(topic, ())

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from delta_log.core.assignors import assign
 from delta_log.core.group_rules import EMPTY, PREPARING, STABLE, MemberState, check_commit, expired
-from delta_log.errors import UnknownMemberError
+from delta_log.errors import AuthorizationError, UnknownMemberError
 
 #: member id -> topic -> partitions
 Assignment = dict[str, dict[str, list[int]]]
@@ -43,6 +43,17 @@ class HeartbeatResult:
     assignment: dict[str, list[int]]
 
 
+def _check_owner(group_id: str, m: MemberState, principal: str | None) -> None:
+    """Raises: AuthorizationError unless `principal` joined `m` (None: auth is off, no check)."""
+    if principal is not None and m.principal != principal:
+        raise AuthorizationError(
+            f"Member {m.member_id!r} of group {group_id!r} was joined with another API key; "
+            "heartbeat, leave and commit with the key that joined it, or join as a new member.",
+            group=group_id,
+            member_id=m.member_id,
+        )
+
+
 def new_member_id(instance_id: str | None) -> str:
     return f"{instance_id or 'member'}-{uuid.uuid4().hex[:12]}"
 
@@ -61,13 +72,16 @@ class GroupState:
     pending: Assignment | None = None
 
     # -- queries ---------------------------------------------------------------------------------
-    def member(self, member_id: str) -> MemberState:
-        """Raises: UnknownMemberError."""
+    def member(self, member_id: str, principal: str | None = None) -> MemberState:
+        """The member; with `principal`, only if that principal joined it.
+
+        Raises: UnknownMemberError, AuthorizationError (another principal's member)."""
         m = self.members.get(member_id)
         if m is None:
             raise UnknownMemberError(
                 f"Member {member_id!r} is not in group {self.group_id!r}.", member_id=member_id[:300]
             )
+        _check_owner(self.group_id, m, principal)
         return m
 
     def result(self, m: MemberState) -> JoinResult:
@@ -97,18 +111,24 @@ class GroupState:
         instance_id: str | None,
         session_timeout_ms: int,
         assignor: str,
+        principal: str | None = None,
     ) -> tuple[MemberState, bool]:
         """Add or refresh a member. Returns (member, settled): when `settled`, the current
         assignment stands and the join is answered now; otherwise a rebalance is in progress and
         the caller waits until `ready_to_complete`, then calls `complete`.
 
-        Raises: UnknownMemberError (a `member_id` the group does not know).
+        `principal`: who joins (None while auth is off); a member id or a static instance id that
+        another principal joined is refused, so no key can take over another key's member.
+
+        Raises: UnknownMemberError (a `member_id` the group does not know), AuthorizationError.
         """
         subs = frozenset(topics)
         if member_id is not None:
-            member = self.member(member_id)
+            member = self.member(member_id, principal)
         else:
             found = next((m for m in self.members.values() if instance_id and m.instance_id == instance_id), None)
+            if found is not None:
+                _check_owner(self.group_id, found, principal)
             if found is not None and found.topics == subs and self.state == STABLE:
                 found.last_heartbeat = now  # static member back within its session: no rebalance
                 found.session_timeout_ms = session_timeout_ms
@@ -120,6 +140,7 @@ class GroupState:
                     topics=subs,
                     session_timeout_ms=session_timeout_ms,
                     last_heartbeat=now,
+                    principal=principal or "",
                 )
                 self.members[found.member_id] = found
             member = found
@@ -174,9 +195,9 @@ class GroupState:
         self.state = STABLE if self.members else EMPTY
         self.rebalance_deadline = None
 
-    def heartbeat(self, member_id: str, generation: int, now: float) -> HeartbeatResult:
-        """Raises: UnknownMemberError, FencedMemberError (an old generation)."""
-        m = self.member(member_id)
+    def heartbeat(self, member_id: str, generation: int, now: float, principal: str | None = None) -> HeartbeatResult:
+        """Raises: UnknownMemberError, FencedMemberError (an old generation), AuthorizationError."""
+        m = self.member(member_id, principal)
         m.last_heartbeat = now
         if self.state == PREPARING:
             return HeartbeatResult(generation=self.generation, rebalance=True, assignment=dict(m.assignment))
@@ -186,9 +207,9 @@ class GroupState:
             )
         return HeartbeatResult(generation=self.generation, rebalance=False, assignment=dict(m.assignment))
 
-    def leave(self, member_id: str, now: float) -> None:
-        """Raises: UnknownMemberError."""
-        self.member(member_id)
+    def leave(self, member_id: str, now: float, principal: str | None = None) -> None:
+        """Raises: UnknownMemberError, AuthorizationError."""
+        self.member(member_id, principal)
         self.members.pop(member_id)
         self.start_rebalance(now)
 
@@ -202,12 +223,21 @@ class GroupState:
         return gone
 
     def check_commit(
-        self, *, member_id: str | None, generation: int | None, partitions: Iterable[tuple[str, int]], now: float
+        self,
+        *,
+        member_id: str | None,
+        generation: int | None,
+        partitions: Iterable[tuple[str, int]],
+        now: float,
+        principal: str | None = None,
     ) -> None:
-        """Only the current generation's owner commits (invariant 5); a commit is also a sign of life.
+        """Only the current generation's owner commits (invariant 5), with the key that joined it;
+        a commit is also a sign of life.
 
-        Raises: UnknownMemberError, FencedMemberError.
+        Raises: UnknownMemberError, FencedMemberError, AuthorizationError.
         """
+        if member_id is not None and member_id in self.members:
+            _check_owner(self.group_id, self.members[member_id], principal)
         check_commit(
             self.members, self.generation, member_id=member_id, member_generation=generation, partitions=partitions
         )

@@ -55,6 +55,7 @@ class MemberRecord:
     session_timeout_ms: int
     assignment: dict[str, list[int]] = field(default_factory=dict)
     last_heartbeat_ms: int = 0
+    principal: str = ""
 
     @classmethod
     def of(cls, m: MemberState, *, last_heartbeat_ms: int) -> MemberRecord:
@@ -65,6 +66,7 @@ class MemberRecord:
             session_timeout_ms=m.session_timeout_ms,
             assignment=m.assignment,
             last_heartbeat_ms=last_heartbeat_ms,
+            principal=m.principal,
         )
 
     def to_state(self, *, last_heartbeat: float) -> MemberState:
@@ -76,6 +78,7 @@ class MemberRecord:
             session_timeout_ms=self.session_timeout_ms,
             last_heartbeat=last_heartbeat,
             assignment=self.assignment,
+            principal=self.principal,
         )
 
 
@@ -99,6 +102,7 @@ class GroupRecord:
                     "session_timeout_ms": m.session_timeout_ms,
                     "assignment": m.assignment,
                     "last_heartbeat_ms": m.last_heartbeat_ms,
+                    "principal": m.principal,
                 }
                 for m in self.members
             ]
@@ -114,6 +118,7 @@ def parse_members(text: str) -> tuple[MemberRecord, ...]:
             session_timeout_ms=int(m["session_timeout_ms"]),
             assignment={t: list(ps) for t, ps in m.get("assignment", {}).items()},
             last_heartbeat_ms=int(m.get("last_heartbeat_ms", 0)),
+            principal=str(m.get("principal", "")),
         )
         for m in json.loads(text or "[]")
     )

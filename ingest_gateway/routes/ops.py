@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from ingest_gateway.dependencies import MetricsDep, RegistryDep
+from ingest_gateway.dependencies import MetricsDep, OptionalPrincipalDep, RegistryDep
 
 router = APIRouter(tags=["operations"])
 
@@ -32,12 +32,14 @@ async def readyz(registry: RegistryDep) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics(registry: RegistryDep, m: MetricsDep) -> PlainTextResponse:
-    """Prometheus text format."""
+def metrics(registry: RegistryDep, m: MetricsDep, principal: OptionalPrincipalDep) -> PlainTextResponse:
+    """Prometheus text format: per-topic series for the topics the key may describe (all of them
+    for a scraper without a key when `auth.open_metrics` is set)."""
     committers = registry.committers()
     text = m.render(
         {t: c.queue_depth for t, c in committers.items()},
         {t: c.queued_bytes for t, c in committers.items()},
         {t: dict(c.writer.phase_seconds) for t, c in committers.items()},
+        visible=(lambda t: True) if principal is None else (lambda t: principal.allows("describe", t)),
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

@@ -2,7 +2,7 @@ import pytest
 from pydantic import SecretStr
 
 from conf import ApiKeySettings, AuthSettings
-from delta_log.core.acl import authenticate, authorize
+from delta_log.core.acl import authenticate, authorize, authorize_group, legacy_group_acls
 from delta_log.errors import AuthenticationError, AuthorizationError, all_error_classes
 from ingest_gateway.errors import STATUS, status_for
 
@@ -41,3 +41,39 @@ def test_every_error_class_has_a_status():
     for cls in all_error_classes():
         assert cls in STATUS, f"{cls.__name__} has no HTTP status in ingest_gateway.errors.STATUS"
     assert status_for(AuthenticationError()) == 401
+
+
+def test_group_acls_follow_kafka():
+    keys = AuthSettings(
+        api_keys=[
+            ApiKeySettings(
+                key=SecretStr("app-key"), principal="app", acls={"orders-*": ["consume"]}, groups={"app-*": ["read"]}
+            ),
+            ApiKeySettings(
+                key=SecretStr("mon-key"), principal="mon", acls={"*": ["describe"]}, groups={"*": ["describe"]}
+            ),
+        ]
+    )
+    app = authenticate(keys, "Bearer app-key")
+    authorize_group(app, "read", "app-1")
+    authorize_group(app, "describe", "app-1")  # read implies describe
+    with pytest.raises(AuthorizationError):
+        authorize_group(app, "read", "billing")
+    mon = authenticate(keys, "Bearer mon-key")
+    authorize_group(mon, "describe", "billing")
+    authorize(mon, "describe", "payments")
+    with pytest.raises(AuthorizationError):
+        authorize_group(mon, "read", "billing")
+    with pytest.raises(AuthorizationError):
+        authorize(mon, "consume", "payments")
+
+
+def test_key_files_without_group_acls_keep_working():
+    etl = authenticate(AUTH, "Bearer etl-key")  # consume on orders-*: read on every group, as before
+    authorize_group(etl, "read", "any-group")
+    producer_only = authenticate(
+        AuthSettings(api_keys=[ApiKeySettings(key=SecretStr("p"), principal="p", acls={"*": ["produce"]})]), "Bearer p"
+    )
+    with pytest.raises(AuthorizationError):
+        authorize_group(producer_only, "describe", "any-group")
+    assert legacy_group_acls({"x": ["produce"]}) == {}

@@ -4,7 +4,7 @@ import pytest
 
 from delta_log.core.group_rules import EMPTY, PREPARING, STABLE, MemberState, check_commit, expired
 from delta_log.core.group_state import GroupState
-from delta_log.errors import FencedMemberError, UnknownMemberError
+from delta_log.errors import AuthorizationError, FencedMemberError, UnknownMemberError
 
 
 def join(g, now, *, member_id=None, instance_id=None, topics=("t",), timeout_ms=10_000, assignor="range"):
@@ -140,3 +140,38 @@ def test_rules_expired_and_standalone_commits():
     m = MemberState(member_id="m", instance_id=None, topics=frozenset({"t"}), session_timeout_ms=1000, last_heartbeat=0)
     assert expired({"m": m}, 1.0) == [] and expired({"m": m}, 1.01) == ["m"]
     check_commit({}, 0, member_id=None, member_generation=None, partitions=[("t", 0)])  # no members: allowed
+
+
+def test_only_the_principal_that_joined_a_member_acts_for_it():
+    g = GroupState(group_id="g")
+    m, _ = g.join(
+        now=0.0,
+        topics=["t"],
+        member_id=None,
+        instance_id="i-1",
+        session_timeout_ms=10_000,
+        assignor="range",
+        principal="alice",
+    )
+    g.complete({"t": 1})
+    for act in (
+        lambda: g.heartbeat(m.member_id, g.generation, 1.0, "mallory"),
+        lambda: g.leave(m.member_id, 1.0, "mallory"),
+        lambda: g.check_commit(
+            member_id=m.member_id, generation=g.generation, partitions=[("t", 0)], now=1.0, principal="mallory"
+        ),
+        lambda: g.join(
+            now=1.0,
+            topics=["t"],
+            member_id=None,
+            instance_id="i-1",
+            session_timeout_ms=10_000,
+            assignor="range",
+            principal="mallory",
+        ),
+    ):
+        with pytest.raises(AuthorizationError):
+            act()
+    assert list(g.members) == [m.member_id] and g.state == "Stable"
+    assert g.heartbeat(m.member_id, g.generation, 1.0, "alice").rebalance is False
+    assert g.heartbeat(m.member_id, g.generation, 1.0, None).rebalance is False  # auth off: no owners

@@ -58,6 +58,12 @@ class ReaderSettings(BaseModel):
     tail_cache_bytes: int = Field(32 * 1024 * 1024, ge=0, description="Recent records kept per partition.")
     footer_cache_entries: int = Field(4096, ge=1, description="Parquet footers kept per topic.")
     max_fetch_records: int = Field(1_000_000, ge=1, description="The most records one fetch may ask for.")
+    max_fetch_bytes: int = Field(
+        50 * 1024 * 1024, gt=0, description="Kafka's fetch.max.bytes: one fetch returns at most this (record boundary)."
+    )
+    watch_interval_s: float = Field(
+        0.25, gt=0, description="Waiting fetches see commits by other processes within this (one watcher per topic)."
+    )
 
 
 class MaintenanceSettings(BaseModel):
@@ -132,8 +138,19 @@ class ServerSettings(BaseModel):
     max_request_bytes: int = Field(64 * 1024 * 1024, gt=0)
     default_partitions: int = Field(1, ge=1)
     retry_after_seconds: int = Field(1, ge=1)
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
+    max_body_bytes: int = Field(
+        1024 * 1024, gt=0, description="Body limit of every route but produce (which has max_request_bytes)."
+    )
+    max_connections: int = Field(4096, ge=1, description="Open client connections (also capped by open files).")
+    max_connections_per_client: int = Field(1024, ge=1, description="Open connections per client address.")
+    header_timeout_s: float = Field(10.0, gt=0, description="A request's headers must arrive within this.")
+    keep_alive_timeout_s: int = Field(15, ge=1, description="Idle kept-alive connections are closed after this.")
+    ssl_certfile: str | None = Field(None, description="TLS: the server's certificate chain (PEM).")
+    ssl_keyfile: str | None = Field(None, description="TLS: the certificate's private key (PEM).")
+    ssl_ca_certs: str | None = Field(None, description="TLS: CA bundle to verify client certificates with.")
+    ssl_client_auth: Literal["none", "optional", "required"] = Field(
+        "required", description="With ssl_ca_certs: whether clients must present a certificate."
+    )
     groups_sync_interval_s: float = Field(
         1.0, gt=0, description="How often the server looks for generations written by the rebalance job."
     )

@@ -1,21 +1,43 @@
-"""Wakes long-polling fetches and SSE streams the moment a commit lands.
+"""Wakes long-polling fetches and SSE streams when a commit lands: waiting costs no CPU.
 
-The writer's commit listener runs on its flusher thread; it hands the new high watermarks to the
-event loop with `call_soon_threadsafe`. Waiters are per (topic, partition).
+- Commits by this process: the writer's commit listener runs on its flusher thread and hands the
+  new high watermarks to the event loop with `call_soon_threadsafe`; the waiters of each
+  (topic, partition) wake at once.
+- Commits by other processes on the same root (other gateways, Spark jobs): while a topic has
+  waiters, ONE watcher task per topic re-reads its Delta log every `watch_interval_s` and wakes
+  the waiters of the partitions whose high watermark moved. Its cost does not grow with the
+  number of waiters, and it stops when the last waiter leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+import contextlib
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable
 
+from delta_log.errors import TopiclakeError
+from delta_log.log.reader import TopicReader
 from delta_log.log.writer import CommitInfo
+
+log = logging.getLogger(__name__)
 
 
 class CommitNotifier:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        reader: Callable[[str], TopicReader] | None = None,
+        watch_interval_s: float = 0.25,
+    ) -> None:
         self.loop = loop
+        self.reader = reader
+        self.watch_interval_s = watch_interval_s
         self._events: dict[tuple[str, int], asyncio.Event] = defaultdict(asyncio.Event)
+        self._waiters: Counter[str] = Counter()
+        self._watchers: dict[str, asyncio.Task[None]] = {}
 
     def on_commit(self, info: CommitInfo) -> None:
         """Thread-safe: called by the writer after each commit."""
@@ -31,8 +53,45 @@ class CommitNotifier:
     async def wait(self, topic: str, partition: int, timeout: float) -> bool:
         """Wait for the next commit to the partition; True if one came before `timeout` seconds."""
         event = self._events[(topic, partition)]
+        self._waiters[topic] += 1
+        if self.reader is not None and topic not in self._watchers:
+            self._watchers[topic] = self.loop.create_task(self._watch(topic), name=f"watch-{topic}")
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
             return True
         except TimeoutError:
             return False
+        finally:
+            self._waiters[topic] -= 1
+            if self._waiters[topic] <= 0:
+                del self._waiters[topic]
+
+    def _high_watermarks(self, topic: str) -> dict[int, int]:
+        assert self.reader is not None
+        reader = self.reader(topic)
+        reader.refresh()
+        return {p.partition: p.high_watermark for p in reader.partition_offsets()}
+
+    async def _watch(self, topic: str) -> None:
+        """Wake waiters on commits by other processes, while the topic has waiters."""
+        try:
+            last = await asyncio.to_thread(self._high_watermarks, topic)
+            while self._waiters.get(topic):
+                await asyncio.sleep(self.watch_interval_s)
+                now = await asyncio.to_thread(self._high_watermarks, topic)
+                self._fire([(topic, p) for p, hw in now.items() if hw != last.get(p)])
+                last = now
+        except TopiclakeError:  # deleted, storage trouble: let the waiters re-fetch and see it
+            self._fire([key for key in list(self._events) if key[0] == topic])
+        except Exception:  # never leave waiters without a watcher silently
+            log.exception("commit watcher of %r failed", topic)
+            self._fire([key for key in list(self._events) if key[0] == topic])
+        finally:
+            self._watchers.pop(topic, None)
+
+    async def close(self) -> None:
+        for task in list(self._watchers.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,7 +17,7 @@ from consumer_api.coordinator import GroupCoordinator
 from consumer_api.notifier import CommitNotifier
 from consumer_api.router import router as consumer_router
 from delta_log.core.acl import authenticate
-from delta_log.errors import AuthenticationError
+from delta_log.errors import AuthenticationError, RequestTooLargeError
 from delta_log.maintenance.replication import refuse_unpromoted_replica
 from delta_log.registry import TopicRegistry
 from delta_log.system.groups import GroupStore
@@ -82,6 +83,60 @@ class AuthenticationMiddleware:
         await self.app(scope, receive, send)
 
 
+#: The produce route reads its body itself, to its own (larger) limit, while reading.
+PRODUCE_PATH = re.compile(r"^/topics/[^/]+/records$")
+
+
+class BodyLimitMiddleware:
+    """Every route but produce gets at most `limit` body bytes, counted while they arrive: a
+    declared Content-Length over it is refused before reading, and a body that grows past it
+    (chunked, or lying about its length) is answered 413 at that point and not read further."""
+
+    def __init__(self, app: ASGIApp, limit: int, retry_after: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.retry_after = retry_after
+
+    def _too_large(self) -> RequestTooLargeError:
+        return RequestTooLargeError(
+            f"The body is over this route's {self.limit}-byte limit (server.max_body_bytes).", limit=self.limit
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (scope["method"] == "POST" and PRODUCE_PATH.match(scope["path"])):
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await error_response(self._too_large(), retry_after=self.retry_after)(scope, receive, send)
+            return
+        received = 0
+        answered = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, answered
+            if answered:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    answered = True
+                    await error_response(self._too_large(), retry_after=self.retry_after)(scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if not answered:  # after a 413, whatever the route still says is dropped
+                await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not answered:
+                raise
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; the registry (writers, readers) lives for the app's lifespan."""
     settings = settings or load_settings()
@@ -92,7 +147,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await run_in_threadpool(refuse_unpromoted_replica, StorageRoot(settings.root, settings.storage_options))
         registry = TopicRegistry(settings, on_flush=metrics.on_flush)
         app.state.registry = registry
-        notifier = CommitNotifier(asyncio.get_running_loop())
+        notifier = CommitNotifier(
+            asyncio.get_running_loop(), reader=registry.reader, watch_interval_s=settings.reader.watch_interval_s
+        )
         registry.add_commit_listener(notifier.on_commit)
         app.state.notifier = notifier
         store = await run_in_threadpool(GroupStore, registry.storage)
@@ -110,6 +167,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await coordinator.stop()
+            await notifier.close()
             registry.close()  # flushes queued requests before exit
 
     app = FastAPI(
@@ -121,6 +179,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
 
+    app.add_middleware(
+        BodyLimitMiddleware, limit=settings.server.max_body_bytes, retry_after=settings.server.retry_after_seconds
+    )
     app.add_middleware(AuthenticationMiddleware, auth=settings.auth, retry_after=settings.server.retry_after_seconds)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
 

@@ -21,19 +21,42 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return args.api_key or os.environ.get("TOPICLAKE_API_KEY")
 
 
+def _tls(args: argparse.Namespace) -> dict[str, Any]:
+    """The client TLS options: --ca-file ($TOPICLAKE_CA_FILE), --client-cert/--client-key."""
+    cert = (args.client_cert, args.client_key or args.client_cert) if args.client_cert else None
+    return {"ca_file": args.ca_file or os.environ.get("TOPICLAKE_CA_FILE"), "client_cert": cert}
+
+
+def _http(args: argparse.Namespace, timeout: float) -> Any:
+    from topiclake.client import http_client
+
+    return http_client(_url(args), api_key=_api_key(args), timeout=timeout, **_tls(args))
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging.config
 
-    import uvicorn
-
     from conf import load_settings
     from conf.settings import LOGGING_JSON
+    from ingest_gateway import server as http_server
     from ingest_gateway.app import create_app
 
     overrides: dict[str, Any] = {}
     if args.root:
         overrides["root"] = args.root
     settings = load_settings(**overrides)
+    tls = {
+        k: v
+        for k, v in {
+            "ssl_certfile": args.ssl_certfile,
+            "ssl_keyfile": args.ssl_keyfile,
+            "ssl_ca_certs": args.ssl_ca_certs,
+            "ssl_client_auth": args.ssl_client_auth,
+        }.items()
+        if v
+    }
+    if tls:
+        settings = settings.model_copy(update={"server": settings.server.model_copy(update=tls)})
     server = settings.server
     host = args.host or server.host
     port = args.port if args.port is not None else server.port
@@ -54,15 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         print(f"maintenance jobs scheduled (pid {scheduler.pid}); intervals in conf [jobs]", flush=True)
     try:
-        uvicorn.run(
-            create_app(settings),
-            host=host,
-            port=port,
-            log_config=log_config,
-            ssl_certfile=args.ssl_certfile or server.ssl_certfile,
-            ssl_keyfile=args.ssl_keyfile or server.ssl_keyfile,
-            timeout_graceful_shutdown=10,
-        )
+        http_server.run(create_app(settings), settings, host=host, port=port, log_config=log_config)
     finally:
         if scheduler is not None:
             scheduler.terminate()
@@ -84,7 +99,7 @@ def _parse_config(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    with AdminClient(_url(args), api_key=_api_key(args)) as admin:
+    with AdminClient(_url(args), api_key=_api_key(args), **_tls(args)) as admin:
         if args.action == "create":
             print(
                 json.dumps(
@@ -136,18 +151,14 @@ def _progress(done: int, total_bytes: int, read_bytes: int, start: float) -> Non
 def cmd_produce(args: argparse.Namespace) -> int:
     import time
 
-    import httpx
-
     from topiclake.client import raise_for_error
 
     total = sum(os.path.getsize(p) for p in args.files if p != "-") if args.files else 0
     show = args.progress or (args.progress is None and total > 10 * 1024 * 1024)
     headers = {"Content-Type": "application/x-ndjson"}
-    if _api_key(args):
-        headers["Authorization"] = f"Bearer {_api_key(args)}"
     params = {"value_format": args.value_format, "key_format": args.key_format}
     done, read, start = 0, 0, time.monotonic()
-    with httpx.Client(base_url=_url(args), timeout=60) as http:
+    with _http(args, 60) as http:
 
         def send(batch: list[str]) -> None:
             nonlocal done
@@ -209,6 +220,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         _url(args),
         group_id=args.group,
         api_key=_api_key(args),
+        **_tls(args),
         auto_offset_reset="earliest" if args.from_beginning else "latest",
     )
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
@@ -220,7 +232,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
         else:
             partitions = [
                 p["partition"]
-                for p in AdminClient(_url(args), api_key=_api_key(args)).describe_topic(args.topic)["partition_offsets"]
+                for p in AdminClient(_url(args), api_key=_api_key(args), **_tls(args)).describe_topic(args.topic)[
+                    "partition_offsets"
+                ]
             ]
             consumer.assign([(args.topic, p) for p in partitions])
             if args.from_beginning:
@@ -275,12 +289,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
-    import httpx
 
     from topiclake.client import raise_for_error
 
-    headers = {"Authorization": f"Bearer {_api_key(args)}"} if _api_key(args) else {}
-    with httpx.Client(base_url=_url(args), headers=headers, timeout=30) as http:
+    with _http(args, 30) as http:
         if args.action == "list":
             resp = http.get("/groups")
             raise_for_error(resp)
@@ -368,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="topiclake", description="A Kafka-like log whose topics are Delta tables.")
     p.add_argument("--url", help=f"server URL (default $TOPICLAKE_URL or {DEFAULT_URL})")
     p.add_argument("--api-key", help="API key (default $TOPICLAKE_API_KEY)")
+    p.add_argument("--ca-file", help="https: CA certificates to trust (default $TOPICLAKE_CA_FILE, else the system's)")
+    p.add_argument("--client-cert", help="https: client certificate (PEM) for servers that verify clients")
+    p.add_argument("--client-key", help="https: the client certificate's key (default: in --client-cert)")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the server (produce, topics, consume)")
@@ -376,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--root", help="storage root (default $TOPICLAKE_ROOT or ./data)")
     s.add_argument("--ssl-certfile")
     s.add_argument("--ssl-keyfile")
+    s.add_argument("--ssl-ca-certs", help="CA bundle: verify client certificates (mutual TLS)")
+    s.add_argument("--ssl-client-auth", choices=["none", "optional", "required"], help="with --ssl-ca-certs")
     s.add_argument("--no-jobs", action="store_true", help="do not start the maintenance-job scheduler process")
     s.set_defaults(func=cmd_serve)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import ssl
 import threading
 import time
 import uuid
@@ -56,11 +57,37 @@ def _auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def http_client(
+    url: str,
+    *,
+    api_key: str | None,
+    timeout: float,
+    ca_file: str | None = None,
+    client_cert: tuple[str, str] | None = None,
+) -> httpx.Client:
+    """The HTTP client every topiclake client uses: the key, and for an https URL the CA file to
+    trust (default: the system's) and an optional client certificate (cert file, key file)."""
+    verify: ssl.SSLContext | bool = True
+    if ca_file or client_cert:
+        verify = ssl.create_default_context(cafile=ca_file)
+        if client_cert:
+            verify.load_cert_chain(*client_cert)
+    return httpx.Client(base_url=url, headers=_auth_headers(api_key), timeout=timeout, verify=verify)
+
+
 class AdminClient:
     """Topic administration over HTTP."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, api_key: str | None = None, timeout: float = 30.0) -> None:
-        self._http = httpx.Client(base_url=url, headers=_auth_headers(api_key), timeout=timeout)
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
+    ) -> None:
+        self._http = http_client(url, api_key=api_key, timeout=timeout, ca_file=ca_file, client_cert=client_cert)
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         resp = self._http.request(method, path, **kw)
@@ -224,6 +251,8 @@ class Producer:
         value_format: str = "json",
         key_format: str = "string",
         producer_id: str | None = None,
+        ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         if compression not in (None, "gzip"):
             raise ValueError("compression must be None or 'gzip'")
@@ -241,7 +270,9 @@ class Producer:
         self.key_format = key_format
         self.producer_id = producer_id or f"py-{uuid.uuid4().hex[:20]}"
         self._sequence = 0
-        self._http = httpx.Client(base_url=url, headers=_auth_headers(api_key), timeout=request_timeout)
+        self._http = http_client(
+            url, api_key=api_key, timeout=request_timeout, ca_file=ca_file, client_cert=client_cert
+        )
         self._lock = threading.Condition()
         self._batches: dict[str, _Batch] = {}
         self._in_flight = 0

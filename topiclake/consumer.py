@@ -24,7 +24,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from topiclake.client import DEFAULT_URL, TopiclakeClientError, _auth_headers, raise_for_error
+from topiclake.client import DEFAULT_URL, TopiclakeClientError, http_client, raise_for_error
 
 ARROW = "application/vnd.apache.arrow.stream"
 TopicPartition = tuple[str, int]
@@ -61,6 +61,8 @@ class Consumer:
         max_poll_records: int = 500,
         fetch_max_bytes: int = 4 * 1024 * 1024,
         request_timeout: float = 70.0,
+        ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
@@ -72,9 +74,10 @@ class Consumer:
         self.instance_id = instance_id
         self.max_poll_records = max_poll_records
         self.fetch_max_bytes = fetch_max_bytes
-        headers = _auth_headers(api_key)
-        self._http = httpx.Client(base_url=url, headers=headers, timeout=request_timeout)
-        self._hb_http = httpx.Client(base_url=url, headers=headers, timeout=10)
+        self._http = http_client(
+            url, api_key=api_key, timeout=request_timeout, ca_file=ca_file, client_cert=client_cert
+        )
+        self._hb_http = http_client(url, api_key=api_key, timeout=10, ca_file=ca_file, client_cert=client_cert)
         self._lock = threading.RLock()
         self._topics: list[str] = []
         self._member_id: str | None = None

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
@@ -24,6 +24,11 @@ router = APIRouter(tags=["consume"])
 
 ARROW = "application/vnd.apache.arrow.stream"
 MAX_WAIT_MS = 60_000
+#: JSON answers of up to this many records are rendered on the event loop (cheaper than a hop).
+INLINE_RENDER_ROWS = 64
+SSE_BATCH_RECORDS = 500
+SSE_BATCH_BYTES = 1024 * 1024
+KEEP_ALIVE_S = 15.0
 
 
 def _arrow(result: FetchResult) -> bytes:
@@ -62,9 +67,10 @@ async def fetch(
     result = await _fetch(reader, partition, offset, max_records, max_bytes)
     deadline = time.monotonic() + max_wait_ms / 1000
     while result.records.num_rows == 0 and (remaining := deadline - time.monotonic()) > 0:
-        # Wake on this process's commits at once; re-check other writers' commits every 100 ms.
-        await notifier.wait(topic, partition, min(remaining, 0.1))
-        result = await _fetch(reader, partition, offset, max_records, max_bytes)
+        # Sleeps until a commit to this partition (ours at once, other processes' via the
+        # notifier's one watcher per topic) or the deadline: no CPU while waiting.
+        if await notifier.wait(topic, partition, remaining):
+            result = await _fetch(reader, partition, offset, max_records, max_bytes)
     headers = {
         "X-Next-Offset": str(result.next_offset),
         "X-High-Watermark": str(result.high_watermark),
@@ -73,9 +79,10 @@ async def fetch(
     if accept and ARROW in accept:
         body = await run_in_threadpool(_arrow, result)
         return Response(body, media_type=ARROW, headers=headers)
-    records = records_to_json(result.records, key_format=key_format, value_format=value_format)
-    return Response(
-        json.dumps(
+
+    def render() -> bytes:
+        records = records_to_json(result.records, key_format=key_format, value_format=value_format)
+        return json.dumps(
             {
                 "topic": topic,
                 "partition": partition,
@@ -84,10 +91,12 @@ async def fetch(
                 "high_watermark": result.high_watermark,
                 "log_start_offset": result.log_start_offset,
             }
-        ),
-        media_type="application/json",
-        headers=headers,
-    )
+        ).encode()
+
+    # Small answers render here; large ones in a worker thread, so health checks and other
+    # clients are answered while they render.
+    body = render() if result.records.num_rows <= INLINE_RENDER_ROWS else await run_in_threadpool(render)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.get("/topics/{topic}/offsets", response_model=OffsetLookup)
@@ -128,7 +137,6 @@ async def lookup_offsets(
 async def stream(
     topic: str,
     partition: int,
-    request: Request,
     registry: RegistryDep,
     notifier: NotifierDep,
     principal: PrincipalDep,
@@ -151,29 +159,30 @@ async def stream(
         position = offset
     else:
         position = await run_in_threadpool(reader.high_watermark, partition)
-    first = await _fetch(reader, partition, position, 500, 1024 * 1024)  # 416/404 before streaming starts
+    first = await _fetch(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)  # 416/404 before streaming
+
+    def render(result: FetchResult) -> bytes:
+        return "".join(
+            f"id: {rec['offset']}\nevent: record\ndata: {json.dumps(rec)}\n\n"
+            for rec in records_to_json(result.records, key_format=key_format, value_format=value_format)
+        ).encode()
 
     async def events() -> AsyncIterator[bytes]:
+        # Starlette cancels this generator when the client disconnects.
         nonlocal position
         result: FetchResult | None = first
-        last_ping = time.monotonic()
-        while not await request.is_disconnected():
+        while True:
             if result is None:
-                result = await _fetch(reader, partition, position, 500, 1024 * 1024)
+                result = await _fetch(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)
+            position = max(position, result.next_offset)
             if result.records.num_rows:
-                chunks = []
-                for rec in records_to_json(result.records, key_format=key_format, value_format=value_format):
-                    chunks.append(f"id: {rec['offset']}\nevent: record\ndata: {json.dumps(rec)}\n\n")
-                yield "".join(chunks).encode()
-                position = result.next_offset
+                yield await run_in_threadpool(render, result)
                 result = None
                 continue
-            position = max(position, result.next_offset)
             result = None
-            if time.monotonic() - last_ping > 15:
-                last_ping = time.monotonic()
+            # Asleep until a commit to this partition; a comment line keeps proxies from timing out.
+            if not await notifier.wait(topic, partition, KEEP_ALIVE_S):
                 yield b": keep-alive\n\n"
-            await notifier.wait(topic, partition, 0.1)
 
     return StreamingResponse(
         events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

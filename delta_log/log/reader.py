@@ -224,7 +224,8 @@ class TopicReader:
     def fetch(
         self, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1024 * 1024
     ) -> FetchResult:
-        """Records of `partition` from `offset`, at most `max_records` and about `max_bytes`.
+        """Records of `partition` from `offset`, at most `max_records` and `max_bytes` (capped by the
+        reader's `max_fetch_bytes`), ending at a record boundary.
 
         At least one record is returned when any is available, even if larger than max_bytes
         (as Kafka does). Compacted partitions may skip offsets; `next_offset` says where to go on.
@@ -242,6 +243,7 @@ class TopicReader:
             )
         if max_bytes < 1:
             raise InvalidOffsetError(f"max_bytes must be >= 1; got {max_bytes}.", max_bytes=max_bytes)
+        max_bytes = min(max_bytes, self.settings.max_fetch_bytes)  # Kafka's fetch.max.bytes: a cap, not an error
         snap = self._check_partition(self._fresh(), partition)
         hw = max(snap.high_watermark(partition), self._tail.end_offset(partition))
         lso = snap.log_start_offset(partition)

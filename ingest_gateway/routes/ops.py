@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import resource
+
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -17,9 +19,18 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def _limits(request: Request) -> dict[str, object]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    out: dict[str, object] = {"open_files": {"soft": soft, "hard": hard}}
+    guard = getattr(request.app.state, "connection_guard", None)
+    if guard is not None:
+        out.update(guard.snapshot())
+    return out
+
+
 @router.get("/readyz")
-async def readyz(registry: RegistryDep) -> JSONResponse:
-    """Readiness: the storage root can be listed."""
+async def readyz(registry: RegistryDep, request: Request) -> JSONResponse:
+    """Readiness: the storage root can be listed. Also shows the open-files limit and connections."""
     try:
         topics = await run_in_threadpool(registry.catalog.list_topics)
     except Exception as exc:
@@ -28,7 +39,7 @@ async def readyz(registry: RegistryDep) -> JSONResponse:
             status_code=503,
             headers={"Retry-After": "1"},
         )
-    return JSONResponse({"status": "ready", "topics": len(topics), "root": registry.storage.root})
+    return JSONResponse({"status": "ready", "topics": len(topics), "root": registry.storage.root, **_limits(request)})
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

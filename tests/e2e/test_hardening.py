@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+import time
 
 import httpx
 import pyarrow as pa
@@ -164,8 +166,10 @@ def test_metadata_over_4096_utf8_bytes_is_refused(http, topic):
 
 
 def test_joins_are_bounded_and_deduplicated(http, topic):
-    big = http.post(f"/groups/j-{topic}/members", json={"topics": [topic], "instance_id": "i" * (1 << 20)})
+    big = http.post(f"/groups/j-{topic}/members", json={"topics": [topic], "instance_id": "i" * 100_000})
     assert_refused(big, 422, "INVALID_REQUEST")
+    huge = http.post(f"/groups/j-{topic}/members", json={"topics": [topic], "instance_id": "i" * (1 << 20)})
+    assert_refused(huge, 413, "REQUEST_TOO_LARGE")
     r = http.post(f"/groups/j-{topic}/members", json={"topics": [topic] * 1000, "session_timeout_ms": 5000})
     assert r.status_code == 200, r.text
     assert r.json()["assignment"] == {topic: [0, 1, 2]}
@@ -213,3 +217,80 @@ def test_only_health_checks_answer_without_a_key(keyed_server):
         ok = {"Authorization": "Bearer ops-secret"}
         assert c.get("/metrics", headers=ok).status_code == 200
         assert c.get("/openapi.json", headers=ok).status_code == 200
+
+
+# --- bounded resources ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tight_server(tmp_path_factory):
+    """Small limits, so that tests reach them quickly."""
+    root = tmp_path_factory.mktemp("tight")
+    env = {
+        "TOPICLAKE_SERVER__HEADER_TIMEOUT_S": "1",
+        "TOPICLAKE_SERVER__MAX_CONNECTIONS_PER_CLIENT": "40",
+        "TOPICLAKE_READER__MAX_FETCH_BYTES": "300000",
+    }
+    srv = ServerProcess(root / "data", env=env).start()
+    yield srv
+    srv.stop()
+
+
+def _raw(srv: ServerProcess) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    return s
+
+
+def test_every_route_refuses_a_body_over_its_limit_while_reading(tight_server):
+    with httpx.Client(base_url=tight_server.url, timeout=30) as c:
+        declared = c.post("/groups/g/offsets", content=b"{" + b" " * (2 << 20) + b"}")
+        assert_refused(declared, 413, "REQUEST_TOO_LARGE")
+
+        def chunks():  # no Content-Length: counted as it arrives, refused past the limit
+            yield b'{"offsets": ['
+            for _ in range(10_000):
+                yield b" " * 1024
+
+        chunked = c.post("/topics", content=chunks(), headers={"Content-Type": "application/json"})
+        assert_refused(chunked, 413, "REQUEST_TOO_LARGE")
+        assert c.get("/healthz").status_code == 200
+        assert "g" not in [g["group"] for g in c.get("/groups").json()["groups"]]
+
+
+def test_a_fetch_is_capped_at_a_record_boundary_never_refused(tight_server):
+    with httpx.Client(base_url=tight_server.url, timeout=60) as c:
+        assert c.post("/topics", json={"name": "big", "partitions": 1}).status_code == 201
+        value = "v" * 100_000
+        r = c.post("/topics/big/records?value_format=string", json={"records": [{"value": value}] * 8})
+        assert r.status_code == 200, r.text
+        got = c.get("/topics/big/partitions/0/records", params={"offset": 0, "max_bytes": 2**62, "max_records": 1000})
+        assert got.status_code == 200, got.text
+        records = got.json()["records"]
+        assert 1 <= len(records) <= 3 and got.json()["next_offset"] == len(records)  # 300 kB cap, whole records
+        one = c.get("/topics/big/partitions/0/records", params={"offset": 0, "max_bytes": 1})
+        assert len(one.json()["records"]) == 1  # at least one record, even over the limit
+
+
+def test_half_open_connections_are_closed_and_limited_per_client(tight_server):
+    idle = [_raw(tight_server) for _ in range(40)]  # the per-client limit, none finishing its headers
+    for s in idle:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    over = _raw(tight_server)
+    answer = over.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 503") and b"TOO_MANY_CONNECTIONS" in answer, answer
+    over.close()
+    time.sleep(2.5)  # the 1 s header timeout has closed the half-open ones
+    for s in idle:
+        assert s.recv(10) == b""  # closed by the server
+        s.close()
+    ready = httpx.get(tight_server.url + "/readyz", timeout=10).json()
+    assert ready["connections"] <= 1 and ready["refused_connections"] >= 1
+    assert ready["open_files"]["soft"] == ready["open_files"]["hard"]
+
+
+def test_a_kept_alive_connection_gets_the_header_timeout_for_its_next_request(tight_server):
+    s = _raw(tight_server)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # then never finishes
+    s.settimeout(5)
+    assert s.recv(10) == b""
+    s.close()

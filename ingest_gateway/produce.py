@@ -66,6 +66,7 @@ def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: Prod
         max_message_bytes=config.max_message_bytes,
         now_us=int(time.time() * 1_000_000),
         log_append_time=config.log_append_time,
+        timestamp_window=config.timestamp_window,
     )
     # Group rows by partition and compute the partition array here, in the request's own thread:
     # the single flusher thread then needs no per-request Arrow work (measured: per-request calls

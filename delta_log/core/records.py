@@ -87,9 +87,19 @@ def _first_index(mask: pa.ChunkedArray | pa.Array) -> int:
     return int(np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))[0])
 
 
-def _check_timestamps(ts: pa.ChunkedArray) -> None:
+@dataclass(frozen=True, slots=True)
+class TimestampWindow:
+    """Kafka's message.timestamp.before.max.ms / after.max.ms: how far a producer's (CreateTime)
+    timestamp may lie before or after the server's time."""
+
+    before_max_ms: int = MAX_OFFSET
+    after_max_ms: int = MAX_OFFSET
+
+
+def _check_timestamps(ts: pa.ChunkedArray, now_us: int, window: TimestampWindow) -> None:
     """Raises: InvalidTimestampError for a timestamp outside 0 .. MAX_TIMESTAMP_MS (what Delta and Spark
-    hold): stored, it would make the partition unreadable for every JSON consumer."""
+    hold: stored, it would make the partition unreadable for every JSON consumer), or outside the
+    topic's window around `now_us`."""
     micros = ts.cast(pa.int64())
     bad = pc.or_(pc.less(micros, 0), pc.greater(micros, MAX_TIMESTAMP_MS * 1000))
     if pc.any(bad).as_py():
@@ -97,6 +107,23 @@ def _check_timestamps(ts: pa.ChunkedArray) -> None:
         raise InvalidTimestampError(
             f"Record {idx} has timestamp {micros[idx].as_py()} us, outside 1970-01-01 .. 9999-12-31.", index=idx
         )
+    now_ms = now_us // 1000
+    for name, limit, too_far in (
+        ("message.timestamp.before.max.ms", window.before_max_ms, pc.less),
+        ("message.timestamp.after.max.ms", window.after_max_ms, pc.greater),
+    ):
+        if limit >= MAX_TIMESTAMP_MS:
+            continue  # no bound inside what a timestamp can hold
+        edge = now_ms - limit if too_far is pc.less else now_ms + limit
+        outside = pc.fill_null(too_far(micros, edge * 1000), False)
+        if pc.any(outside).as_py():
+            idx = _first_index(outside)
+            raise InvalidTimestampError(
+                f"Record {idx} has timestamp {micros[idx].as_py() // 1000} ms, more than the topic's {name}={limit} "
+                f"from the server's time {now_ms} ms. Send a current timestamp, or none (the server's time is used).",
+                index=idx,
+                config=name,
+            )
 
 
 def record_sizes(table: pa.Table) -> np.ndarray:
@@ -129,6 +156,7 @@ def normalize_batch(
     max_message_bytes: int,
     now_us: int,
     log_append_time: bool,
+    timestamp_window: TimestampWindow = TimestampWindow(),
 ) -> pa.Table:
     """Validate an incoming batch and return it in BATCH_SCHEMA.
 
@@ -141,6 +169,7 @@ def normalize_batch(
         InvalidRecordError: a null partition (`index` names the first bad record).
         PartitionNotFoundError: a partition outside 0..partitions-1.
         RecordTooLargeError: a record over `max_message_bytes` (`index` names it).
+        InvalidTimestampError: a timestamp Delta cannot hold or outside `timestamp_window`.
     """
     unknown = set(table.column_names) - set(BATCH_SCHEMA.names)
     if unknown:
@@ -175,7 +204,7 @@ def normalize_batch(
         ts = pa.chunked_array([pa.array(np.full(n, now_us, dtype=np.int64), TIMESTAMP_TYPE)])
         ts_type = pa.chunked_array([pa.array(np.full(n, LOG_APPEND_TIME, dtype=np.int32))])
     else:
-        _check_timestamps(ts)
+        _check_timestamps(ts, now_us, timestamp_window)
         missing = pc.is_null(ts)
         ts_type = pc.if_else(missing, pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32()))
         ts = pc.if_else(missing, now, ts)

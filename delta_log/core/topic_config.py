@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from delta_log.core.records import MAX_OFFSET, TimestampWindow
 from delta_log.errors import InvalidConfigError, InvalidPartitionsError, InvalidTopicError
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -26,6 +27,9 @@ DEFAULT_CONFIG: dict[str, str] = {
     "max.message.bytes": "1048588",
     "delete.retention.ms": "86400000",
     "message.timestamp.type": "CreateTime",
+    # Kafka 4's defaults (KIP-937/KIP-1030): any time in the past, at most one hour ahead
+    "message.timestamp.before.max.ms": "9223372036854775807",
+    "message.timestamp.after.max.ms": "3600000",
     "min.compaction.lag.ms": "0",
     "replicas": "1",
     "retention.protect.unconsumed": "false",
@@ -70,8 +74,8 @@ def _int_value(key: str, value: str, minimum: int) -> None:
         number = int(value)
     except ValueError:
         raise InvalidConfigError(f"{key} must be an integer; got {value!r}.", key=key) from None
-    if number < minimum:
-        raise InvalidConfigError(f"{key} must be >= {minimum}; got {number}.", key=key)
+    if not minimum <= number <= MAX_OFFSET:
+        raise InvalidConfigError(f"{key} must be between {minimum} and {MAX_OFFSET}; got {number}.", key=key)
 
 
 def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
@@ -91,7 +95,12 @@ def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
             _int_value(key, value, -1)
         elif key in {"max.message.bytes", "replicas"}:
             _int_value(key, value, 1)
-        elif key in {"delete.retention.ms", "min.compaction.lag.ms"}:
+        elif key in {
+            "delete.retention.ms",
+            "min.compaction.lag.ms",
+            "message.timestamp.before.max.ms",
+            "message.timestamp.after.max.ms",
+        }:
             _int_value(key, value, 0)
         elif key == "cleanup.policy":
             value = value.replace(" ", "")
@@ -132,6 +141,13 @@ class TopicConfig:
     @property
     def cleanup_policy(self) -> str:
         return self.values["cleanup.policy"]
+
+    @property
+    def timestamp_window(self) -> TimestampWindow:
+        return TimestampWindow(
+            before_max_ms=int(self.values.get("message.timestamp.before.max.ms", MAX_OFFSET)),
+            after_max_ms=int(self.values.get("message.timestamp.after.max.ms", MAX_OFFSET)),
+        )
 
     @property
     def log_append_time(self) -> bool:

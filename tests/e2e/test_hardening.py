@@ -289,8 +289,37 @@ def test_half_open_connections_are_closed_and_limited_per_client(tight_server):
 def test_a_kept_alive_connection_gets_the_header_timeout_for_its_next_request(tight_server):
     s = _raw(tight_server)
     s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    answer = b""
+    while not answer.endswith(b'"ok"}'):
+        answer += s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 200")
     s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # then never finishes
     s.settimeout(5)
     assert s.recv(10) == b""
     s.close()
+
+
+def test_timestamps_outside_the_topics_window_are_refused_on_every_path(http):
+    name = "window"
+    r = http.post("/topics", json={"name": name, "config": {"message.timestamp.before.max.ms": "60000"}})
+    assert r.status_code == 201, r.text
+    now = int(time.time() * 1000)
+    old, ahead = now - 3_600_000, now + 2 * 3_600_000  # before.max.ms 60 s; after.max.ms Kafka's 1 h
+    for ts in (old, ahead):
+        bodies = [
+            ("application/json", json.dumps({"records": [{"value": 1}, {"value": 2, "timestamp": ts}]})),
+            ("application/x-ndjson", json.dumps({"value": 1}) + "\n" + json.dumps({"value": 2, "timestamp": ts})),
+            (ARROW, arrow_body(pa.table({"value": [b"a", b"b"], "timestamp": pa.array([now, ts], pa.int64())}))),
+        ]
+        for ctype, body in bodies:
+            r = http.post(f"/topics/{name}/records", content=body, headers={"Content-Type": ctype})
+            assert_refused(r, 422, "INVALID_TIMESTAMP")
+            assert r.json()["error"]["details"]["index"] == 1, r.text
+    assert hw(http, name) == {0: 0}  # nothing written
+    ok = http.post(f"/topics/{name}/records", json={"records": [{"value": 1, "timestamp": now - 1000}, {"value": 2}]})
+    assert ok.status_code == 200, ok.text
+    assert (
+        http.patch(f"/topics/{name}/config", json={"config": {"message.timestamp.before.max.ms": None}}).status_code
+        == 200
+    )
+    assert http.post(f"/topics/{name}/records", json={"records": [{"value": 3, "timestamp": old}]}).status_code == 200

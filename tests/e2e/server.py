@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -22,10 +23,21 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, root: Path, *, env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        args: list[str] | None = None,
+        ca_file: str | None = None,
+    ) -> None:
         self.root = root
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = args or []
+        # https when serving TLS: `ca_file` is the CA the test client trusts
+        self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+        self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         # The job scheduler is off unless a test asks for it: its runs would add noise to the others.
         self.env = {**os.environ, "TOPICLAKE_JOBS__SCHEDULE": "false", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -46,6 +58,7 @@ class ServerProcess:
                 str(self.port),
                 "--root",
                 str(self.root),
+                *self.args,
             ],
             cwd=REPO,
             env=self.env,
@@ -57,7 +70,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log.read_text()[-3000:]}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/healthz", timeout=1, verify=self.verify).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass

@@ -79,8 +79,15 @@ class TopicReader:
         self._snap = self._build()
 
     # -- index -------------------------------------------------------------------------------
-    def _build(self) -> TopicSnapshot:
-        return build_snapshot(self._dt, topic=self.topic, stats_fallback=self._footers.stats, now=time.monotonic())
+    def _build(self, previous: TopicSnapshot | None = None) -> TopicSnapshot:
+        return build_snapshot(
+            self._dt,
+            topic=self.topic,
+            stats_fallback=self._footers.stats,
+            now=time.monotonic(),
+            previous=previous,
+            log_entries=lambda versions: self.storage.read_log_entries(self.uri, versions),
+        )
 
     def refresh(self) -> int:
         """Load new Delta versions and rebuild the index if the table changed; return its version."""
@@ -94,7 +101,7 @@ class TopicReader:
                 # start again from the latest checkpoint.
                 self._dt = self.storage.open_topic(self.topic)
             if self._dt.version() != self._snap.table_version:
-                self._snap = self._build()
+                self._snap = self._build(previous=self._snap)
             else:
                 self._snap = TopicSnapshot(
                     table_version=self._snap.table_version,

@@ -69,6 +69,20 @@ class StorageRoot:
             return f"{table_uri}/{rel}"
         return f"{pafs.FileSystem.from_uri(table_uri)[1]}/{rel}"
 
+    def read_log_entries(self, table_uri: str, versions: range) -> list[str] | None:
+        """The JSON commit entries of `versions` of a table, in order; None if any is gone (log
+        cleanup) or unreadable, so the caller falls back to the table API."""
+        fs, _ = self.filesystem()
+        base = table_uri if self.is_local else pafs.FileSystem.from_uri(table_uri)[1]
+        out = []
+        try:
+            for v in versions:
+                with fs.open_input_stream(f"{base}/_delta_log/{v:020d}.json") as f:
+                    out.append(f.read().decode("utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return None
+        return out
+
     def list_dirs(self, under: str) -> list[str]:
         fs, base = self.filesystem()
         selector = pafs.FileSelector(f"{base}/{under}", allow_not_found=True)

@@ -99,3 +99,21 @@ def test_offset_for_timestamp(storage, settings, topic_factory):
     assert r.offset_for_timestamp(0, 0) == 0
     assert r.offset_for_timestamp(0, mid) == 3
     assert r.offset_for_timestamp(0, mid + 10**9) is None
+
+
+def test_high_watermarks_from_new_commits_equal_the_tables(storage, settings, topic_factory, catalog):
+    """A refresh applies the hw txns of the commits since its snapshot; what it gets must be what
+    the table says partition by partition, across writers, added partitions and log cleanup."""
+    from delta_log.table.app_transactions import read_high_watermarks
+
+    topic = topic_factory(partitions=6)
+    r = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=0))
+    writers = [TopicWriter(storage, topic, settings.writer) for _ in range(2)]
+    for i in range(12):
+        writers[i % 2].append(make_batch(3 + i, partitions=1, partition_of=lambda j, i=i: (i + j) % (1 + i % 6)))
+        if i == 6:
+            catalog.add_partitions(topic, 9)
+        v = r.refresh()
+        dt = DeltaTable(storage.topic_uri(topic), version=v)
+        assert r._snap.high_watermarks == read_high_watermarks(dt, r.config.partitions), i
+    assert r.partition_offsets()[0].high_watermark > 0

@@ -1,10 +1,22 @@
-"""HTTP models of the consumer API (snake_case)."""
+"""HTTP models of the consumer API (snake_case).
+
+Bounds that have a domain check (and a domain error code clients branch on, e.g. 400
+INVALID_GROUP) are documented in the schema with `json_schema_extra` rather than enforced by
+pydantic (which would answer 422 INVALID_REQUEST); the OpenAPI document states them either way.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from delta_log.core.group_rules import MAX_SUBSCRIBED_TOPICS
+from delta_log.core.topic_config import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_PATTERN
+
+#: A topic name, as the OpenAPI document states it (validate_topic_name enforces it).
+TOPIC_NAME: dict[str, Any] = {"minLength": 1, "maxLength": MAX_TOPIC_NAME_LENGTH, "pattern": TOPIC_NAME_PATTERN}
+PARTITION: dict[str, Any] = {"minimum": 0, "maximum": MAX_PARTITIONS - 1}
 
 
 class _Model(BaseModel):
@@ -12,12 +24,15 @@ class _Model(BaseModel):
 
 
 INT32 = 2**31 - 1
-INT64 = 2**63 - 1
+#: I-JSON's exact integers: the HTTP API's bound for offsets (consumer_api.params.MAX_JSON_INT)
+JSON_INT = 2**53 - 1
 
 
 class JoinRequest(_Model):
-    topics: list[Annotated[str, Field(max_length=249)]] = Field(
-        max_length=100_000, description="1-1000 distinct topics to subscribe to (duplicates are ignored)."
+    topics: list[Annotated[str, Field(max_length=249, json_schema_extra=TOPIC_NAME)]] = Field(
+        max_length=100_000,
+        description=f"1-{MAX_SUBSCRIBED_TOPICS} distinct topics to subscribe to (duplicates are ignored).",
+        json_schema_extra={"minItems": 1},
     )
     member_id: str | None = Field(None, max_length=300, description="Set when rejoining after a rebalance.")
     instance_id: str | None = Field(
@@ -26,8 +41,17 @@ class JoinRequest(_Model):
         pattern=r"^[a-zA-Z0-9._-]+$",
         description="Static membership (Kafka's group.instance.id): a stable id for this consumer.",
     )
-    session_timeout_ms: int = Field(10_000, description="1000-300000; outside: 400 INVALID_GROUP.")
-    assignor: str = Field("range", max_length=32, description="range, roundrobin or sticky.")
+    session_timeout_ms: int = Field(
+        10_000,
+        description="1000-300000; outside: 400 INVALID_GROUP.",
+        json_schema_extra={"minimum": 1000, "maximum": 300_000},
+    )
+    assignor: str = Field(
+        "range",
+        max_length=32,
+        description="range, roundrobin or sticky; else 400 UNKNOWN_ASSIGNOR.",
+        json_schema_extra={"enum": ["range", "roundrobin", "sticky"]},
+    )
 
 
 class JoinResponse(_Model):
@@ -49,9 +73,12 @@ class HeartbeatResponse(_Model):
 
 
 class PartitionOffset(_Model):
-    topic: str = Field(max_length=249)
-    partition: int
-    offset: int = Field(description="The next offset to consume (Kafka's committed-offset meaning), 0..2**63-1.")
+    topic: str = Field(max_length=249, json_schema_extra=TOPIC_NAME)
+    partition: int = Field(json_schema_extra=PARTITION)
+    offset: int = Field(
+        description="The next offset to consume (Kafka's committed-offset meaning), 0..2**53-1.",
+        json_schema_extra={"minimum": 0, "maximum": JSON_INT},
+    )
     metadata: str = Field("", max_length=4096, description="At most 4096 bytes (offset.metadata.max.bytes).")
 
 
@@ -66,11 +93,23 @@ class CommittedOffsets(_Model):
     offsets: list[PartitionOffset]
 
 
+def _reset_cases(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [
+        {"properties": {"to": {"enum": ["earliest", "latest"]}}},
+        {"properties": {"to": {"const": "timestamp"}}, "required": ["timestamp"]},
+        {"properties": {"to": {"const": "offset"}}, "required": ["offset"]},
+    ]
+
+
 class ResetRequest(_Model):
-    topic: str = Field(max_length=249)
+    """to=timestamp needs `timestamp`, to=offset needs `offset` (else 400 INVALID_OFFSET)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_reset_cases)
+
+    topic: str = Field(max_length=249, json_schema_extra=TOPIC_NAME)
     to: Literal["earliest", "latest", "timestamp", "offset"]
-    timestamp: int | None = Field(None, ge=0, le=INT64, description="Epoch ms, for to=timestamp.")
-    offset: int | None = Field(None, ge=0, le=INT64, description="For to=offset.")
+    timestamp: int | None = Field(None, ge=0, le=JSON_INT, description="Epoch ms, for to=timestamp.")
+    offset: int | None = Field(None, ge=0, le=JSON_INT, description="For to=offset.")
     partitions: list[Annotated[int, Field(ge=0, le=INT32)]] | None = Field(
         None, max_length=10_000, description="Default: every partition."
     )

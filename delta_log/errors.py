@@ -79,6 +79,13 @@ class InvalidPartitionsError(TopiclakeError):
     code = "INVALID_PARTITIONS"
 
 
+class PartitionCountConflictError(InvalidPartitionsError):
+    """A valid count that the topic's current count rules out (it can only grow): a conflict with
+    the topic's state, Kafka's INVALID_PARTITIONS."""
+
+    hint = "Describe the topic and ask for more partitions than it has."
+
+
 # --- records ---------------------------------------------------------------------------------
 class InvalidRecordError(TopiclakeError):
     """A record in a batch cannot be stored; `index` names it."""

@@ -24,6 +24,7 @@ from delta_log.system.groups import GroupStore
 from delta_log.table.storage import StorageRoot
 from ingest_gateway.errors import error_response, install_error_handlers
 from ingest_gateway.metrics import Metrics
+from ingest_gateway.openapi import install_openapi
 from ingest_gateway.routes import ops, records, topics
 
 log = logging.getLogger(__name__)
@@ -190,4 +191,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(records.router)
     app.include_router(consumer_router)
+    install_openapi(app, settings)
     return app

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from consumer_api import errors as http_errors
 from consumer_api.errors import JsonTooDeepError
@@ -24,6 +26,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.InvalidConfigError: 400,
     e.SourceOptionError: 400,
     e.InvalidPartitionsError: 400,
+    e.PartitionCountConflictError: 409,
     e.InvalidRecordError: 422,
     e.InvalidSchemaError: 422,
     e.RecordTooLargeError: 413,
@@ -71,6 +74,18 @@ def error_response(exc: e.TopiclakeError, *, retry_after: int = 1) -> JSONRespon
     return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
 
 
+def allowed_methods(app: FastAPI, path: str, fallback: str | None) -> list[str]:
+    """Every method the API documents for this path (routers answer 405 naming only the first
+    route they matched); the router's own Allow for undocumented paths (the docs pages)."""
+    methods: set[str] = set()
+    for template, item in app.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)), path):
+            methods |= {m.upper() for m in item}
+    if not methods and fallback:
+        methods = {m.strip() for m in fallback.split(",")}
+    return sorted(methods - {"HEAD", "OPTIONS"})
+
+
 def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable[[str], None] | None = None) -> None:
     @app.exception_handler(e.TopiclakeError)
     async def _topiclake(request: Request, exc: e.TopiclakeError) -> JSONResponse:
@@ -79,6 +94,33 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
         if status_for(exc) >= 500:
             log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
         return error_response(exc, retry_after=retry_after)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # The router's own answers: no such path, or a method the path does not have.
+        if exc.status_code == 405:
+            allow = allowed_methods(app, request.url.path, (exc.headers or {}).get("Allow"))
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": "METHOD_NOT_ALLOWED",
+                        "message": f"{request.method} is not allowed here; use {', '.join(allow)} (see /docs).",
+                        "details": {"allow": allow},
+                    }
+                },
+                status_code=405,
+                headers={"Allow": ", ".join(allow)},
+            )
+        if exc.status_code == 404:
+            return JSONResponse(
+                {"error": {"code": "NOT_FOUND", "message": "No such route; the API is described at /docs."}},
+                status_code=404,
+            )
+        return JSONResponse(
+            {"error": {"code": "HTTP_ERROR", "message": str(exc.detail)}},
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
 
     @app.exception_handler(RecursionError)
     async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:

@@ -6,6 +6,7 @@ Pure except for reading the topic's config and sticky partition from the registr
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 
@@ -35,11 +36,9 @@ def producer_from_headers(
         return None
     if producer_id is None or producer_sequence is None:
         raise InvalidRecordError("Producer-Id and Producer-Sequence must be sent together.")
-    try:
-        seq = int(producer_sequence)
-    except ValueError:
-        raise InvalidRecordError("Producer-Sequence must be an integer >= 0.") from None
-    return ProducerSequence(producer_id=producer_id, sequence=seq)
+    if not re.fullmatch(r"[0-9]{1,15}", producer_sequence):
+        raise InvalidRecordError("Producer-Sequence must be an integer 0..999999999999999 (plain digits).")
+    return ProducerSequence(producer_id=producer_id, sequence=int(producer_sequence))
 
 
 def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: ProducerSequence | None) -> PreparedRequest:

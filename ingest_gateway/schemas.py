@@ -2,25 +2,88 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from delta_log.core.topic_config import (
+    CLEANUP_POLICY_PATTERN,
+    DEFAULT_CONFIG,
+    MAX_JSON_INT,
+    MAX_PARTITIONS,
+    MAX_TOPIC_NAME_LENGTH,
+    TOPIC_NAME_PATTERN,
+)
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _config_schema(nullable: bool) -> dict[str, Any]:
+    """The known keys and their values, as validate_config checks them (which stays the enforcer)."""
+
+    def integer(minimum: int) -> dict[str, Any]:
+        digits = {
+            -1: r"^(-1|[0-9]{1,18}|9223372036854775807)$",
+            0: r"^([0-9]{1,18}|9223372036854775807)$",
+            1: r"^([1-9][0-9]{0,17}|9223372036854775807)$",
+        }[minimum]
+        return {
+            "anyOf": [
+                {"type": "integer", "minimum": minimum, "maximum": MAX_JSON_INT},
+                {"type": "string", "pattern": digits},
+            ]
+        }
+
+    def choice(*values: str) -> dict[str, Any]:
+        return {"type": "string", "enum": list(values)}
+
+    keys: dict[str, dict[str, Any]] = {
+        "retention.ms": integer(-1),
+        "retention.bytes": integer(-1),
+        "max.message.bytes": integer(1),
+        "replicas": integer(1),
+        "delete.retention.ms": integer(0),
+        "min.compaction.lag.ms": integer(0),
+        "message.timestamp.before.max.ms": integer(0),
+        "message.timestamp.after.max.ms": integer(0),
+        "cleanup.policy": {"type": "string", "pattern": CLEANUP_POLICY_PATTERN},
+        "message.timestamp.type": choice("CreateTime", "LogAppendTime"),
+        "retention.protect.unconsumed": {"anyOf": [{"type": "boolean"}, choice("true", "false")]},
+    }
+    assert set(keys) == set(DEFAULT_CONFIG), "document every topic config key"
+    if nullable:
+        keys = {k: {"anyOf": [v, {"type": "null"}]} for k, v in keys.items()}
+    return {"type": "object", "properties": keys, "additionalProperties": False}
+
+
 class CreateTopic(_Model):
-    name: str = Field(description="Topic name: 1-249 characters from [a-zA-Z0-9._-].")
-    partitions: int = Field(1, description="Partition count (can be raised later, never lowered).")
-    config: dict[str, str | int | bool] = Field(default_factory=dict, description="Kafka-style topic config.")
+    name: str = Field(
+        description="Topic name: 1-249 characters from [a-zA-Z0-9._-], not '.' or '..'.",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_TOPIC_NAME_LENGTH, "pattern": TOPIC_NAME_PATTERN},
+    )
+    partitions: int = Field(
+        1,
+        description="Partition count (can be raised later, never lowered).",
+        json_schema_extra={"minimum": 1, "maximum": MAX_PARTITIONS},
+    )
+    config: dict[str, str | int | bool] = Field(
+        default_factory=dict, description="Kafka-style topic config.", json_schema_extra=_config_schema(False)
+    )
 
 
 class AlterConfig(_Model):
-    config: dict[str, str | int | bool | None] = Field(description="Keys to set; null resets a key to its default.")
+    config: dict[str, str | int | bool | None] = Field(
+        description="Keys to set; null resets a key to its default.", json_schema_extra=_config_schema(True)
+    )
 
 
 class AddPartitions(_Model):
-    count: int = Field(description="The new total partition count.")
+    count: int = Field(
+        description="The new total partition count (larger than the current one).",
+        json_schema_extra={"minimum": 1, "maximum": MAX_PARTITIONS},
+    )
 
 
 class PartitionInfo(_Model):
@@ -65,3 +128,26 @@ class ProduceBatchResponse(_Model):
     record_count: int
     partitions: list[PartitionBatch]
     duplicate: bool = False
+
+
+class RecordHeader(_Model):
+    key: str
+    value: str | None = None
+
+
+class ProducedRecord(_Model):
+    """One record of a JSON produce body (also one line of NDJSON)."""
+
+    value: Any = Field(
+        description="Any JSON (value_format=json), a string (string) or base64 (binary); null: tombstone."
+    )
+    key: Any = Field(None, description="As `value`, per key_format (default string).")
+    partition: int | None = Field(None, ge=0, description="Default: by key hash, else sticky.")
+    timestamp: int | str | None = Field(None, description="Epoch ms or ISO-8601; -1 or absent: the server's time.")
+    headers: dict[str, str | None] | list[RecordHeader] | None = None
+
+
+class ProduceRequest(_Model):
+    records: list[ProducedRecord] = Field(min_length=1)
+    key_format: Literal["json", "string", "binary"] | None = None
+    value_format: Literal["json", "string", "binary"] | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -15,6 +16,18 @@ from fastapi.responses import StreamingResponse
 
 from consumer_api.dependencies import NotifierDep, PrincipalDep, RegistryDep
 from consumer_api.encoding import check_format, records_to_json
+from consumer_api.params import (
+    DIGITS,
+    MAX_JSON_INT,
+    KeyFormat,
+    LastEventId,
+    OffsetQuery,
+    PartitionPath,
+    TopicPath,
+    ValueFormat,
+    bounded_int,
+    check_json_int,
+)
 from consumer_api.schemas import OffsetLookup
 from delta_log.core.acl import authorize
 from delta_log.errors import InvalidOffsetError
@@ -44,23 +57,30 @@ async def _fetch(reader: TopicReader, partition: int, offset: int, max_records: 
 
 @router.get("/topics/{topic}/partitions/{partition}/records")
 async def fetch(
-    topic: str,
-    partition: int,
+    topic: TopicPath,
+    partition: PartitionPath,
     registry: RegistryDep,
     notifier: NotifierDep,
     principal: PrincipalDep,
-    offset: Annotated[int, Query(description="First offset to return.")],
-    max_records: Annotated[int, Query()] = 500,
-    max_bytes: Annotated[int, Query()] = 1024 * 1024,
-    max_wait_ms: Annotated[int, Query(description="Long-poll: wait up to this long for new records.")] = 0,
-    key_format: str = "string",
-    value_format: str = "binary",
-    accept: Annotated[str | None, Header()] = None,
+    offset: OffsetQuery,
+    max_records: Annotated[int, bounded_int("At most this many records.", 1, 1_000_000)] = 500,
+    max_bytes: Annotated[
+        int,
+        Query(
+            description="About this many record bytes; any larger value is capped at the server's fetch.max.bytes.",
+            json_schema_extra={"minimum": 1},
+        ),
+    ] = 1024 * 1024,
+    max_wait_ms: Annotated[int, bounded_int("Long-poll: wait up to this long for new records.", 0, MAX_WAIT_MS)] = 0,
+    key_format: KeyFormat = "string",
+    value_format: ValueFormat = "binary",
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Records of one partition from an offset: JSON, or Arrow IPC with `Accept: application/vnd.apache.arrow.stream`."""
     authorize(principal, "consume", topic)
     check_format("key_format", key_format)
     check_format("value_format", value_format)
+    check_json_int("offset", offset)
     if not 0 <= max_wait_ms <= MAX_WAIT_MS:
         raise InvalidOffsetError(f"max_wait_ms must be between 0 and {MAX_WAIT_MS}.", max_wait_ms=max_wait_ms)
     reader = await run_in_threadpool(registry.reader, topic)
@@ -101,19 +121,24 @@ async def fetch(
 
 @router.get("/topics/{topic}/offsets", response_model=OffsetLookup)
 async def lookup_offsets(
-    topic: str,
+    topic: TopicPath,
     registry: RegistryDep,
     principal: PrincipalDep,
-    at: Annotated[str, Query(description="earliest, latest, or an epoch-ms timestamp")] = "latest",
+    at: Annotated[
+        str,
+        Query(
+            description="earliest, latest, or an epoch-ms timestamp",
+            json_schema_extra={"pattern": r"^(earliest|latest|[0-9]{1,15})$"},
+        ),
+    ] = "latest",
 ) -> OffsetLookup:
     """Per partition: the earliest offset, the latest (high watermark), or the first offset at/after a timestamp."""
     authorize(principal, "consume", topic)
     ts: int | None = None
     if at not in ("earliest", "latest"):
-        try:
-            ts = int(at)
-        except ValueError:
-            raise InvalidOffsetError(f"at must be earliest, latest or epoch ms; got {at!r}.") from None
+        if not re.fullmatch(DIGITS, at):
+            raise InvalidOffsetError(f"at must be earliest, latest or epoch ms; got {at[:40]!r}.")
+        ts = int(at)
 
     def lookup() -> list[dict[str, int | None]]:
         reader = registry.reader(topic)
@@ -133,30 +158,57 @@ async def lookup_offsets(
     return OffsetLookup(topic=topic, partitions=await run_in_threadpool(lookup))
 
 
-@router.get("/topics/{topic}/partitions/{partition}/stream")
+@router.get(
+    "/topics/{topic}/partitions/{partition}/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events: first `event: position` (data: the start offset and the high "
+            "watermark), then per record `id` (its offset), `event: record`, `data` (the record as JSON).",
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["event", "data"],
+                        "properties": {
+                            "event": {"type": "string", "enum": ["position", "record"]},
+                            "id": {"type": "string", "description": "The record's offset."},
+                            "data": {"type": "string", "description": "JSON."},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
 async def stream(
-    topic: str,
-    partition: int,
+    topic: TopicPath,
+    partition: PartitionPath,
     registry: RegistryDep,
     notifier: NotifierDep,
     principal: PrincipalDep,
-    offset: int | None = None,
-    key_format: str = "string",
-    value_format: str = "binary",
-    last_event_id: Annotated[str | None, Header()] = None,
+    offset: Annotated[
+        int | None,
+        Query(
+            description="Start here (default: the high watermark).",
+            json_schema_extra={"minimum": 0, "maximum": MAX_JSON_INT},
+        ),
+    ] = None,
+    key_format: KeyFormat = "string",
+    value_format: ValueFormat = "binary",
+    last_event_id: LastEventId = "",
 ) -> StreamingResponse:
     """Server-Sent Events: records as they commit; `id` is the offset, resume with Last-Event-ID."""
     authorize(principal, "consume", topic)
     check_format("key_format", key_format)
     check_format("value_format", value_format)
     reader = await run_in_threadpool(registry.reader, topic)
-    if last_event_id is not None:
-        try:
-            position = int(last_event_id) + 1
-        except ValueError:
-            raise InvalidOffsetError("Last-Event-ID must be an offset.") from None
+    if last_event_id:
+        if not re.fullmatch(DIGITS, last_event_id):
+            raise InvalidOffsetError("Last-Event-ID must be an offset.")
+        position = int(last_event_id) + 1
     elif offset is not None:
-        position = offset
+        position = check_json_int("offset", offset)
     else:
         position = await run_in_threadpool(reader.high_watermark, partition)
     first = await _fetch(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)  # 416/404 before streaming
@@ -170,6 +222,10 @@ async def stream(
     async def events() -> AsyncIterator[bytes]:
         # Starlette cancels this generator when the client disconnects.
         nonlocal position
+        # First, where the stream starts: the client knows at once that it is connected and from
+        # which offset records will come (no `id`, so Last-Event-ID keeps meaning a record).
+        start = {"offset": position, "high_watermark": first.high_watermark}
+        yield f"event: position\ndata: {json.dumps(start)}\n\n".encode()
         result: FetchResult | None = first
         while True:
             if result is None:

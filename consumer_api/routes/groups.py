@@ -13,6 +13,7 @@ import time
 from fastapi import APIRouter, Response
 
 from consumer_api.dependencies import CoordinatorDep, PrincipalDep
+from consumer_api.params import GroupPath, MemberPath, check_json_int
 from consumer_api.schemas import (
     CommitRequest,
     CommittedOffsets,
@@ -39,7 +40,9 @@ def _owner(principal: Principal) -> str | None:
 
 
 @router.post("/{group}/members", response_model=JoinResponse)
-async def join(group: str, body: JoinRequest, principal: PrincipalDep, coordinator: CoordinatorDep) -> JoinResponse:
+async def join(
+    group: GroupPath, body: JoinRequest, principal: PrincipalDep, coordinator: CoordinatorDep
+) -> JoinResponse:
     """Join (or rejoin) a group; returns when the group is stable, with this member's partitions."""
     authorize_group(principal, "read", group)
     for t in body.topics:
@@ -60,7 +63,11 @@ async def join(group: str, body: JoinRequest, principal: PrincipalDep, coordinat
 
 @router.post("/{group}/members/{member_id}/heartbeat", response_model=HeartbeatResponse)
 async def heartbeat(
-    group: str, member_id: str, body: HeartbeatRequest, principal: PrincipalDep, coordinator: CoordinatorDep
+    group: GroupPath,
+    member_id: MemberPath,
+    body: HeartbeatRequest,
+    principal: PrincipalDep,
+    coordinator: CoordinatorDep,
 ) -> HeartbeatResponse:
     """Keep the session alive; `rebalance: true` means commit what you processed and join again."""
     authorize_group(principal, "read", group)
@@ -69,7 +76,9 @@ async def heartbeat(
 
 
 @router.delete("/{group}/members/{member_id}", status_code=204)
-async def leave(group: str, member_id: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> Response:
+async def leave(
+    group: GroupPath, member_id: MemberPath, principal: PrincipalDep, coordinator: CoordinatorDep
+) -> Response:
     """Leave the group (its partitions go to the others)."""
     authorize_group(principal, "read", group)
     await coordinator.leave(group, member_id, principal=_owner(principal))
@@ -78,13 +87,14 @@ async def leave(group: str, member_id: str, principal: PrincipalDep, coordinator
 
 @router.post("/{group}/offsets", response_model=CommittedOffsets)
 async def commit(
-    group: str, body: CommitRequest, principal: PrincipalDep, coordinator: CoordinatorDep
+    group: GroupPath, body: CommitRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> CommittedOffsets:
     """Commit offsets (durable before the answer). Refused with 409 FENCED_MEMBER unless the
     member owns every partition in the group's current generation."""
     authorize_group(principal, "read", group)
     for o in body.offsets:
         authorize(principal, "consume", o.topic)
+        check_json_int("offset", o.offset)
     now_us = int(time.time() * 1e6)
     commits = [
         OffsetCommit(
@@ -106,7 +116,7 @@ async def commit(
 
 
 @router.get("/{group}/offsets", response_model=CommittedOffsets)
-async def committed(group: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> CommittedOffsets:
+async def committed(group: GroupPath, principal: PrincipalDep, coordinator: CoordinatorDep) -> CommittedOffsets:
     """The group's committed offsets, of the topics this key may describe."""
     authorize_group(principal, "describe", group)
     offsets = await coordinator.committed(group)
@@ -140,7 +150,7 @@ async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> G
 
 
 @router.get("/{group}", response_model=GroupInfo)
-async def describe(group: str, principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupInfo:
+async def describe(group: GroupPath, principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupInfo:
     """State, generation, members and assignment, committed offsets and lag per partition (of the
     topics this key may describe)."""
     authorize_group(principal, "describe", group)
@@ -180,7 +190,7 @@ async def describe(group: str, principal: PrincipalDep, coordinator: Coordinator
 
 @router.post("/{group}/offsets/reset", response_model=CommittedOffsets)
 async def reset(
-    group: str, body: ResetRequest, principal: PrincipalDep, coordinator: CoordinatorDep
+    group: GroupPath, body: ResetRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> CommittedOffsets:
     """Admin: move a group's committed offsets (earliest, latest, timestamp, explicit) while it has no members."""
     authorize_group(principal, "read", group)

@@ -21,6 +21,8 @@ GroupStateName = Literal["Empty", "PreparingRebalance", "Stable"]
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 300_000
 MAX_GROUP_ID_LENGTH = 255
+#: validate_group_id as one regular expression, for the OpenAPI document (with maxLength).
+GROUP_ID_PATTERN = r"^[^/\\\x00]+$"
 MAX_SUBSCRIBED_TOPICS = 1000
 _INSTANCE_ID = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -54,7 +56,7 @@ def validate_instance_id(instance_id: str | None) -> str | None:
     """Static membership ids follow Kafka's rule for names: 1-249 of [a-zA-Z0-9._-]. Raises: InvalidGroupError."""
     if instance_id is None:
         return None
-    if not isinstance(instance_id, str) or not _INSTANCE_ID.match(instance_id):
+    if not isinstance(instance_id, str) or not _INSTANCE_ID.fullmatch(instance_id):
         raise InvalidGroupError(
             "group.instance.id (instance_id) must be 1-249 characters from [a-zA-Z0-9._-].",
             instance_id=str(instance_id)[:64],

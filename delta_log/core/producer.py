@@ -31,7 +31,7 @@ class ProducerSequence:
     sequence: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.producer_id, str) or not _PRODUCER_ID.match(self.producer_id):
+        if not isinstance(self.producer_id, str) or not _PRODUCER_ID.fullmatch(self.producer_id):
             raise InvalidRecordError("Producer id must be 1-128 characters from [A-Za-z0-9._:-].")
         if not 0 <= self.sequence <= MAX_SEQUENCE:
             raise InvalidRecordError(

@@ -17,6 +17,9 @@ from delta_log.errors import InvalidConfigError, InvalidPartitionsError, Invalid
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+#: validate_topic_name as one regular expression (legal characters, not "." or ".."), for the
+#: OpenAPI document; with maxLength MAX_TOPIC_NAME_LENGTH.
+TOPIC_NAME_PATTERN = r"^(?:[a-zA-Z0-9_-][a-zA-Z0-9._-]*|\.[a-zA-Z0-9_-][a-zA-Z0-9._-]*|\.\.[a-zA-Z0-9._-]+)$"
 PROPERTY_PREFIX = "topiclake."
 PARTITIONS_PROPERTY = "topiclake.partitions"
 
@@ -35,7 +38,8 @@ DEFAULT_CONFIG: dict[str, str] = {
     "retention.protect.unconsumed": "false",
 }
 
-_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+#: cleanup.policy: delete, compact or both (Kafka's list syntax, spaces around items allowed)
+CLEANUP_POLICY_PATTERN = r"^ *(compact *, *delete|delete *, *compact|compact|delete) *$"
 
 
 def validate_topic_name(name: object) -> str:
@@ -52,7 +56,7 @@ def validate_topic_name(name: object) -> str:
         )
     if name in {".", ".."}:
         raise InvalidTopicError(f"Topic name {name!r} is reserved.", topic=name)
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise InvalidTopicError(f"Topic name {name!r} has illegal characters.", topic=name)
     return name
 
@@ -69,11 +73,19 @@ def validate_partitions(partitions: object) -> int:
     return partitions
 
 
-def _int_value(key: str, value: str, minimum: int) -> None:
-    try:
-        number = int(value)
-    except ValueError:
-        raise InvalidConfigError(f"{key} must be an integer; got {value!r}.", key=key) from None
+MAX_JSON_INT = 2**53 - 1
+#: plain decimal digits, at most 18, or Kafka's "no limit" (Long.MAX_VALUE)
+_INTEGER = re.compile(r"^(-?[0-9]{1,18}|9223372036854775807)$")
+
+
+def _int_value(key: str, raw: object, value: str, minimum: int) -> None:
+    """JSON integers up to 2**53-1 (what every JSON parser reads exactly), or strings of plain
+    decimal digits (at most 18, or 9223372036854775807)."""
+    if isinstance(raw, bool) or not (isinstance(raw, int) or _INTEGER.fullmatch(value)):
+        raise InvalidConfigError(f"{key} must be an integer; got {value!r}.", key=key)
+    if isinstance(raw, int) and raw > MAX_JSON_INT:
+        raise InvalidConfigError(f"{key}: integers above {MAX_JSON_INT} are sent as strings; got {raw}.", key=key)
+    number = int(value)
     if not minimum <= number <= MAX_OFFSET:
         raise InvalidConfigError(f"{key} must be between {minimum} and {MAX_OFFSET}; got {number}.", key=key)
 
@@ -90,24 +102,24 @@ def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
             raise InvalidConfigError(
                 f"Unknown topic config {key!r}. Known keys: {', '.join(sorted(DEFAULT_CONFIG))}.", key=key
             )
-        value = str(raw).strip() if not isinstance(raw, bool) else str(raw).lower()
+        value = str(raw) if not isinstance(raw, bool) else str(raw).lower()
         if key in {"retention.ms", "retention.bytes"}:
-            _int_value(key, value, -1)
+            _int_value(key, raw, value, -1)
         elif key in {"max.message.bytes", "replicas"}:
-            _int_value(key, value, 1)
+            _int_value(key, raw, value, 1)
         elif key in {
             "delete.retention.ms",
             "min.compaction.lag.ms",
             "message.timestamp.before.max.ms",
             "message.timestamp.after.max.ms",
         }:
-            _int_value(key, value, 0)
+            _int_value(key, raw, value, 0)
         elif key == "cleanup.policy":
-            value = value.replace(" ", "")
-            if value not in _POLICIES:
+            if not re.fullmatch(CLEANUP_POLICY_PATTERN, value):
                 raise InvalidConfigError(
                     f"cleanup.policy must be delete, compact or compact,delete; got {value!r}.", key=key
                 )
+            value = value.replace(" ", "")
         elif key == "message.timestamp.type":
             if value not in {"CreateTime", "LogAppendTime"}:
                 raise InvalidConfigError(

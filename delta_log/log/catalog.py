@@ -31,7 +31,7 @@ from delta_log.core.topic_config import (
 from delta_log.errors import (
     CommitConflictError,
     InvalidConfigError,
-    InvalidPartitionsError,
+    PartitionCountConflictError,
     StorageUnavailableError,
     TopicExistsError,
     TopicNotFoundError,
@@ -174,7 +174,7 @@ class Catalog:
         dt = self.open_topic(name)
         current = self.describe_topic(name, dt).partitions
         if total <= current:
-            raise InvalidPartitionsError(
+            raise PartitionCountConflictError(
                 f"Topic {name!r} has {current} partitions; the new count must be larger "
                 "(partitions can only be added).",
                 topic=name,

@@ -13,6 +13,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
+from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import authorize
 from delta_log.errors import RequestTooLargeError
 from delta_log.log.group_commit import GroupCommitter
@@ -85,26 +86,43 @@ def _gunzip(body: bytes, limit: int) -> bytes:
     responses={200: {"description": "Offsets per record (JSON, NDJSON) or per partition (Arrow)."}},
 )
 async def produce(
-    topic: str,
+    topic: TopicPath,
     request: Request,
     registry: RegistryDep,
     settings: SettingsDep,
     principal: PrincipalDep,
-    key_format: Annotated[str, Query(description="json | string | binary (base64)")] = "string",
-    value_format: Annotated[str, Query(description="json | string | binary (base64)")] = "json",
-    content_type: Annotated[str | None, Header()] = None,
-    producer_id: Annotated[str | None, Header()] = None,
-    producer_sequence: Annotated[str | None, Header()] = None,
-    idempotency_key: Annotated[str | None, Header()] = None,
+    key_format: KeyFormat = "string",
+    value_format: ValueFormat = "json",
+    producer_id: Annotated[
+        str,
+        Header(
+            description="Idempotent producer: with Producer-Sequence; not with Idempotency-Key.",
+            json_schema_extra={"pattern": r"^([A-Za-z0-9._:-]{1,128})?$"},
+        ),
+    ] = "",
+    producer_sequence: Annotated[
+        str,
+        Header(
+            description="The batch's sequence number (0, 1, 2...) for Producer-Id.",
+            json_schema_extra={"pattern": r"^([0-9]{1,15})?$"},
+        ),
+    ] = "",
+    idempotency_key: Annotated[
+        str,
+        Header(
+            description="Any 1-256 characters naming this request, instead of Producer-Id/Sequence.",
+            json_schema_extra={"maxLength": 256},
+        ),
+    ] = "",
     record_offsets: Annotated[
         bool, Query(description="Arrow requests: also return each record's partition and offset, in order.")
     ] = False,
 ) -> Response:
     """Append records to a topic; the response comes after the Delta commit that holds them."""
     authorize(principal, "produce", topic)
-    producer = producer_from_headers(producer_id, producer_sequence, idempotency_key)
+    producer = producer_from_headers(producer_id or None, producer_sequence or None, idempotency_key or None)
     body = await _read_body(request, settings.server.max_request_bytes)
-    media = (content_type or "application/json").split(";")[0].strip().lower()
+    media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if media not in _DECODERS:
         raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not supported.", content_type=media)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
+from consumer_api.params import TopicPath
 from delta_log.core.acl import authorize
 from delta_log.log.catalog import TopicDescription
 from delta_log.log.reader import TopicReader
@@ -59,7 +60,7 @@ def list_topics(registry: RegistryDep, principal: PrincipalDep) -> TopicList:
 
 
 @router.get("/{topic}", response_model=TopicInfo)
-def describe_topic(topic: str, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
+def describe_topic(topic: TopicPath, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Describe a topic: config and, per partition, log start offset and high watermark."""
     authorize(principal, "describe", topic)
     desc, reader = registry.describe_topic(topic)
@@ -67,21 +68,21 @@ def describe_topic(topic: str, registry: RegistryDep, principal: PrincipalDep) -
 
 
 @router.patch("/{topic}/config", response_model=TopicInfo, response_model_exclude_none=True)
-def alter_config(topic: str, body: AlterConfig, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
+def alter_config(topic: TopicPath, body: AlterConfig, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Set topic config keys (null resets a key to its default)."""
     authorize(principal, "admin", topic)
     return _info(registry.alter_config(topic, body.config))
 
 
 @router.post("/{topic}/partitions", response_model=TopicInfo, response_model_exclude_none=True)
-def add_partitions(topic: str, body: AddPartitions, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
+def add_partitions(topic: TopicPath, body: AddPartitions, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Raise the partition count (never lower)."""
     authorize(principal, "admin", topic)
     return _info(registry.add_partitions(topic, body.count))
 
 
 @router.delete("/{topic}", status_code=204)
-async def delete_topic(topic: str, registry: RegistryDep, principal: PrincipalDep) -> Response:
+async def delete_topic(topic: TopicPath, registry: RegistryDep, principal: PrincipalDep) -> Response:
     """Delete a topic and its data."""
     authorize(principal, "admin", topic)
     await run_in_threadpool(registry.delete_topic, topic)

@@ -31,10 +31,12 @@ class ServerProcess:
         port: int | None = None,
         args: list[str] | None = None,
         ca_file: str | None = None,
+        repo: Path = REPO,
     ) -> None:
         self.root = root
         self.port = port or free_port()
         self.args = args or []
+        self.repo = repo  # the checkout whose code serves (benchmarks compare two)
         # https when serving TLS: `ca_file` is the CA the test client trusts
         self.verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
@@ -60,8 +62,8 @@ class ServerProcess:
                 str(self.root),
                 *self.args,
             ],
-            cwd=REPO,
-            env=self.env,
+            cwd=self.repo,
+            env={**self.env, "PYTHONPATH": str(self.repo)},
             stdout=out,
             stderr=subprocess.STDOUT,
         )

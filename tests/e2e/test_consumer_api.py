@@ -93,6 +93,33 @@ def test_long_poll_wakes_on_commit(http, server, topic):
     assert r.json()["records"] == [] and time.monotonic() - t0 >= 0.29
 
 
+def test_waiting_fetches_and_streams_wake_on_another_process_commits(server, topic, tmp_path):
+    """A second gateway on the same root writes; this one's long-poll and SSE stream, asleep on
+    its commit notifier, are woken by its per-topic watcher of the Delta log."""
+    other = ServerProcess(server.root, env={"TOPICLAKE_SERVER__GROUPS_SYNC_INTERVAL_S": "1"}).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http, httpx.Client(base_url=other.url, timeout=30) as w:
+            start = http.get(f"/topics/{topic}/offsets", params={"at": "latest"}).json()["partitions"][0]["offset"]
+            threading.Timer(0.5, lambda: produce(w, topic, 1, start=100)).start()
+            t0 = time.monotonic()
+            r = http.get(f"/topics/{topic}/partitions/0/records", params={"offset": start, "max_wait_ms": 20_000})
+            assert [x["offset"] for x in r.json()["records"]] == [start]
+            assert time.monotonic() - t0 < 5.0  # the watcher's interval, not max_wait_ms
+            with httpx.stream(
+                "GET",
+                f"{server.url}/topics/{topic}/partitions/0/stream",
+                params={"offset": start + 1, "value_format": "json"},
+                timeout=20,
+            ) as resp:
+                threading.Timer(0.5, lambda: produce(w, topic, 1, start=101)).start()
+                for line in resp.iter_lines():
+                    if line.startswith("data: ") and "value" in line:
+                        assert json.loads(line[6:])["value"] == {"n": 101}
+                        break
+    finally:
+        other.stop()
+
+
 def test_offset_lookup(http, topic):
     produce(http, topic, 3)
     time.sleep(0.02)
@@ -123,7 +150,9 @@ def test_sse_push_and_resume(http, server, topic):
         assert resp.headers["content-type"].startswith("text/event-stream")
         threading.Timer(0.3, lambda: produce(httpx.Client(base_url=server.url), topic, 2, start=3)).start()
         event_id = None
-        for line in resp.iter_lines():
+        lines = resp.iter_lines()
+        assert next(lines) == "event: position" and json.loads(next(lines)[6:]) == {"offset": 1, "high_watermark": 3}
+        for line in lines:
             if line.startswith("id: "):
                 event_id = int(line[4:])
             if line.startswith("data: "):

@@ -34,7 +34,7 @@ def test_topic_admin_lifecycle(http):
     assert r.json()["config"]["cleanup.policy"] == "compact" and r.json()["config"]["retention.ms"] == "604800000"
     assert http.post("/topics/admin-t/partitions", json={"count": 4}).json()["partitions"] == 4
     r = http.post("/topics/admin-t/partitions", json={"count": 3})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_PARTITIONS"
+    assert r.status_code == 409 and r.json()["error"]["code"] == "INVALID_PARTITIONS"
     r = http.post("/topics", json={"name": "admin-t"})
     assert r.status_code == 409 and r.json()["error"]["code"] == "TOPIC_ALREADY_EXISTS"
     assert http.delete("/topics/admin-t").status_code == 204

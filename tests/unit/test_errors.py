@@ -7,7 +7,8 @@ def test_every_error_has_stable_code_and_name():
     for cls in all_error_classes():
         assert cls.__name__.endswith("Error"), cls
         assert re.fullmatch(r"[A-Z][A-Z_]+", cls.code), cls
-    codes = [c.code for c in all_error_classes()]
+    # unique, but for a subclass that keeps its parent's (Kafka's) code with another HTTP status
+    codes = [c.code for c in all_error_classes() if c.code != c.__mro__[1].__dict__.get("code")]
     assert len(codes) == len(set(codes)), "codes must be unique"
 
 

@@ -1,9 +1,19 @@
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delta_log.core.topic_config import TopicConfig, validate_config, validate_partitions, validate_topic_name
-from delta_log.errors import InvalidConfigError, InvalidPartitionsError, InvalidTopicError
+from delta_log.core.group_rules import GROUP_ID_PATTERN, MAX_GROUP_ID_LENGTH, validate_group_id
+from delta_log.core.topic_config import (
+    MAX_TOPIC_NAME_LENGTH,
+    TOPIC_NAME_PATTERN,
+    TopicConfig,
+    validate_config,
+    validate_partitions,
+    validate_topic_name,
+)
+from delta_log.errors import InvalidConfigError, InvalidGroupError, InvalidPartitionsError, InvalidTopicError
 
 
 @pytest.mark.parametrize("name", ["orders", "a", "A.b_c-9", "x" * 249])
@@ -62,3 +72,24 @@ def test_config_roundtrip_through_properties():
     )
     back = TopicConfig.from_properties(cfg.to_properties() | {"delta.checkpointInterval": "100"})
     assert back == cfg and back.retention_ms == 1000 and back.cleanup_policy == "compact,delete"
+
+
+# The OpenAPI patterns say exactly what the validators accept.
+def _accepts(validate, error, value) -> bool:
+    try:
+        validate(value)
+        return True
+    except error:
+        return False
+
+
+@given(st.one_of(st.text(alphabet="ab._-/ é", max_size=6), st.sampled_from([".", "..", "...", ".a", "a.", "-"])))
+def test_topic_name_pattern_matches_the_validator(name):
+    by_pattern = bool(re.fullmatch(TOPIC_NAME_PATTERN, name)) and len(name) <= MAX_TOPIC_NAME_LENGTH
+    assert by_pattern == _accepts(validate_topic_name, InvalidTopicError, name)
+
+
+@given(st.text(alphabet="ab/\\\x00 é.", max_size=6))
+def test_group_id_pattern_matches_the_validator(group):
+    by_pattern = bool(re.fullmatch(GROUP_ID_PATTERN, group)) and len(group) <= MAX_GROUP_ID_LENGTH
+    assert by_pattern == _accepts(validate_group_id, InvalidGroupError, group)

@@ -2,8 +2,8 @@
 
 - Idle long-polls: N fetches waiting for records (max_wait_ms 30 s) on a quiet topic; the server's
   CPU while they wait, in % of one core (from /proc: user + system time over the window).
-- Wake-up latency: W long-polls wait on one partition; a produce lands; the time from the
-  produce's ack to each long-poll's answer (p50, p99 over rounds).
+- Wake-up latency: W long-polls (1, 20, 100) wait on one partition; a produce is sent; the time
+  from sending it to each long-poll's answer, commit included (p50, p99 over rounds).
 - Greedy fetches: F concurrent fetches with max_bytes=2**62 of a partition holding ~120 MB; the
   server's peak RSS (VmHWM) and the slowest /healthz answer while they render.
 
@@ -74,33 +74,35 @@ async def idle_long_polls(url: str, pid: int, polls: int, window_s: float) -> di
     return {"idle_cpu_pct_of_core": 100 * used / elapsed}
 
 
-async def wake_up(url: str, waiters: int, rounds: int) -> dict[str, float]:
-    limits = httpx.Limits(max_connections=waiters + 10, max_keepalive_connections=waiters + 10)
+async def _raw_long_poll(port: int, path: str, done: list[float]) -> None:
+    """One long-poll over a bare socket: httpx's own per-response cost (~10 ms under 100
+    concurrent answers) would be measured instead of the server's."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    data = b""
+    while chunk := await reader.read(65536):
+        data += chunk
+    done.append(time.monotonic())
+    writer.close()
+    assert b" 200 " in data.split(b"\r\n", 1)[0] and b'"offset"' in data, data[:300]
+
+
+async def wake_up(url: str, port: int, waiters: int, rounds: int) -> dict[str, float]:
     latencies: list[float] = []
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as c:
         for _ in range(rounds):
             hw = (await c.get("/topics/wake/offsets", params={"at": "latest"})).json()["partitions"][0]["offset"]
             done: list[float] = []
-
-            async def poll(hw: int, done: list[float]) -> None:
-                r = await c.get(
-                    "/topics/wake/partitions/0/records", params={"offset": hw, "max_wait_ms": 20_000, "max_records": 10}
-                )
-                assert r.status_code == 200 and r.json()["records"], r.text
-                done.append(time.monotonic())
-
-            tasks = [asyncio.create_task(poll(hw, done)) for _ in range(waiters)]
+            path = f"/topics/wake/partitions/0/records?offset={hw}&max_wait_ms=20000&max_records=10"
+            tasks = [asyncio.create_task(_raw_long_poll(port, path, done)) for _ in range(waiters)]
             await asyncio.sleep(1.0)
+            sent = time.monotonic()
             r = await c.post("/topics/wake/records", json={"records": [{"value": "wake", "partition": 0}]})
-            acked = time.monotonic()
             assert r.status_code == 200, r.text
             await asyncio.gather(*tasks)
-            latencies += [(t - acked) * 1000 for t in done]
-    return {
-        "wake_p50_ms": percentile(latencies, 50),
-        "wake_p99_ms": percentile(latencies, 99),
-        "wake_max_ms": max(latencies),
-    }
+            latencies += [(t - sent) * 1000 for t in done]
+    return {f"wake{waiters}_p50_ms": percentile(latencies, 50), f"wake{waiters}_p99_ms": percentile(latencies, 99)}
 
 
 def greedy_fetches(url: str, pid: int, fetches: int) -> dict[str, float]:
@@ -143,11 +145,15 @@ def greedy_fetches(url: str, pid: int, fetches: int) -> dict[str, float]:
     }
 
 
-def fill(url: str) -> None:
-    value = "x" * 100_000
-    with httpx.Client(base_url=url, timeout=300) as c:
+def create_topics(url: str) -> None:
+    with httpx.Client(base_url=url, timeout=60) as c:
         for name in ("idle", "wake", "big"):
             assert c.post("/topics", json={"name": name, "partitions": 1}).status_code == 201
+
+
+def fill_big(url: str) -> None:
+    value = "x" * 100_000
+    with httpx.Client(base_url=url, timeout=300) as c:
         for _ in range(24):  # 24 x 50 x 100 kB = 120 MB in one partition
             body = {"records": [{"value": value, "partition": 0} for _ in range(50)]}
             assert c.post("/topics/big/records?value_format=string", json=body).status_code == 200
@@ -159,10 +165,12 @@ def run_one(repo: Path, label: str, args: argparse.Namespace) -> dict[str, float
     try:
         assert srv.proc is not None
         pid = srv.proc.pid
-        fill(srv.url)
+        create_topics(srv.url)
         row: dict[str, float | str] = {"server": label}
         row.update(asyncio.run(idle_long_polls(srv.url, pid, args.polls, args.window)))
-        row.update(asyncio.run(wake_up(srv.url, args.waiters, args.rounds)))
+        for waiters in args.waiters:
+            row.update(asyncio.run(wake_up(srv.url, srv.port, waiters, args.rounds)))
+        fill_big(srv.url)  # last: its roll-ups would add CPU to the idle window
         row.update(greedy_fetches(srv.url, pid, args.fetches))
         return row
     finally:
@@ -173,7 +181,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--polls", type=int, default=500)
     p.add_argument("--window", type=float, default=10.0)
-    p.add_argument("--waiters", type=int, default=100)
+    p.add_argument("--waiters", type=int, nargs="+", default=[1, 20, 100])
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--fetches", type=int, default=4)
     p.add_argument("--compare", type=Path, help="another checkout (the 'before') to run side by side")
@@ -189,9 +197,7 @@ def main() -> None:
     cols = [
         "server",
         "idle_cpu_pct_of_core",
-        "wake_p50_ms",
-        "wake_p99_ms",
-        "wake_max_ms",
+        *(f"wake{w}_{q}_ms" for w in args.waiters for q in ("p50", "p99")),
         "rss_before_mb",
         "peak_rss_mb",
         "healthz_max_ms",

@@ -52,6 +52,11 @@ def _arrow(result: FetchResult) -> bytes:
 
 
 async def _fetch(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
+    """From memory on the loop when the tail cache holds it (a woken long-poll, a consumer at the
+    head of the log), else in a worker thread."""
+    cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes)
+    if cached is not None:
+        return cached
     return await run_in_threadpool(reader.fetch, partition, offset, max_records=max_records, max_bytes=max_bytes)
 
 

@@ -301,6 +301,30 @@ class TopicReader:
         records = pa.concat_tables(pieces) if pieces else TOPIC_SCHEMA.empty_table()
         return FetchResult(records=records, next_offset=cur, high_watermark=hw, log_start_offset=lso)
 
+    def fetch_cached(
+        self, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1024 * 1024
+    ) -> FetchResult | None:
+        """The fetch answered from memory alone (records this process committed recently, as
+        `fetch` would return them), or None when that needs the log or the storage. Never blocks
+        on I/O: callers on an event loop try this before handing `fetch` to a thread."""
+        snap = self._snap
+        if not (0 <= partition < snap.config.partitions and 1 <= max_records <= self.settings.max_fetch_records):
+            return None
+        if max_bytes < 1 or offset < snap.log_start_offset(partition):
+            return None
+        piece = self._tail.read(partition, offset, max_records)
+        if piece is None or piece.num_rows == 0:
+            return None
+        budget = min(max_bytes, self.settings.max_fetch_bytes)
+        fits = max(1, int(np.searchsorted(np.cumsum(record_sizes(piece)), budget, side="right")))
+        piece = piece.slice(0, fits)
+        return FetchResult(
+            records=piece,
+            next_offset=int(piece.column("offset")[-1].as_py()) + 1,
+            high_watermark=max(snap.high_watermark(partition), self._tail.end_offset(partition)),
+            log_start_offset=snap.log_start_offset(partition),
+        )
+
     def _read_segment(self, seg: SegmentInfo, partition: int, offset: int, limit: int) -> pa.Table:
         """Rows of `seg` with offset >= `offset`, at most `limit`, reading only needed row groups."""
         meta = self._footers.get(seg.path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,7 @@ from tests.e2e.server import REPO, ServerProcess
 
 pytestmark = pytest.mark.slow
 
-ST = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "st"
+ST = Path(sys.executable).parent / "st"  # schemathesis's CLI, installed beside this interpreter
 
 
 @pytest.fixture(scope="module")

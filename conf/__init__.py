@@ -3,6 +3,7 @@
 from conf.settings import (
     ApiKeySettings,
     AuthSettings,
+    ClusterSettings,
     JobsSettings,
     MaintenanceSettings,
     ReaderSettings,
@@ -16,6 +17,7 @@ from conf.settings import (
 __all__ = [
     "ApiKeySettings",
     "AuthSettings",
+    "ClusterSettings",
     "JobsSettings",
     "MaintenanceSettings",
     "ReaderSettings",

@@ -159,6 +159,27 @@ class ServerSettings(BaseModel):
     )
 
 
+class ClusterSettings(BaseModel):
+    """Several gateways on one root: membership in the root, one coordinator per group."""
+
+    model_config = _FROZEN
+
+    gateway_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]{1,64}$", description="Default: host-pid-random, new at every start."
+    )
+    advertise_url: str | None = Field(
+        None, description="The URL other gateways forward to. Default: http(s)://<host>:<port> as served."
+    )
+    heartbeat_interval_s: float = Field(1.0, gt=0, description="How often a gateway refreshes its record.")
+    member_timeout_s: float = Field(
+        6.0, gt=0, description="A gateway whose record is older than this is out: its groups move."
+    )
+    forward_timeout_s: float = Field(
+        330.0, gt=0, description="Forwarded requests (a join waits for its rebalance, up to 300 s)."
+    )
+    ca_file: str | None = Field(None, description="CA bundle to verify other gateways' https certificates.")
+
+
 class SparkSettings(BaseModel):
     model_config = _FROZEN
 
@@ -205,6 +226,7 @@ class Settings(BaseSettings):
     maintenance: MaintenanceSettings = MaintenanceSettings()
     server: ServerSettings = ServerSettings()
     auth: AuthSettings = AuthSettings()
+    cluster: ClusterSettings = ClusterSettings()
     spark: SparkSettings = SparkSettings()
     jobs: JobsSettings = JobsSettings()
 

@@ -15,6 +15,12 @@ touched from that loop only, and Delta I/O goes to worker threads.
 - The Spark rebalance job (jobs.rebalance) writes a next generation to the same table; the sync
   loop adopts it within `sync_interval_s` through an ordinary rebalance that uses the job's
   assignment. A race between the job and this server is decided by Delta's app-transaction rule.
+- Several gateways on one root (consumer_api.cluster): this coordinator acts only for the groups
+  `owns` says are its own. It takes a group over on first use: loads the group's persisted state
+  (its members get a full session to heartbeat here) and claims the group's coordinator epoch in
+  the offsets table; each of its offset commits is fenced by that epoch, so a gateway that lost the
+  group (a stale view, a pause) can never write an offset for it. Groups it stops owning are
+  released at once; their waiting joins answer NOT_COORDINATOR and clients retry (forwarded).
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from dataclasses import dataclass
 from delta_log.core.group_rules import EMPTY, STABLE, validate_group_id, validate_instance_id, validate_join
 from delta_log.core.group_state import GroupState, HeartbeatResult, JoinResult
 from delta_log.core.lag import partition_lag
-from delta_log.errors import GroupNotEmptyError, PartitionNotFoundError, TopiclakeError, UnknownGroupError
+from delta_log.errors import (
+    GroupNotEmptyError,
+    NotCoordinatorError,
+    PartitionNotFoundError,
+    TopiclakeError,
+    UnknownGroupError,
+)
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
 from delta_log.system.groups import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
@@ -59,6 +71,7 @@ class GroupCoordinator:
         clock: Callable[[], float] = time.monotonic,
         sync_interval_s: float = 1.0,
         heartbeat_persist_s: float = 5.0,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
         self.registry = registry
         self.offsets = registry.offsets
@@ -71,19 +84,76 @@ class GroupCoordinator:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._seen_version = -1
+        #: which groups this coordinator acts for (all of them on a single gateway)
+        self.owns: Callable[[str], bool] = owns or (lambda group: True)
+        #: coordinator epoch claimed per group (multi-gateway fencing); absent: not yet taken over
+        self._epochs: dict[str, int] = {}
+        self._fenced = owns is not None
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
-        records = await asyncio.to_thread(self.store.load)
-        now = self.clock()
-        for rec in records.values():
-            g = GroupState(group_id=rec.group, generation=rec.generation, assignor=rec.assignor)
-            for m in rec.members:
-                g.members[m.member_id] = m.to_state(last_heartbeat=now)
-            g.state = STABLE if g.members else EMPTY
-            self.groups[rec.group] = g
+        if not self._fenced:  # a single gateway: every group is ours, restore them all now
+            records = await asyncio.to_thread(self.store.load)
+            for rec in records.values():
+                self.groups[rec.group] = self._restore(rec)
         self._seen_version = self.store.version
         self._tasks = [asyncio.create_task(self._expire_loop()), asyncio.create_task(self._sync_loop())]
+
+    def _restore(self, rec: GroupRecord) -> GroupState:
+        """A persisted group, live again here; its members get a full session from now."""
+        now = self.clock()
+        g = GroupState(group_id=rec.group, generation=rec.generation, assignor=rec.assignor)
+        for m in rec.members:
+            g.members[m.member_id] = m.to_state(last_heartbeat=now)
+        g.state = STABLE if g.members else EMPTY
+        return g
+
+    async def _ensure(self, group_id: str, *, create: str | None = None) -> GroupState | None:
+        """The group as this coordinator holds it, taking it over on first use when it is ours.
+
+        `create`: the assignor of a group to create when none exists (a join).
+        Raises: NotCoordinatorError (another gateway owns the group)."""
+        if not self.owns(group_id):
+            self.release(group_id)
+            raise NotCoordinatorError(
+                f"Group {group_id!r} is coordinated by another gateway; retry (any gateway forwards).",
+                group=group_id,
+            )
+        if self._fenced and group_id not in self._epochs:
+            rec = (await asyncio.to_thread(self.store.load)).get(group_id)
+            if rec is None and create is None:
+                return self.groups.get(group_id)  # nothing persisted to take over, nothing to create
+            epoch = await asyncio.to_thread(self.offsets.claim_coordinator, group_id)
+            if group_id not in self._epochs:  # not claimed by a concurrent request meanwhile
+                self._epochs[group_id] = epoch
+                if rec is not None and group_id not in self.groups:
+                    self.groups[group_id] = self._restore(rec)
+                log.info("group %r: coordinated here from epoch %d", group_id, epoch)
+        g = self.groups.get(group_id)
+        if g is None and create is not None:
+            g = self.groups.setdefault(group_id, GroupState(group_id=group_id, assignor=create))
+        return g
+
+    def release(self, group_id: str) -> None:
+        """Stop acting for a group (another gateway owns it now); its waiters wake and find it gone."""
+        g = self.groups.pop(group_id, None)
+        self._epochs.pop(group_id, None)
+        if g is not None:
+            log.info("group %r: released to another gateway", group_id)
+            self._wake(g)
+
+    def on_membership_change(self) -> None:
+        """The cluster's live gateways changed: release the groups that moved away."""
+        for group_id in [gid for gid in set(self.groups) | set(self._epochs) if not self.owns(gid)]:
+            self.release(group_id)
+
+    def _fence(self, group_id: str) -> tuple[str, int] | None:
+        if not self._fenced:
+            return None
+        epoch = self._epochs.get(group_id)
+        if epoch is None:
+            raise NotCoordinatorError(f"Group {group_id!r} is not coordinated here.", group=group_id)
+        return (group_id, epoch)
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -173,7 +243,8 @@ class GroupCoordinator:
         validate_instance_id(instance_id)
         for t in topics:
             await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
-        g = self.groups.setdefault(group_id, GroupState(group_id=group_id, assignor=assignor))
+        g = await self._ensure(group_id, create=assignor)
+        assert g is not None
         member, settled = g.join(
             now=self.clock(),
             topics=topics,
@@ -194,6 +265,8 @@ class GroupCoordinator:
             remaining = (g.rebalance_deadline or self.clock()) - self.clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout=max(0.01, min(remaining, 0.5)))
+            if self.groups.get(group_id) is not g:
+                raise NotCoordinatorError(f"Group {group_id!r} moved to another gateway; join again.", group=group_id)
             if member.member_id in g.members:
                 member.last_heartbeat = self.clock()  # waiting in join counts as alive
         return g.result(g.member(member.member_id))  # dropped meanwhile: UnknownMemberError, join again
@@ -233,11 +306,14 @@ class GroupCoordinator:
     ) -> HeartbeatResult:
         """`principal`: the caller (None while auth is off); only the one that joined the member.
 
-        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError."""
+        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError,
+        NotCoordinatorError."""
+        await self._ensure(group_id)
         return self.group(group_id).heartbeat(member_id, generation, self.clock(), principal)
 
     async def leave(self, group_id: str, member_id: str, *, principal: str | None = None) -> None:
-        """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError."""
+        """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError, NotCoordinatorError."""
+        await self._ensure(group_id)
         g = self.group(group_id)
         g.leave(member_id, self.clock(), principal)
         if not g.members:
@@ -263,7 +339,8 @@ class GroupCoordinator:
         for c in commits:
             validate_commit(c)
         await asyncio.to_thread(self._check_partitions_exist, commits)
-        g = self.groups.setdefault(group_id, GroupState(group_id=group_id))
+        g = await self._ensure(group_id, create="range")
+        assert g is not None
         async with self._lock(g):
             g.check_commit(
                 member_id=member_id,
@@ -272,7 +349,12 @@ class GroupCoordinator:
                 now=self.clock(),
                 principal=principal,
             )
-            return await asyncio.to_thread(self.offsets.commit, commits)
+            fence = self._fence(group_id)
+            try:
+                return await asyncio.to_thread(lambda: self.offsets.commit(commits, fence=fence))
+            except NotCoordinatorError:
+                self.release(group_id)  # someone else claimed the group: stop acting for it
+                raise
 
     def _check_partitions_exist(self, commits: list[OffsetCommit]) -> None:
         """Kafka refuses commits for unknown topics or partitions. Raises: TopicNotFoundError,
@@ -296,6 +378,22 @@ class GroupCoordinator:
         """Every group with members or committed offsets."""
         await asyncio.to_thread(self.offsets.load)
         return sorted(set(self.groups) | set(self.offsets.groups()))
+
+    async def summaries(self) -> list[tuple[str, str, int, int]]:
+        """(group, state, members, generation) of every group: live here, else as its coordinator
+        (another gateway, or none) last persisted it."""
+        names = await self.group_names()
+        persisted = await asyncio.to_thread(self.store.load)
+        out = []
+        for name in sorted(set(names) | set(persisted)):
+            g, rec = self.groups.get(name), persisted.get(name)
+            if g is not None:
+                out.append((name, g.state, len(g.members), g.generation))
+            elif rec is not None:
+                out.append((name, rec.state, len(rec.members), rec.generation))
+            else:
+                out.append((name, EMPTY, 0, 0))
+        return out
 
     def _lag(self, group_id: str, topics: set[str], visible: Callable[[str], bool]) -> list[GroupLag]:
         committed = self.offsets.committed(group_id)
@@ -329,7 +427,8 @@ class GroupCoordinator:
         """The group (an Empty one if it only has commits) and its lag per partition of the topics
         `visible` lets through (the caller may describe them).
 
-        Raises: UnknownGroupError."""
+        Raises: UnknownGroupError, NotCoordinatorError."""
+        await self._ensure(group_id)
         await asyncio.to_thread(self.offsets.load)
         g = self.groups.get(group_id)
         if g is None and not self.offsets.committed(group_id):
@@ -354,7 +453,7 @@ class GroupCoordinator:
         Raises: GroupNotEmptyError, TopicNotFoundError, PartitionNotFoundError, InvalidOffsetError.
         """
         validate_group_id(group_id)
-        g = self.groups.get(group_id)
+        g = await self._ensure(group_id)
         if g is not None and g.members:
             raise GroupNotEmptyError(f"Group {group_id!r} has {len(g.members)} active members.", group=group_id)
         reader = await asyncio.to_thread(self.registry.reader, topic)

@@ -216,6 +216,22 @@ class UnknownMemberError(TopiclakeError):
     hint = "The member left or its session expired; join the group again."
 
 
+class NotCoordinatorError(TopiclakeError):
+    """This gateway does not (or no longer) coordinate the group: another gateway took it over.
+    Kafka's NOT_COORDINATOR."""
+
+    code = "NOT_COORDINATOR"
+    hint = "Retry: any gateway forwards the request to the group's coordinator."
+
+
+class CoordinatorNotAvailableError(TopiclakeError):
+    """The group's coordinator gateway cannot be reached (it may have died; another takes the group
+    over within the cluster's membership timeout). Kafka's COORDINATOR_NOT_AVAILABLE."""
+
+    code = "COORDINATOR_NOT_AVAILABLE"
+    hint = "Retry after a few seconds, through any gateway."
+
+
 class FencedMemberError(TopiclakeError):
     """A commit or heartbeat from an old generation or from a member that does not own the partition."""
 

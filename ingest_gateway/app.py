@@ -5,21 +5,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conf import AuthSettings, Settings, load_settings
+from consumer_api.cluster import Cluster
 from consumer_api.coordinator import GroupCoordinator
+from consumer_api.forwarding import GroupForwardingMiddleware
 from consumer_api.notifier import CommitNotifier
 from consumer_api.router import router as consumer_router
 from delta_log.core.acl import authenticate
+from delta_log.core.ownership import group_resource
 from delta_log.errors import AuthenticationError, RequestTooLargeError
 from delta_log.maintenance.replication import refuse_unpromoted_replica
 from delta_log.registry import TopicRegistry
+from delta_log.system.gateways import GatewayDirectory
 from delta_log.system.groups import GroupStore
 from delta_log.table.storage import StorageRoot
 from ingest_gateway.errors import error_response, install_error_handlers
@@ -155,18 +161,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.notifier = notifier
         store = await run_in_threadpool(GroupStore, registry.storage)
         await run_in_threadpool(lambda: registry.offsets)  # open (or create) the offsets table off the loop
+        cluster = None
+        if settings.cluster.advertise_url:  # `topiclake serve` sets it: a member of the root's cluster
+            cluster = Cluster(GatewayDirectory(registry.storage), settings.cluster, url=settings.cluster.advertise_url)
+            await cluster.start()
+            verify = ssl.create_default_context(cafile=settings.cluster.ca_file) if settings.cluster.ca_file else True
+            app.state.forwarder = httpx.AsyncClient(
+                timeout=httpx.Timeout(settings.cluster.forward_timeout_s, connect=5.0), verify=verify
+            )
+        app.state.cluster = cluster
         coordinator = GroupCoordinator(
             registry,
             store,
             sync_interval_s=settings.server.groups_sync_interval_s,
             heartbeat_persist_s=settings.server.heartbeat_persist_interval_s,
+            owns=(lambda g: cluster.owns(group_resource(g))) if cluster else None,
         )
         await coordinator.start()
+        if cluster is not None:
+            cluster.on_change(coordinator.on_membership_change)
         app.state.coordinator = coordinator
         log.info("topiclake serving root %s", registry.storage.root)
         try:
             yield
         finally:
+            if cluster is not None:
+                await cluster.stop()  # first: the others take this gateway's groups at once
+                await app.state.forwarder.aclose()
             await coordinator.stop()
             await notifier.close()
             registry.close()  # flushes queued requests before exit
@@ -180,6 +201,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
 
+    app.state.cluster = None
+    app.add_middleware(GroupForwardingMiddleware, app_state=app.state, respond=error_response)
     app.add_middleware(
         BodyLimitMiddleware, limit=settings.server.max_body_bytes, retry_after=settings.server.retry_after_seconds
     )

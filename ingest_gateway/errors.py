@@ -50,6 +50,8 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.UnknownGroupError: 404,
     e.UnknownMemberError: 404,
     e.FencedMemberError: 409,
+    e.NotCoordinatorError: 503,
+    e.CoordinatorNotAvailableError: 503,
     e.UnknownAssignorError: 400,
     e.GroupNotEmptyError: 409,
     e.ReplicaStateError: 409,

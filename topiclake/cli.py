@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
@@ -60,6 +61,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = settings.server
     host = args.host or server.host
     port = args.port if args.port is not None else server.port
+    if not settings.cluster.advertise_url:  # where the other gateways on this root forward to
+        reachable = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+        scheme = "https" if server.ssl_certfile else "http"
+        advertise = f"{scheme}://{f'[{reachable}]' if ':' in reachable else reachable}:{port}"
+        settings = settings.model_copy(
+            update={"cluster": settings.cluster.model_copy(update={"advertise_url": advertise})}
+        )
     # The group-commit thread releases the GIL in every Delta and parquet call; a short switch
     # interval lets it back in quickly while the event loop is busy (5 ms by default).
     sys.setswitchinterval(0.0005)
@@ -376,6 +384,26 @@ def cmd_replica(args: argparse.Namespace) -> int:
         return 1
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """The gateways on the root: id, URL, heartbeat age, the groups each coordinates."""
+    from topiclake.client import raise_for_error
+
+    with _http(args, 30) as http:
+        resp = http.get("/cluster")
+        raise_for_error(resp)
+        view = resp.json()
+    if args.format == "json":
+        print(json.dumps(view, indent=2))
+        return 0
+    print("GATEWAY\tURL\tHEARTBEAT-AGE-MS\tLIVE\tGROUPS")
+    for gw in view["gateways"]:
+        mark = " (this)" if gw["gateway_id"] == view["self"] else ""
+        print(
+            f"{gw['gateway_id']}{mark}\t{gw['url']}\t{gw['heartbeat_age_ms']}\t{gw['live']}\t{','.join(gw['groups'])}"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="topiclake", description="A Kafka-like log whose topics are Delta tables.")
     p.add_argument("--url", help=f"server URL (default $TOPICLAKE_URL or {DEFAULT_URL})")
@@ -395,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ssl-client-auth", choices=["none", "optional", "required"], help="with --ssl-ca-certs")
     s.add_argument("--no-jobs", action="store_true", help="do not start the maintenance-job scheduler process")
     s.set_defaults(func=cmd_serve)
+
+    cl = sub.add_parser("cluster", help="the gateways serving this root and what each coordinates")
+    cl.add_argument("--format", choices=["table", "json"], default="table")
+    cl.set_defaults(func=cmd_cluster)
 
     t = sub.add_parser("topics", help="manage topics")
     tsub = t.add_subparsers(dest="action", required=True)

@@ -6,6 +6,9 @@ admin.create_topic("orders", partitions=3)
 with Producer("http://127.0.0.1:8080") as p:
     fut = p.send("orders", value={"id": 1}, key="customer-7")
     print(fut.result())   # RecordMetadata(topic='orders', partition=2, offset=0)
+
+Every client takes one gateway URL or several (a list, or "http://a:8080,http://b:8080"): it talks
+to one and moves to the next when a connection fails.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,22 +60,68 @@ def _auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+class FailoverTransport(httpx.BaseTransport):
+    """Several gateways, one client: requests go to the gateway that last answered; one that
+    cannot be connected to is skipped for the next. Only connection failures move a request (it
+    was never sent), so moving is safe for any request; a producer's retries after a timeout keep
+    their sequence, so the server never writes a batch twice."""
+
+    def __init__(self, urls: Sequence[str], verify: ssl.SSLContext | bool) -> None:
+        self._urls = [httpx.URL(u) for u in urls]
+        self._current = 0
+        self._inner = httpx.HTTPTransport(verify=verify)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        error: httpx.TransportError | None = None
+        for i in range(len(self._urls)):
+            index = (self._current + i) % len(self._urls)
+            base = self._urls[index]
+            request.url = request.url.copy_with(scheme=base.scheme, host=base.host, port=base.port)
+            request.headers["Host"] = base.netloc.decode("ascii")
+            try:
+                response = self._inner.handle_request(request)
+            except httpx.ConnectError as exc:
+                error = exc
+                continue
+            self._current = index
+            return response
+        assert error is not None
+        raise error
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def gateway_urls(url: str | Sequence[str]) -> list[str]:
+    """`url` as a list: one URL, a comma-separated string, or a sequence of them."""
+    parts = url.split(",") if isinstance(url, str) else list(url)
+    urls = [u.strip().rstrip("/") for u in parts if u.strip()]
+    if not urls:
+        raise ValueError("give at least one gateway URL")
+    return urls
+
+
 def http_client(
-    url: str,
+    url: str | Sequence[str],
     *,
     api_key: str | None,
     timeout: float,
     ca_file: str | None = None,
     client_cert: tuple[str, str] | None = None,
 ) -> httpx.Client:
-    """The HTTP client every topiclake client uses: the key, and for an https URL the CA file to
-    trust (default: the system's) and an optional client certificate (cert file, key file)."""
+    """The HTTP client every topiclake client uses: the key; for https the CA file to trust
+    (default: the system's) and an optional client certificate (cert file, key file); with
+    several gateway URLs (a list, or comma-separated), failover between them."""
     verify: ssl.SSLContext | bool = True
     if ca_file or client_cert:
         verify = ssl.create_default_context(cafile=ca_file)
         if client_cert:
             verify.load_cert_chain(*client_cert)
-    return httpx.Client(base_url=url, headers=_auth_headers(api_key), timeout=timeout, verify=verify)
+    urls = gateway_urls(url)
+    transport = FailoverTransport(urls, verify) if len(urls) > 1 else None
+    return httpx.Client(
+        base_url=urls[0], headers=_auth_headers(api_key), timeout=timeout, verify=verify, transport=transport
+    )
 
 
 class AdminClient:
@@ -80,7 +129,7 @@ class AdminClient:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         *,
         api_key: str | None = None,
         timeout: float = 30.0,
@@ -238,7 +287,7 @@ class Producer:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         *,
         api_key: str | None = None,
         linger_ms: float = 5.0,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,7 +47,7 @@ class Consumer:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         group_id: str | None = None,
         *,
         api_key: str | None = None,
@@ -129,6 +129,21 @@ class Consumer:
     def generation(self) -> int:
         return self._generation
 
+    def _group_call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """A group request, retried while the group's coordinator moves between gateways (503
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, or the gateway unreachable), for up to one
+        session timeout: Kafka's clients rediscover the coordinator the same way."""
+        deadline = time.monotonic() + self.session_timeout_ms / 1000
+        while True:
+            try:
+                resp = self._http.request(method, path, **kw)
+                if resp.status_code != 503 or time.monotonic() >= deadline:
+                    return resp
+            except httpx.TransportError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.2)
+
     def _join(self) -> None:
         with self._lock:
             body: dict[str, Any] = {
@@ -139,11 +154,11 @@ class Consumer:
             }
             if self._member_id:
                 body["member_id"] = self._member_id
-            resp = self._http.post(f"/groups/{self.group_id}/members", json=body)
+            resp = self._group_call("POST", f"/groups/{self.group_id}/members", json=body)
             if resp.status_code == 404 and self._member_id:  # our session expired: join as new
                 self._member_id = None
                 body.pop("member_id")
-                resp = self._http.post(f"/groups/{self.group_id}/members", json=body)
+                resp = self._group_call("POST", f"/groups/{self.group_id}/members", json=body)
             raise_for_error(resp)
             data = resp.json()
             self._member_id, self._generation = data["member_id"], data["generation"]
@@ -190,7 +205,7 @@ class Consumer:
     def _init_positions(self, tps: list[TopicPartition]) -> None:
         committed: dict[TopicPartition, int] = {}
         if self.group_id is not None and tps:
-            resp = self._http.get(f"/groups/{self.group_id}/offsets")
+            resp = self._group_call("GET", f"/groups/{self.group_id}/offsets")
             if resp.status_code == 200:
                 committed = {(o["topic"], o["partition"]): o["offset"] for o in resp.json()["offsets"]}
         for tp in tps:
@@ -337,7 +352,7 @@ class Consumer:
         body: dict[str, Any] = {"offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in offsets.items()]}
         if self._member_id is not None:
             body.update(member_id=self._member_id, generation=self._generation)
-        resp = self._http.post(f"/groups/{self.group_id}/offsets", json=body)
+        resp = self._group_call("POST", f"/groups/{self.group_id}/offsets", json=body)
         if resp.status_code in (404, 409):
             self._rejoin.set()
         raise_for_error(resp)

@@ -133,19 +133,11 @@ async def committed(group: GroupPath, principal: PrincipalDep, coordinator: Coor
 @router.get("", response_model=GroupList)
 async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupList:
     """Every group with members or committed offsets that this key may describe."""
-    out: list[dict[str, str | int]] = []
-    for name in await coordinator.group_names():
-        if not principal.allows_group("describe", name):
-            continue
-        g = coordinator.all_groups().get(name)
-        out.append(
-            {
-                "group": name,
-                "state": g.state if g else "Empty",
-                "members": len(g.members) if g else 0,
-                "generation": g.generation if g else 0,
-            }
-        )
+    out: list[dict[str, str | int]] = [
+        {"group": name, "state": state, "members": members, "generation": generation}
+        for name, state, members, generation in await coordinator.summaries()
+        if principal.allows_group("describe", name)
+    ]
     return GroupList(groups=out)
 
 

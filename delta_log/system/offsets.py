@@ -27,7 +27,13 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from delta_log.core.group_rules import validate_group_id
 from delta_log.core.records import check_offset
 from delta_log.core.topic_config import validate_topic_name
-from delta_log.errors import InvalidOffsetError, OffsetMetadataTooLargeError, StorageUnavailableError
+from delta_log.errors import (
+    InvalidOffsetError,
+    NotCoordinatorError,
+    OffsetMetadataTooLargeError,
+    StorageUnavailableError,
+)
+from delta_log.table.app_transactions import coordinator_transactions, read_coordinator_epoch
 from delta_log.table.storage import StorageRoot, translate_storage_errors
 
 OFFSETS_TABLE = "consumer_offsets"
@@ -148,10 +154,40 @@ class OffsetStore:
                 if prev is None or row.commit_timestamp_us >= prev.commit_timestamp_us:
                     self._latest[key] = row
 
-    def commit(self, commits: Sequence[OffsetCommit]) -> int:
+    def claim_coordinator(self, group: str) -> int:
+        """Take group `group` over: commit its coordinator epoch + 1 (an empty commit) and return
+        it. Offset commits fenced with an older epoch are refused from now on.
+
+        Raises: StorageUnavailableError."""
+        with self._lock:
+            for _ in range(_APPEND_ATTEMPTS):
+                try:
+                    self._dt.update_incremental()
+                    epoch = read_coordinator_epoch(self._dt, group) + 1
+                    write_deltalake(
+                        self._dt,
+                        _to_table([]),
+                        mode="append",
+                        commit_properties=CommitProperties(
+                            app_transactions=coordinator_transactions(group, epoch), max_commit_retries=0
+                        ),
+                        post_commithook_properties=_HOOKS,
+                    )
+                    return epoch
+                except CommitFailedError:
+                    continue  # another claim or commit won the version: read again
+                except (DeltaError, OSError) as exc:
+                    raise StorageUnavailableError(f"Could not claim group {group!r}: {exc}") from exc
+        raise StorageUnavailableError(f"Could not claim group {group!r}: too many concurrent commits.")
+
+    def commit(self, commits: Sequence[OffsetCommit], *, fence: tuple[str, int] | None = None) -> int:
         """Durably commit many offsets in one Delta commit; return the table version.
 
-        Raises: InvalidOffsetError, StorageUnavailableError.
+        `fence` (group, epoch): commit only while that group's coordinator epoch is still `epoch`
+        (checked on the latest version and carried in the commit, so a takeover racing this
+        commit makes it fail and re-check).
+
+        Raises: InvalidOffsetError, StorageUnavailableError, NotCoordinatorError (fenced).
         """
         if not commits:
             return self._version
@@ -163,11 +199,24 @@ class OffsetStore:
         with self._lock:
             for attempt in range(_APPEND_ATTEMPTS):
                 try:
+                    txns = []
+                    if fence is not None:
+                        self._dt.update_incremental()
+                        current = read_coordinator_epoch(self._dt, fence[0])
+                        if current != fence[1]:
+                            raise NotCoordinatorError(
+                                f"Group {fence[0]!r} was taken over by another gateway (epoch {current}, "
+                                f"this one holds {fence[1]}).",
+                                group=fence[0],
+                            )
+                        txns = coordinator_transactions(*fence)
                     write_deltalake(
                         self._dt,
                         table,
                         mode="append",
-                        commit_properties=CommitProperties(max_commit_retries=20),
+                        commit_properties=CommitProperties(
+                            app_transactions=txns or None, max_commit_retries=0 if txns else 20
+                        ),
                         post_commithook_properties=_HOOKS,
                     )
                     break

@@ -12,6 +12,10 @@ System tables
 - `group-<g>`: every row of consumer group g in `_system/consumer_groups` carries it (version =
   generation), so two writers of one group (a server and the rebalance job, or two gateways) are
   arbitrated by the same rule: the second commit on a stale snapshot is refused.
+- `coord-<g>`: group g's coordinator epoch in `_system/consumer_offsets`. A gateway taking g over
+  commits epoch + 1 (an empty commit); every offset commit it makes for g checks the epoch is still
+  its own and carries it, so a commit racing a takeover is refused by the same rule, and one after
+  it sees the newer epoch: a stale coordinator never writes an offset.
 
 Concurrency contract: reads are of the table object's snapshot (callers refresh it); a txn is
 written only inside the commit that carries the data it describes, never on its own.
@@ -43,6 +47,20 @@ def base_offset_app_id(producer_id: str, partition: int) -> str:
 
 def group_app_id(group: str) -> str:
     return f"group-{group}"
+
+
+def coordinator_app_id(group: str) -> str:
+    return f"coord-{group}"
+
+
+def read_coordinator_epoch(dt: DeltaTable, group: str) -> int:
+    """Group's coordinator epoch as of `dt`'s snapshot (0: never claimed)."""
+    version = dt.transaction_version(coordinator_app_id(group))
+    return int(version) if version is not None else 0
+
+
+def coordinator_transactions(group: str, epoch: int) -> list[Transaction]:
+    return [Transaction(coordinator_app_id(group), epoch)]
 
 
 def read_high_watermark(dt: DeltaTable, partition: int) -> int:

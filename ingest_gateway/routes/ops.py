@@ -8,7 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from ingest_gateway.dependencies import MetricsDep, OptionalPrincipalDep, RegistryDep
+from delta_log.core.acl import authorize
+from delta_log.core.ownership import group_resource
+from ingest_gateway.dependencies import MetricsDep, OptionalPrincipalDep, PrincipalDep, RegistryDep
 
 router = APIRouter(tags=["operations"])
 
@@ -54,3 +56,24 @@ def metrics(registry: RegistryDep, m: MetricsDep, principal: OptionalPrincipalDe
         visible=(lambda t: True) if principal is None else (lambda t: principal.allows("describe", t)),
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+@router.get("/cluster")
+async def cluster(request: Request, principal: PrincipalDep) -> JSONResponse:
+    """The gateways on this root: id, URL, health (heartbeat age), and the groups each coordinates.
+    Needs admin on some topic (Kafka: DESCRIBE on the cluster)."""
+    authorize(principal, "admin", None)
+    view = request.app.state.cluster
+    coordinator = request.app.state.coordinator
+    if view is None:  # an app without membership (embedded in a test or a notebook)
+        return JSONResponse({"self": None, "gateways": [], "groups": {}})
+    records = await run_in_threadpool(coordinator.store.load)
+    groups = sorted(set(records) | set(coordinator.groups))
+    owners: dict[str, list[str]] = {}
+    for g in groups:
+        o = view.owner(group_resource(g))
+        owners.setdefault(o.gateway_id if o else "none", []).append(g)
+    described = view.describe()
+    for gw in described["gateways"]:
+        gw["groups"] = owners.get(gw["gateway_id"], [])
+    return JSONResponse(described)

@@ -1,0 +1,172 @@
+"""This gateway's view of the gateways on its storage root: who is live, and who owns what.
+
+Membership lives in the root (delta_log.system.gateways): every gateway rewrites its record each
+`heartbeat_interval_s`; a gateway whose record is older than `member_timeout_s` is out. Ownership
+is rendezvous hashing over the live gateways (delta_log.core.ownership): every gateway computes
+the same owner for a group with no messages exchanged.
+
+A gateway that cannot refresh its own record for `member_timeout_s` (its storage is gone) counts
+itself out too, and owns nothing: it forwards instead of acting on state others have taken over.
+
+Protocol-agnostic on purpose: the HTTP forwarding (consumer_api.forwarding) and a Kafka listener
+(FindCoordinator answers with `owner(group_resource(g))`) read the same view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from conf import ClusterSettings
+from delta_log.core.ownership import owner
+from delta_log.system.gateways import GatewayDirectory, GatewayRecord
+
+log = logging.getLogger(__name__)
+
+
+def new_gateway_id() -> str:
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:30] or "gw"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Cluster:
+    def __init__(
+        self,
+        directory: GatewayDirectory,
+        settings: ClusterSettings,
+        *,
+        url: str,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = directory
+        self.settings = settings
+        self.clock = wall_clock
+        now = self._now_ms()
+        self.me = GatewayRecord(
+            gateway_id=settings.gateway_id or new_gateway_id(),
+            url=(settings.advertise_url or url).rstrip("/"),
+            started_at_ms=now,
+            heartbeat_ms=now,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
+        self._members: list[GatewayRecord] = [self.me]
+        self._published_ms = now
+        self._listeners: list[Callable[[], None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self.settings.member_timeout_s * 1000)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._beat()
+        self._task = asyncio.create_task(self._loop(), name="cluster-heartbeat")
+
+    async def stop(self) -> None:
+        """Leave cleanly: the record goes, so others take this gateway's groups at once."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self.directory.remove, self.me.gateway_id)
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs on the event loop whenever the live membership changes."""
+        self._listeners.append(listener)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            try:
+                await self._beat()
+            except Exception:
+                log.exception("gateway heartbeat failed; retrying")
+
+    async def _beat(self) -> None:
+        now = self._now_ms()
+        record = GatewayRecord(
+            gateway_id=self.me.gateway_id,
+            url=self.me.url,
+            started_at_ms=self.me.started_at_ms,
+            heartbeat_ms=now,
+            host=self.me.host,
+            pid=self.me.pid,
+        )
+        try:
+            await asyncio.to_thread(self.directory.publish, record)
+            self.me, self._published_ms = record, now
+        except Exception as exc:  # storage trouble: we may be counted out soon
+            log.warning("could not publish this gateway's heartbeat: %s", exc)
+        try:
+            records = await asyncio.to_thread(self.directory.read_all)
+        except Exception as exc:
+            log.warning("could not read the gateway membership: %s", exc)
+            records = [r for r in self._members if r.gateway_id != self.me.gateway_id]
+        self._set_members(records)
+
+    def _set_members(self, records: list[GatewayRecord]) -> None:
+        now = self._now_ms()
+        live = [r for r in records if r.gateway_id != self.me.gateway_id and r.live(now, self.timeout_ms)]
+        if self.self_live:
+            live.append(self.me)
+        live.sort(key=lambda r: r.gateway_id)
+        changed = [r.gateway_id for r in live] != [r.gateway_id for r in self._members]
+        self._members = live
+        if changed:
+            log.info("cluster: %d live gateways: %s", len(live), ", ".join(r.gateway_id for r in live))
+            for listener in self._listeners:
+                try:
+                    listener()
+                except Exception:
+                    log.exception("cluster membership listener failed")
+
+    # -- queries --------------------------------------------------------------------------------
+    @property
+    def self_live(self) -> bool:
+        """False once this gateway could not refresh its record for the membership timeout."""
+        return self._now_ms() - self._published_ms <= self.timeout_ms
+
+    @property
+    def members(self) -> list[GatewayRecord]:
+        return list(self._members)
+
+    def owner(self, resource: str) -> GatewayRecord | None:
+        """The live gateway that owns `resource` (None if none is live, not even this one)."""
+        by_id = {r.gateway_id: r for r in self._members}
+        chosen = owner(resource, by_id)
+        return by_id[chosen] if chosen is not None else None
+
+    def owns(self, resource: str) -> bool:
+        chosen = self.owner(resource)
+        return chosen is not None and chosen.gateway_id == self.me.gateway_id and self.self_live
+
+    def describe(self) -> dict[str, object]:
+        now = self._now_ms()
+        return {
+            "self": self.me.gateway_id,
+            "member_timeout_s": self.settings.member_timeout_s,
+            "gateways": [
+                {
+                    "gateway_id": r.gateway_id,
+                    "url": r.url,
+                    "host": r.host,
+                    "pid": r.pid,
+                    "started_at_ms": r.started_at_ms,
+                    "heartbeat_age_ms": now - r.heartbeat_ms,
+                    "live": r.live(now, self.timeout_ms),
+                }
+                for r in self._members
+            ],
+        }

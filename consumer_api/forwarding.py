@@ -1,0 +1,118 @@
+"""Any gateway answers for any group: requests for a group another gateway coordinates are
+forwarded to it, transparently (curl against any gateway works; no client needs to know who
+coordinates).
+
+An ASGI middleware inside the app's authentication gate and body limit: a request is
+authenticated here first, then again by the owner, which also authorizes it with its own ACLs, so
+a key refused on the owner is refused through every gateway. One hop only: a forwarded request
+(`X-Topiclake-Forwarded-By`) that reaches a gateway which does not own the group either (views of
+the membership differ for a moment) is answered 503 NOT_COORDINATOR, and the client retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from consumer_api.cluster import Cluster
+from delta_log.core.ownership import group_resource
+from delta_log.errors import CoordinatorNotAvailableError, NotCoordinatorError, TopiclakeError
+
+log = logging.getLogger(__name__)
+
+FORWARDED_BY = "x-topiclake-forwarded-by"
+#: one group's routes: /groups/{g} and below (not the listing, /groups)
+GROUP_PATH = re.compile(r"^/groups/([^/]+)(?:/|$)")
+#: hop-by-hop headers (RFC 9110 7.6.1) and those the client library recomputes
+_DROP = {b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"trailer", b"host", b"content-length"}
+
+
+class GroupForwardingMiddleware:
+    def __init__(self, app: ASGIApp, app_state: Any, respond: Callable[[TopiclakeError], ASGIApp]) -> None:
+        self.app = app
+        self.state = app_state  # `cluster` and `forwarder` appear there at start (None: one gateway)
+        self.respond = respond  # (exc) -> ASGI app answering the error envelope
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        cluster: Cluster | None = getattr(self.state, "cluster", None)
+        match = GROUP_PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
+        if match is None or cluster is None:
+            await self.app(scope, receive, send)
+            return
+        owner = cluster.owner(group_resource(match.group(1)))
+        if owner is not None and owner.gateway_id == cluster.me.gateway_id and cluster.self_live:
+            await self.app(scope, receive, send)
+            return
+        forwarded = any(k == FORWARDED_BY.encode() for k, _ in scope["headers"])
+        if owner is None or forwarded:
+            await self._refuse(
+                NotCoordinatorError(
+                    f"This gateway does not coordinate group {match.group(1)!r} "
+                    f"({'no gateway is live' if owner is None else f'gateway {owner.gateway_id} does'}).",
+                    group=match.group(1),
+                ),
+                scope,
+                receive,
+                send,
+            )
+            return
+        await self._forward(cluster, owner.url, owner.gateway_id, scope, receive, send)
+
+    async def _refuse(self, exc: TopiclakeError, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.respond(exc)(scope, receive, send)
+
+    async def _forward(
+        self, cluster: Cluster, url: str, owner_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        client: httpx.AsyncClient = self.state.forwarder
+        body = bytearray()
+        while True:  # bounded: the body limit middleware outside this one counts it
+            message: Message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _DROP]
+        headers.append((FORWARDED_BY.encode(), cluster.me.gateway_id.encode()))
+        target = url + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        try:
+            request = client.build_request(scope["method"], target, headers=headers, content=bytes(body))
+            response = await client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            log.warning("forwarding to %s (%s) failed: %s", owner_id, url, exc)
+            await self._refuse(
+                CoordinatorNotAvailableError(
+                    f"The group's coordinator, gateway {owner_id}, cannot be reached; another gateway takes "
+                    "its groups over once its membership times out.",
+                    gateway=owner_id,
+                ),
+                scope,
+                receive,
+                send,
+            )
+            return
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": [
+                        (k.encode("latin-1"), v.encode("latin-1"))
+                        for k, v in response.headers.multi_items()
+                        if k.lower().encode() not in _DROP
+                    ],
+                }
+            )
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await response.aclose()

@@ -1,0 +1,255 @@
+"""Several gateways on one root, started as users start them (`topiclake serve`, each its own
+process on 127.0.0.1): membership in the root, one coordinator per group with forwarding, auth
+kept across the hop, and a coordinator killed with kill -9 under a live group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.e2e.server import ServerProcess
+from topiclake import AdminClient, Consumer, Producer
+
+pytestmark = pytest.mark.slow
+
+FAST_MEMBERSHIP = {
+    "TOPICLAKE_CLUSTER__HEARTBEAT_INTERVAL_S": "0.3",
+    "TOPICLAKE_CLUSTER__MEMBER_TIMEOUT_S": "2",
+    "TOPICLAKE_SERVER__GROUPS_SYNC_INTERVAL_S": "0.5",
+}
+ADMIN = {"Authorization": "Bearer k-admin"}
+KEYS = (
+    '[[auth.api_keys]]\nkey = "k-admin"\nprincipal = "ops"\nacls = { "*" = ["admin"] }\ngroups = { "*" = ["admin"] }\n'
+    '[[auth.api_keys]]\nkey = "k-app"\nprincipal = "app"\nacls = { "orders" = ["consume", "produce"] }\n'
+    'groups = { "app-*" = ["read"] }\n'
+)
+
+
+def cluster_view(url: str) -> dict:
+    return httpx.get(url + "/cluster", headers=ADMIN, timeout=10).json()
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def gateways(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    (root / "auth.toml").write_text(KEYS)
+    env = {**FAST_MEMBERSHIP, "TOPICLAKE_CONFIG": str(root / "auth.toml")}
+    servers = [ServerProcess(root / "data", env=env).start() for _ in range(3)]
+    wait_for(lambda: all(len(cluster_view(s.url)["gateways"]) == 3 for s in servers), what="3 live gateways")
+    with httpx.Client(base_url=servers[0].url, headers=ADMIN, timeout=30) as c:
+        assert c.post("/topics", json={"name": "orders", "partitions": 6}).status_code == 201
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+class Members:
+    """Consumers of one group, each polling in its own thread (as separate applications do: a
+    rebalance waits for every member to rejoin from its own poll loop)."""
+
+    def __init__(self, consumers: list[Consumer], topic: str) -> None:
+        self.consumers = consumers
+        self.seen: list[int] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(c, topic), daemon=True) for c in consumers]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, c: Consumer, topic: str) -> None:
+        c.subscribe([topic])
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                self.seen.extend(r.offset for r in c.poll(0.2))
+
+    def stable(self, partitions: int) -> bool:
+        gens = {c.generation for c in self.consumers}
+        parts = [p for c in self.consumers for _, p in c.assignment()]
+        return len(gens) == 1 and sorted(parts) == list(range(partitions))
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+        for c in self.consumers:
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+def owner_of(servers: list[ServerProcess], group: str) -> ServerProcess:
+    """The gateway /cluster says coordinates `group` (asked through any gateway)."""
+    r = httpx.post(f"{servers[0].url}/groups/{group}/offsets", json={"offsets": []}, headers=ADMIN, timeout=30)
+    assert r.status_code == 200, r.text
+    view = cluster_view(servers[0].url)
+    owner_id = next(g["gateway_id"] for g in view["gateways"] if group in g["groups"])
+    url = next(g["url"] for g in view["gateways"] if g["gateway_id"] == owner_id)
+    return next(s for s in servers if s.url == url)
+
+
+def test_membership_is_seen_by_every_gateway(gateways):
+    views = [cluster_view(s.url) for s in gateways]
+    ids = {v["self"] for v in views}
+    assert len(ids) == 3
+    for v in views:
+        assert {g["gateway_id"] for g in v["gateways"]} == ids
+        assert all(g["live"] and g["heartbeat_age_ms"] < 2000 for g in v["gateways"])
+    assert {g["url"] for g in views[0]["gateways"]} == {s.url for s in gateways}
+
+
+def test_members_joining_through_different_gateways_share_the_partitions(gateways):
+    members = Members(
+        [
+            Consumer(
+                s.url, group_id="app-spread", api_key="k-app", session_timeout_ms=6000, auto_offset_reset="earliest"
+            )
+            for s in gateways
+        ],
+        "orders",
+    )
+    try:
+        wait_for(lambda: members.stable(6), 40, "one generation over three gateways")
+        owned = [{p for _, p in c.assignment()} for c in members.consumers]
+        assert all(owned) and set.union(*owned) == set(range(6)) and sum(map(len, owned)) == 6  # disjoint
+        described = httpx.get(f"{gateways[1].url}/groups/app-spread", headers=ADMIN, timeout=30).json()
+        assert len(described["members"]) == 3 and described["state"] == "Stable"
+    finally:
+        members.close()
+
+
+def test_forwarded_requests_keep_auth(gateways):
+    owner = owner_of(gateways, "app-auth")
+    other = next(s for s in gateways if s is not owner)
+    with httpx.Client(base_url=other.url, timeout=30) as c:
+        body = {"topics": ["orders"], "session_timeout_ms": 6000}
+        assert c.post("/groups/app-auth/members", json=body).status_code == 401  # the first gateway's gate
+        assert (
+            c.post("/groups/app-auth/members", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+        )
+        # the app key may not read group other-*: refused by the owner, through the other gateway
+        r = c.post("/groups/other-x/members", json=body, headers={"Authorization": "Bearer k-app"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "FORBIDDEN", r.text
+        joined = c.post("/groups/app-auth/members", json=body, headers={"Authorization": "Bearer k-app"})
+        assert joined.status_code == 200, joined.text
+        member, gen = joined.json()["member_id"], joined.json()["generation"]
+        # another principal cannot heartbeat it through any gateway
+        for s in gateways:
+            hb = httpx.post(
+                f"{s.url}/groups/app-auth/members/{member}/heartbeat",
+                json={"generation": gen},
+                headers=ADMIN,
+                timeout=30,
+            )
+            assert hb.status_code == 403, hb.text
+        assert (
+            c.delete(f"/groups/app-auth/members/{member}", headers={"Authorization": "Bearer k-app"}).status_code == 204
+        )
+
+
+def test_kill_9_the_coordinator_another_takes_over(gateways):
+    """Members heartbeat and commit through the surviving gateways; the group's coordinator dies.
+    Another gateway takes the group over; offsets never move backwards; a stale member's commit
+    is refused; the killed gateway comes back."""
+    with Producer(gateways[0].url, api_key="k-admin") as p:
+        for i in range(60):
+            p.send("orders", value={"n": i}, key=f"k{i}")
+    victim = owner_of(gateways, "app-failover")
+    survivors = [s for s in gateways if s is not victim]
+    members = Members(
+        [
+            Consumer(
+                s.url, group_id="app-failover", api_key="k-app", session_timeout_ms=6000, auto_offset_reset="earliest"
+            )
+            for s in survivors
+        ],
+        "orders",
+    )
+    consumers = members.consumers
+    try:
+        wait_for(lambda: members.stable(6), 40, "a stable group before the kill")
+        for c in consumers:
+            c.commit()
+        before = httpx.get(f"{survivors[0].url}/groups/app-failover/offsets", headers=ADMIN, timeout=30).json()
+        old_generation = consumers[0].generation
+        old_member = consumers[0].member_id
+
+        t0 = time.monotonic()
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait(10)
+
+        def stable_again() -> bool:
+            r = httpx.get(f"{survivors[0].url}/groups/app-failover", headers=ADMIN, timeout=30)
+            return r.status_code == 200 and r.json()["state"] == "Stable" and len(r.json()["members"]) == 2
+
+        wait_for(stable_again, 30, "the group stable under a new coordinator")
+        took = time.monotonic() - t0
+        assert took < 6 + 10, took  # session timeout plus a few seconds
+        view = cluster_view(survivors[0].url)
+        assert len(view["gateways"]) == 2 and "app-failover" in {g for gw in view["gateways"] for g in gw["groups"]}
+        after = httpx.get(f"{survivors[1].url}/groups/app-failover/offsets", headers=ADMIN, timeout=30).json()
+        prev = {(o["topic"], o["partition"]): o["offset"] for o in before["offsets"]}
+        for o in after["offsets"]:
+            assert o["offset"] >= prev.get((o["topic"], o["partition"]), 0)  # never backwards
+        # a member's commit from an older generation is fenced by the new coordinator too
+        zombie = {
+            "member_id": old_member,
+            "generation": old_generation - 1,
+            "offsets": [{"topic": "orders", "partition": 0, "offset": 0}],
+        }
+        r = httpx.post(
+            f"{survivors[1].url}/groups/app-failover/offsets",
+            json=zombie,
+            headers={"Authorization": "Bearer k-app"},
+            timeout=30,
+        )
+        assert r.status_code in (404, 409), r.text  # FENCED_MEMBER, or UNKNOWN_MEMBER after a rebalance
+        # the killed gateway comes back and joins the membership again
+        victim.start()
+        wait_for(lambda: len(cluster_view(victim.url)["gateways"]) == 3, 20, "the restarted gateway back")
+    finally:
+        members.close()
+
+
+def test_a_producer_moves_to_another_gateway_when_one_dies(gateways):
+    """Idempotent batches survive the move: every acked record exactly once."""
+    with httpx.Client(base_url=gateways[1].url, headers=ADMIN, timeout=30) as c:
+        assert c.post("/topics", json={"name": "moves", "partitions": 4}).status_code == 201
+    first = gateways[2]
+    urls = [first.url] + [s.url for s in gateways if s is not first]
+    acked: list[int] = []
+    with Producer(urls, api_key="k-admin", linger_ms=5, retries=50) as p:
+        futures = [p.send("moves", value={"n": i}, key=f"k{i}") for i in range(200)]
+        for f in futures[:50]:
+            f.result(timeout=30)
+        os.kill(first.proc.pid, signal.SIGKILL)  # the gateway this producer talks to
+        first.proc.wait(10)
+        more = [p.send("moves", value={"n": i}, key=f"k{i}") for i in range(200, 400)]
+        for i, f in enumerate(futures + more):
+            f.result(timeout=60)
+            acked.append(i)
+    first.start()
+    seen: list[int] = []
+    admin = AdminClient([s.url for s in gateways], api_key="k-admin")
+    for part in admin.describe_topic("moves")["partition_offsets"]:
+        r = httpx.get(
+            f"{gateways[0].url}/topics/moves/partitions/{part['partition']}/records",
+            params={"offset": 0, "max_records": 10_000, "value_format": "json"},
+            headers=ADMIN,
+            timeout=30,
+        )
+        seen += [rec["value"]["n"] for rec in r.json()["records"]]
+    assert sorted(seen) == sorted(acked) == list(range(400))  # none lost, none twice

@@ -1,0 +1,36 @@
+"""Gateway membership files in a real storage root, and the offsets table's coordinator epochs."""
+
+import pytest
+
+from delta_log.errors import NotCoordinatorError
+from delta_log.system.gateways import GatewayDirectory, GatewayRecord
+from delta_log.system.offsets import OffsetCommit, OffsetStore
+
+
+def test_records_are_published_read_and_removed(storage):
+    d = GatewayDirectory(storage)
+    assert d.read_all() == []
+    a = GatewayRecord(gateway_id="a", url="http://127.0.0.1:1", started_at_ms=1, heartbeat_ms=10)
+    b = GatewayRecord(gateway_id="b", url="http://127.0.0.1:2", started_at_ms=2, heartbeat_ms=20)
+    d.publish(a)
+    d.publish(b)
+    d.publish(GatewayRecord(gateway_id="a", url="http://127.0.0.1:1", started_at_ms=1, heartbeat_ms=30))
+    assert [(r.gateway_id, r.heartbeat_ms) for r in d.read_all()] == [("a", 30), ("b", 20)]
+    assert b.live(now_ms=25, timeout_ms=10) and not b.live(now_ms=31, timeout_ms=10)
+    d.remove("a")
+    d.remove("a")  # twice is fine
+    assert [r.gateway_id for r in d.read_all()] == ["b"]
+
+
+def test_a_stale_coordinator_cannot_commit_offsets(storage):
+    first, second = OffsetStore(storage), OffsetStore(storage)  # two gateways' views of one table
+    e1 = first.claim_coordinator("g")
+    commit = OffsetCommit(group="g", topic="t", partition=0, offset=5)
+    first.commit([commit], fence=("g", e1))
+    e2 = second.claim_coordinator("g")  # the group moved
+    assert e2 == e1 + 1
+    with pytest.raises(NotCoordinatorError):
+        first.commit([OffsetCommit(group="g", topic="t", partition=0, offset=1)], fence=("g", e1))
+    second.commit([OffsetCommit(group="g", topic="t", partition=0, offset=7)], fence=("g", e2))
+    first.load()
+    assert first.committed("g")[("t", 0)].offset == 7

@@ -94,6 +94,13 @@ class Cluster:
             except Exception:
                 log.exception("gateway heartbeat failed; retrying")
 
+    async def refresh(self) -> None:
+        """Re-read the membership now (a forward just failed: the owner may have left)."""
+        try:
+            self._set_members(await asyncio.to_thread(self.directory.read_all))
+        except Exception as exc:
+            log.warning("could not read the gateway membership: %s", exc)
+
     async def _beat(self) -> None:
         now = self._now_ms()
         record = GatewayRecord(
@@ -118,7 +125,14 @@ class Cluster:
 
     def _set_members(self, records: list[GatewayRecord]) -> None:
         now = self._now_ms()
-        live = [r for r in records if r.gateway_id != self.me.gateway_id and r.live(now, self.timeout_ms)]
+        # A record with this gateway's own URL is an earlier incarnation of it (only one process
+        # can serve an address): dead now, whatever its heartbeat says, so a restart takes its
+        # groups back at once instead of after the membership timeout.
+        live = [
+            r
+            for r in records
+            if r.gateway_id != self.me.gateway_id and r.url != self.me.url and r.live(now, self.timeout_ms)
+        ]
         if self.self_live:
             live.append(self.me)
         live.sort(key=lambda r: r.gateway_id)

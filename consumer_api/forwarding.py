@@ -11,6 +11,7 @@ the membership differ for a moment) is answered 503 NOT_COORDINATOR, and the cli
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -30,6 +31,34 @@ FORWARDED_BY = "x-topiclake-forwarded-by"
 GROUP_PATH = re.compile(r"^/groups/([^/]+)(?:/|$)")
 #: hop-by-hop headers (RFC 9110 7.6.1) and those the client library recomputes
 _DROP = {b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"trailer", b"host", b"content-length"}
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body (bounded: the body limit middleware outside counts it); None if the
+    client went away."""
+    body = bytearray()
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replay(body: bytes) -> Receive:
+    """A `receive` that hands the app a body already read, then waits like a live connection."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # never set: the server cancels on disconnect
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 class GroupForwardingMiddleware:
@@ -61,44 +90,60 @@ class GroupForwardingMiddleware:
                 send,
             )
             return
-        await self._forward(cluster, owner.url, owner.gateway_id, scope, receive, send)
+        body = await _read_body(receive)
+        if body is None:
+            return
+        if await self._forward(cluster, owner.url, owner.gateway_id, body, scope, send):
+            return
+        await cluster.refresh()  # the owner cannot be reached: did it leave?
+        again = cluster.owner(group_resource(match.group(1)))
+        if again is not None and again.gateway_id == cluster.me.gateway_id and cluster.self_live:
+            await self.app(scope, _replay(body), send)
+            return
+        if again is not None and again.gateway_id != owner.gateway_id:
+            if await self._forward(cluster, again.url, again.gateway_id, body, scope, send):
+                return
+            owner = again
+        await self._refuse(
+            CoordinatorNotAvailableError(
+                f"The group's coordinator, gateway {owner.gateway_id}, cannot be reached; another gateway takes "
+                "its groups over once its membership times out.",
+                gateway=owner.gateway_id,
+            ),
+            scope,
+            _replay(b""),
+            send,
+        )
 
     async def _refuse(self, exc: TopiclakeError, scope: Scope, receive: Receive, send: Send) -> None:
         await self.respond(exc)(scope, receive, send)
 
-    async def _forward(
-        self, cluster: Cluster, url: str, owner_id: str, scope: Scope, receive: Receive, send: Send
-    ) -> None:
+    async def _forward(self, cluster: Cluster, url: str, owner_id: str, body: bytes, scope: Scope, send: Send) -> bool:
+        """Relay the request to `url` and its answer back; False if it could not be sent."""
         client: httpx.AsyncClient = self.state.forwarder
-        body = bytearray()
-        while True:  # bounded: the body limit middleware outside this one counts it
-            message: Message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _DROP]
         headers.append((FORWARDED_BY.encode(), cluster.me.gateway_id.encode()))
         target = url + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
         try:
-            request = client.build_request(scope["method"], target, headers=headers, content=bytes(body))
+            request = client.build_request(scope["method"], target, headers=headers, content=body)
             response = await client.send(request, stream=True)
-        except httpx.TransportError as exc:
+        except httpx.ConnectError as exc:
             log.warning("forwarding to %s (%s) failed: %s", owner_id, url, exc)
+            return False
+        except httpx.TransportError as exc:  # sent, then lost: the client must decide (it may retry)
+            log.warning("forwarding to %s (%s) broke: %s", owner_id, url, exc)
             await self._refuse(
                 CoordinatorNotAvailableError(
-                    f"The group's coordinator, gateway {owner_id}, cannot be reached; another gateway takes "
-                    "its groups over once its membership times out.",
+                    f"The connection to the group's coordinator, gateway {owner_id}, broke; retry.",
                     gateway=owner_id,
                 ),
                 scope,
-                receive,
+                _replay(b""),
                 send,
             )
-            return
+            return True
         try:
             await send(
                 {
@@ -116,3 +161,4 @@ class GroupForwardingMiddleware:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+        return True

@@ -59,9 +59,10 @@ def metrics(registry: RegistryDep, m: MetricsDep, principal: OptionalPrincipalDe
 
 
 @router.get("/cluster")
-async def cluster(request: Request, principal: PrincipalDep) -> JSONResponse:
-    """The gateways on this root: id, URL, health (heartbeat age), and the groups each coordinates.
-    Needs admin on some topic (Kafka: DESCRIBE on the cluster)."""
+async def cluster(request: Request, principal: PrincipalDep, group: str | None = None) -> JSONResponse:
+    """The gateways on this root: id, URL, health (heartbeat age), and the groups each coordinates;
+    with `group`, also which gateway coordinates that group (Kafka's FindCoordinator). Needs
+    admin on some topic (Kafka: DESCRIBE on the cluster)."""
     authorize(principal, "admin", None)
     view = request.app.state.cluster
     coordinator = request.app.state.coordinator
@@ -76,4 +77,7 @@ async def cluster(request: Request, principal: PrincipalDep) -> JSONResponse:
     described = view.describe()
     for gw in described["gateways"]:
         gw["groups"] = owners.get(gw["gateway_id"], [])
+    if group is not None:
+        coordinator_of = view.owner(group_resource(group))
+        described["coordinator"] = coordinator_of.gateway_id if coordinator_of else None
     return JSONResponse(described)

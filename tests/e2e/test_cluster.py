@@ -93,11 +93,8 @@ class Members:
 
 def owner_of(servers: list[ServerProcess], group: str) -> ServerProcess:
     """The gateway /cluster says coordinates `group` (asked through any gateway)."""
-    r = httpx.post(f"{servers[0].url}/groups/{group}/offsets", json={"offsets": []}, headers=ADMIN, timeout=30)
-    assert r.status_code == 200, r.text
-    view = cluster_view(servers[0].url)
-    owner_id = next(g["gateway_id"] for g in view["gateways"] if group in g["groups"])
-    url = next(g["url"] for g in view["gateways"] if g["gateway_id"] == owner_id)
+    view = httpx.get(servers[0].url + "/cluster", params={"group": group}, headers=ADMIN, timeout=10).json()
+    url = next(g["url"] for g in view["gateways"] if g["gateway_id"] == view["coordinator"])
     return next(s for s in servers if s.url == url)
 
 

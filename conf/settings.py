@@ -62,7 +62,10 @@ class ReaderSettings(BaseModel):
         50 * 1024 * 1024, gt=0, description="Kafka's fetch.max.bytes: one fetch returns at most this (record boundary)."
     )
     watch_interval_s: float = Field(
-        0.25, gt=0, description="Waiting fetches see commits by other processes within this (one watcher per topic)."
+        0.05,
+        gt=0,
+        description="Waiting fetches see commits by other processes (other gateways, jobs) within this; one "
+        "watcher per topic with waiters. On an object store, 0.25 keeps the request rate down.",
     )
 
 

@@ -131,9 +131,9 @@ class Consumer:
 
     def _group_call(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """A group request, retried while the group's coordinator moves between gateways (503
-        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, or the gateway unreachable), for up to one
-        session timeout: Kafka's clients rediscover the coordinator the same way."""
-        deadline = time.monotonic() + self.session_timeout_ms / 1000
+        NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, or the gateway unreachable), for up to a session
+        timeout or 30 s: Kafka's clients rediscover the coordinator the same way."""
+        deadline = time.monotonic() + max(self.session_timeout_ms / 1000, 30.0)
         while True:
             try:
                 resp = self._http.request(method, path, **kw)

@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import resource
+import socket
 import ssl
 from collections import Counter
 from dataclasses import dataclass, field
@@ -168,8 +169,35 @@ def _http_protocol_base() -> type[asyncio.Protocol]:
 _CLIENT_CERTS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
-def run(app: FastAPI, settings: Settings, *, host: str, port: int, log_config: dict[str, Any]) -> None:
-    """Serve `app` until stopped."""
+def worker_sockets(host: str, port: int) -> tuple[socket.socket, socket.socket]:
+    """A worker of `serve --workers N`: the shared port, bound with SO_REUSEPORT beside its
+    sibling workers (the kernel spreads new connections over them), and a private port on the
+    same host that only this worker answers: the URL it advertises to the cluster, so a request
+    forwarded to it reaches it and not a sibling."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shared = socket.socket(family, socket.SOCK_STREAM)
+    shared.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    shared.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    shared.bind((host, port))
+    private = socket.socket(family, socket.SOCK_STREAM)
+    private.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    private.bind((host, 0))
+    for s in (shared, private):
+        s.listen(2048)
+        s.set_inheritable(True)
+    return shared, private
+
+
+def run(
+    app: FastAPI,
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    log_config: dict[str, Any],
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    """Serve `app` until stopped (on `sockets` when given: a worker of `serve --workers N`)."""
     server = settings.server
     soft, hard = raise_open_files_limit()
     guard = ConnectionGuard(
@@ -185,7 +213,7 @@ def run(app: FastAPI, settings: Settings, *, host: str, port: int, log_config: d
         if server.ssl_ca_certs:
             tls["ssl_ca_certs"] = server.ssl_ca_certs
             tls["ssl_cert_reqs"] = _CLIENT_CERTS[server.ssl_client_auth]
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -195,3 +223,4 @@ def run(app: FastAPI, settings: Settings, *, host: str, port: int, log_config: d
         timeout_graceful_shutdown=10,
         **tls,
     )
+    uvicorn.Server(config).run(sockets=sockets)

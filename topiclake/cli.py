@@ -61,10 +61,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = settings.server
     host = args.host or server.host
     port = args.port if args.port is not None else server.port
-    if not settings.cluster.advertise_url:  # where the other gateways on this root forward to
+    if args.workers > 1:
+        return _supervise(args, settings.root, host, port)
+    sockets = None
+    advertise_port = port
+    if args.worker:  # one of `--workers N`: the shared port beside its siblings, and its own
+        sockets = list(http_server.worker_sockets(host, port))
+        advertise_port = sockets[1].getsockname()[1]
+    if not settings.cluster.advertise_url or args.worker:  # where the other gateways forward to
         reachable = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
         scheme = "https" if server.ssl_certfile else "http"
-        advertise = f"{scheme}://{f'[{reachable}]' if ':' in reachable else reachable}:{port}"
+        advertise = f"{scheme}://{f'[{reachable}]' if ':' in reachable else reachable}:{advertise_port}"
         settings = settings.model_copy(
             update={"cluster": settings.cluster.model_copy(update={"advertise_url": advertise})}
         )
@@ -78,14 +85,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     scheduler = None
-    if settings.jobs.schedule and not args.no_jobs:
+    if settings.jobs.schedule and not args.no_jobs and not args.worker:
         # The maintenance jobs run in their own process: their CPU time never holds this GIL.
         scheduler = subprocess.Popen(
             [sys.executable, "-m", "jobs.scheduler", "--root", settings.root, "--parent-pid", str(os.getpid())]
         )
         print(f"maintenance jobs scheduled (pid {scheduler.pid}); intervals in conf [jobs]", flush=True)
     try:
-        http_server.run(create_app(settings), settings, host=host, port=port, log_config=log_config)
+        http_server.run(create_app(settings), settings, host=host, port=port, log_config=log_config, sockets=sockets)
     finally:
         if scheduler is not None:
             scheduler.terminate()
@@ -384,6 +391,59 @@ def cmd_replica(args: argparse.Namespace) -> int:
         return 1
 
 
+def _supervise(args: argparse.Namespace, root: str, host: str, port: int) -> int:
+    """`serve --workers N`: N gateway processes on one host behind one port, each a member of the
+    root's cluster exactly as a gateway on another host is. Workers are spawned (a fresh
+    interpreter, never a fork of one that loaded deltalake); one that dies is started again; the
+    maintenance jobs run once, beside the supervisor."""
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "topiclake"]
+    for flag in ("url", "api_key"):
+        if getattr(args, flag, None):
+            argv += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    argv += ["serve", "--worker", "--host", host, "--port", str(port), "--root", root, "--no-jobs"]
+    for flag in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_client_auth"):
+        if getattr(args, flag, None):
+            argv += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    workers = [subprocess.Popen(argv) for _ in range(args.workers)]
+    print(f"topiclake: {args.workers} workers on {host}:{port} (pids {[w.pid for w in workers]})", flush=True)
+    scheduler = None
+    if not args.no_jobs:
+        from conf import load_settings
+
+        if load_settings(root=root).jobs.schedule:
+            scheduler = subprocess.Popen(
+                [sys.executable, "-m", "jobs.scheduler", "--root", root, "--parent-pid", str(os.getpid())]
+            )
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while not stopping:
+            for i, w in enumerate(workers):
+                if w.poll() is not None and not stopping:
+                    print(f"topiclake: worker {w.pid} exited ({w.returncode}); starting another", flush=True)
+                    workers[i] = subprocess.Popen(argv)
+            time.sleep(0.5)
+    finally:
+        for p in [*workers, *([scheduler] if scheduler else [])]:
+            if p.poll() is None:
+                p.terminate()
+        for p in [*workers, *([scheduler] if scheduler else [])]:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return 0
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     """The gateways on the root: id, URL, heartbeat age, the groups each coordinates."""
     from topiclake.client import raise_for_error
@@ -422,6 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ssl-ca-certs", help="CA bundle: verify client certificates (mutual TLS)")
     s.add_argument("--ssl-client-auth", choices=["none", "optional", "required"], help="with --ssl-ca-certs")
     s.add_argument("--no-jobs", action="store_true", help="do not start the maintenance-job scheduler process")
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway processes on this host behind one port (default 1; see OPERATIONS.md)",
+    )
+    s.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # set by --workers for each child
     s.set_defaults(func=cmd_serve)
 
     cl = sub.add_parser("cluster", help="the gateways serving this root and what each coordinates")

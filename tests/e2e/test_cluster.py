@@ -250,3 +250,38 @@ def test_a_producer_moves_to_another_gateway_when_one_dies(gateways):
         )
         seen += [rec["value"]["n"] for rec in r.json()["records"]]
     assert sorted(seen) == sorted(acked) == list(range(400))  # none lost, none twice
+
+
+def test_serve_workers_are_cluster_members_behind_one_port(tmp_path):
+    """`serve --workers 2`: two gateway processes on one port, the same mechanism as two hosts."""
+    srv = ServerProcess(tmp_path / "data", args=["--workers", "2"], env=FAST_MEMBERSHIP).start()
+    try:
+        view = wait_for(
+            lambda: (v := httpx.get(srv.url + "/cluster", timeout=10).json()) and len(v["gateways"]) == 2 and v,
+            30,
+            "two workers in the cluster",
+        )
+        urls = {g["url"] for g in view["gateways"]}
+        assert len(urls) == 2 and srv.url not in urls  # each advertises its own private port
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            assert c.post("/topics", json={"name": "w", "partitions": 4}).status_code == 201
+            for i in range(20):  # new connections land on both workers
+                with httpx.Client(base_url=srv.url, timeout=30) as fresh:
+                    assert fresh.post("/topics/w/records", json={"records": [{"value": i}]}).status_code == 200
+            seen = {httpx.get(srv.url + "/cluster", timeout=10).json()["self"] for _ in range(30)}
+            assert len(seen) == 2  # both workers answer on the shared port
+            total = sum(p["high_watermark"] for p in c.get("/topics/w").json()["partition_offsets"])
+            assert total == 20
+        members = Members(
+            [
+                Consumer(srv.url, group_id="w-group", session_timeout_ms=6000, auto_offset_reset="earliest")
+                for _ in range(2)
+            ],
+            "w",
+        )
+        try:
+            wait_for(lambda: members.stable(4), 40, "a group across the workers")
+        finally:
+            members.close()
+    finally:
+        srv.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -76,6 +76,20 @@ def error_response(exc: e.TopiclakeError, *, retry_after: int = 1) -> JSONRespon
     return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
 
 
+def envelope(
+    status: int,
+    code: str,
+    message: str,
+    details: dict[str, object] | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """The error envelope for answers that are not a TopiclakeError (the router's, the validators')."""
+    return JSONResponse(
+        {"error": {"code": code, "message": message, "details": details or {}}}, status_code=status, headers=headers
+    )
+
+
 def allowed_methods(app: FastAPI, path: str, fallback: str | None) -> list[str]:
     """Every method the API documents for this path (routers answer 405 naming only the first
     route they matched); the router's own Allow for undocumented paths (the docs pages)."""
@@ -102,27 +116,16 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
         # The router's own answers: no such path, or a method the path does not have.
         if exc.status_code == 405:
             allow = allowed_methods(app, request.url.path, (exc.headers or {}).get("Allow"))
-            return JSONResponse(
-                {
-                    "error": {
-                        "code": "METHOD_NOT_ALLOWED",
-                        "message": f"{request.method} is not allowed here; use {', '.join(allow)} (see /docs).",
-                        "details": {"allow": allow},
-                    }
-                },
-                status_code=405,
+            return envelope(
+                405,
+                "METHOD_NOT_ALLOWED",
+                f"{request.method} is not allowed here; use {', '.join(allow)} (see /docs).",
+                {"allow": allow},
                 headers={"Allow": ", ".join(allow)},
             )
         if exc.status_code == 404:
-            return JSONResponse(
-                {"error": {"code": "NOT_FOUND", "message": "No such route; the API is described at /docs."}},
-                status_code=404,
-            )
-        return JSONResponse(
-            {"error": {"code": "HTTP_ERROR", "message": str(exc.detail)}},
-            status_code=exc.status_code,
-            headers=exc.headers,
-        )
+            return envelope(404, "NOT_FOUND", "No such route; the API is described at /docs.")
+        return envelope(exc.status_code, "HTTP_ERROR", str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(RecursionError)
     async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
@@ -138,13 +141,9 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
         problems = [{"loc": list(err.get("loc", ())), "message": err.get("msg", "")} for err in exc.errors()]
         first = problems[0] if problems else {"loc": [], "message": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
-        return JSONResponse(
-            {
-                "error": {
-                    "code": "INVALID_REQUEST",
-                    "message": f"{where}: {first['message']}. Fix the request and send it again.",
-                    "details": {"problems": problems},
-                }
-            },
-            status_code=422,
+        return envelope(
+            422,
+            "INVALID_REQUEST",
+            f"{where}: {first['message']}. Fix the request and send it again.",
+            {"problems": problems},
         )

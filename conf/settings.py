@@ -181,6 +181,8 @@ class ClusterSettings(BaseModel):
         330.0, gt=0, description="Forwarded requests (a join waits for its rebalance, up to 300 s)."
     )
     ca_file: str | None = Field(None, description="CA bundle to verify other gateways' https certificates.")
+    client_cert: str | None = Field(None, description="Certificate presented to gateways that verify clients.")
+    client_key: str | None = Field(None, description="Its key (default: in client_cert).")
 
 
 class SparkSettings(BaseModel):

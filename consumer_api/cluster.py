@@ -118,20 +118,32 @@ class Cluster:
             log.warning("could not publish this gateway's heartbeat: %s", exc)
         try:
             records = await asyncio.to_thread(self.directory.read_all)
+            await asyncio.to_thread(self._prune, records)
         except Exception as exc:
             log.warning("could not read the gateway membership: %s", exc)
             records = [r for r in self._members if r.gateway_id != self.me.gateway_id]
         self._set_members(records)
 
+    def _predecessor(self, r: GatewayRecord) -> bool:
+        """An earlier incarnation of this gateway (same host and advertised address, started
+        before it: only one process serves an address): dead now, whatever its heartbeat says, so a
+        restart takes its groups back at once instead of after the membership timeout."""
+        return r.url == self.me.url and r.host == self.me.host and r.started_at_ms <= self.me.started_at_ms
+
+    def _prune(self, records: list[GatewayRecord]) -> None:
+        """Forget gateways dead for ten membership timeouts (their files would pile up)."""
+        now = self._now_ms()
+        for r in records:
+            if r.gateway_id != self.me.gateway_id and now - r.heartbeat_ms > 10 * self.timeout_ms:
+                with contextlib.suppress(Exception):
+                    self.directory.remove(r.gateway_id)
+
     def _set_members(self, records: list[GatewayRecord]) -> None:
         now = self._now_ms()
-        # A record with this gateway's own URL is an earlier incarnation of it (only one process
-        # can serve an address): dead now, whatever its heartbeat says, so a restart takes its
-        # groups back at once instead of after the membership timeout.
         live = [
             r
             for r in records
-            if r.gateway_id != self.me.gateway_id and r.url != self.me.url and r.live(now, self.timeout_ms)
+            if r.gateway_id != self.me.gateway_id and not self._predecessor(r) and r.live(now, self.timeout_ms)
         ]
         if self.self_live:
             live.append(self.me)

@@ -89,6 +89,9 @@ class GroupCoordinator:
         #: coordinator epoch claimed per group (multi-gateway fencing); absent: not yet taken over
         self._epochs: dict[str, int] = {}
         self._fenced = owns is not None
+        self._claims: dict[str, asyncio.Lock] = {}
+        self._persisted_version = -1
+        self._persisted_groups: Mapping[str, GroupRecord] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -113,26 +116,42 @@ class GroupCoordinator:
 
         `create`: the assignor of a group to create when none exists (a join).
         Raises: NotCoordinatorError (another gateway owns the group)."""
+        self._check_owned(group_id)
+        if self._fenced and group_id not in self._epochs:
+            # One takeover per group at a time: concurrent requests wait for it (two claims would
+            # leave this gateway holding the older epoch, fenced by its own second claim).
+            async with self._claims.setdefault(group_id, asyncio.Lock()):
+                if group_id not in self._epochs:
+                    rec = (await self._persisted()).get(group_id)
+                    if rec is None and create is None:
+                        return self.groups.get(group_id)  # nothing persisted to take over, nothing to create
+                    epoch = await asyncio.to_thread(self.offsets.claim_coordinator, group_id)
+                    self._check_owned(group_id)  # the membership may have moved while we claimed
+                    self._epochs[group_id] = epoch
+                    if rec is not None and group_id not in self.groups:
+                        self.groups[group_id] = self._restore(rec)
+                    log.info("group %r: coordinated here from epoch %d", group_id, epoch)
+        g = self.groups.get(group_id)
+        if g is None and create is not None:
+            g = self.groups.setdefault(group_id, GroupState(group_id=group_id, assignor=create))
+        return g
+
+    def _check_owned(self, group_id: str) -> None:
+        """Raises: NotCoordinatorError (and releases the group) unless this gateway owns it."""
         if not self.owns(group_id):
             self.release(group_id)
             raise NotCoordinatorError(
                 f"Group {group_id!r} is coordinated by another gateway; retry (any gateway forwards).",
                 group=group_id,
             )
-        if self._fenced and group_id not in self._epochs:
-            rec = (await asyncio.to_thread(self.store.load)).get(group_id)
-            if rec is None and create is None:
-                return self.groups.get(group_id)  # nothing persisted to take over, nothing to create
-            epoch = await asyncio.to_thread(self.offsets.claim_coordinator, group_id)
-            if group_id not in self._epochs:  # not claimed by a concurrent request meanwhile
-                self._epochs[group_id] = epoch
-                if rec is not None and group_id not in self.groups:
-                    self.groups[group_id] = self._restore(rec)
-                log.info("group %r: coordinated here from epoch %d", group_id, epoch)
-        g = self.groups.get(group_id)
-        if g is None and create is not None:
-            g = self.groups.setdefault(group_id, GroupState(group_id=group_id, assignor=create))
-        return g
+
+    async def _persisted(self) -> Mapping[str, GroupRecord]:
+        """The groups table's latest state per group, re-read only when the table moved (a request
+        for an unknown group costs a version check, not a table scan)."""
+        version, latest = await asyncio.to_thread(self.store.load_if_changed, self._persisted_version)
+        if latest is not None:
+            self._persisted_version, self._persisted_groups = version, latest
+        return self._persisted_groups
 
     def release(self, group_id: str) -> None:
         """Stop acting for a group (another gateway owns it now); its waiters wake and find it gone."""
@@ -342,6 +361,8 @@ class GroupCoordinator:
         g = await self._ensure(group_id, create="range")
         assert g is not None
         async with self._lock(g):
+            if self.groups.get(group_id) is not g:  # released (and maybe taken back) while we waited
+                raise NotCoordinatorError(f"Group {group_id!r} moved; commit again.", group=group_id)
             g.check_commit(
                 member_id=member_id,
                 generation=generation,

@@ -129,7 +129,7 @@ class GroupForwardingMiddleware:
         try:
             request = client.build_request(scope["method"], target, headers=headers, content=body)
             response = await client.send(request, stream=True)
-        except httpx.ConnectError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: safe to go elsewhere
             log.warning("forwarding to %s (%s) failed: %s", owner_id, url, exc)
             return False
         except httpx.TransportError as exc:  # sent, then lost: the client must decide (it may retry)

@@ -36,13 +36,24 @@ class CommitNotifier:
         self.reader = reader
         self.watch_interval_s = watch_interval_s
         self._events: dict[tuple[str, int], asyncio.Event] = defaultdict(asyncio.Event)
+        #: the newest high watermark seen per partition (this process's commits, the watchers')
+        self._hw: dict[tuple[str, int], int] = {}
         self._waiters: Counter[str] = Counter()
         self._watchers: dict[str, asyncio.Task[None]] = {}
 
     def on_commit(self, info: CommitInfo) -> None:
         """Thread-safe: called by the writer after each commit."""
-        keys = [(info.topic, p) for p in info.high_watermarks]
-        self.loop.call_soon_threadsafe(self._fire, keys)
+        seen = {(info.topic, p): hw for p, hw in info.high_watermarks.items()}
+        self.loop.call_soon_threadsafe(self._advance, seen)
+
+    def _advance(self, seen: dict[tuple[str, int], int]) -> None:
+        """New high watermarks: wake the waiters of the partitions that moved."""
+        moved = []
+        for key, hw in seen.items():
+            if hw > self._hw.get(key, -1):
+                self._hw[key] = hw
+                moved.append(key)
+        self._fire(moved)
 
     def _fire(self, keys: list[tuple[str, int]]) -> None:
         for key in keys:
@@ -50,8 +61,13 @@ class CommitNotifier:
             if event is not None:
                 event.set()
 
-    async def wait(self, topic: str, partition: int, timeout: float) -> bool:
-        """Wait for the next commit to the partition; True if one came before `timeout` seconds."""
+    async def wait(self, topic: str, partition: int, timeout: float, since: int | None = None) -> bool:
+        """Wait for the next commit to the partition; True if one came before `timeout` seconds.
+
+        `since`: the high watermark the caller's last fetch saw; if a commit past it was already
+        seen (it landed between that fetch and this wait), return at once."""
+        if since is not None and self._hw.get((topic, partition), -1) > since:
+            return True
         event = self._events[(topic, partition)]
         self._waiters[topic] += 1
         if self.reader is not None and topic not in self._watchers:
@@ -76,12 +92,12 @@ class CommitNotifier:
     async def _watch(self, topic: str) -> None:
         """Wake waiters on commits by other processes, while the topic has waiters."""
         try:
-            last = await asyncio.to_thread(self._high_watermarks, topic)
-            while self._waiters.get(topic):
-                await asyncio.sleep(self.watch_interval_s)
+            while True:  # the first reading already wakes waiters whose fetch missed a commit
                 now = await asyncio.to_thread(self._high_watermarks, topic)
-                self._fire([(topic, p) for p, hw in now.items() if hw != last.get(p)])
-                last = now
+                self._advance({(topic, p): hw for p, hw in now.items()})
+                if not self._waiters.get(topic):
+                    break
+                await asyncio.sleep(self.watch_interval_s)
         except TopiclakeError:  # deleted, storage trouble: let the waiters re-fetch and see it
             self._fire([key for key in list(self._events) if key[0] == topic])
         except Exception:  # never leave waiters without a watcher silently

@@ -119,6 +119,7 @@ class BodyLimitMiddleware:
             return
         received = 0
         answered = False
+        started = False
 
         async def limited_receive() -> Message:
             nonlocal received, answered
@@ -129,12 +130,15 @@ class BodyLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > self.limit:
                     answered = True
-                    await error_response(self._too_large(), retry_after=self.retry_after)(scope, receive, send)
+                    if not started:  # a response under way (a stream) just ends: the client sent too much
+                        await error_response(self._too_large(), retry_after=self.retry_after)(scope, receive, send)
                     return {"type": "http.disconnect"}
             return message
 
         async def guarded_send(message: Message) -> None:
+            nonlocal started
             if not answered:  # after a 413, whatever the route still says is dropped
+                started = True
                 await send(message)
 
         try:
@@ -142,6 +146,18 @@ class BodyLimitMiddleware:
         except Exception:
             if not answered:
                 raise
+
+
+def _peer_tls(settings: Settings) -> ssl.SSLContext | bool:
+    """How this gateway connects to the others: trust `cluster.ca_file`, and present
+    `cluster.client_cert` where the others verify client certificates."""
+    c = settings.cluster
+    if not (c.ca_file or c.client_cert):
+        return True
+    context = ssl.create_default_context(cafile=c.ca_file)
+    if c.client_cert:
+        context.load_cert_chain(c.client_cert, c.client_key)
+    return context
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -165,9 +181,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.cluster.advertise_url:  # `topiclake serve` sets it: a member of the root's cluster
             cluster = Cluster(GatewayDirectory(registry.storage), settings.cluster, url=settings.cluster.advertise_url)
             await cluster.start()
-            verify = ssl.create_default_context(cafile=settings.cluster.ca_file) if settings.cluster.ca_file else True
             app.state.forwarder = httpx.AsyncClient(
-                timeout=httpx.Timeout(settings.cluster.forward_timeout_s, connect=5.0), verify=verify
+                # joins wait for their rebalance: no pool limit, so they never starve heartbeats
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                timeout=httpx.Timeout(settings.cluster.forward_timeout_s, connect=5.0, pool=5.0),
+                verify=_peer_tls(settings),
             )
         app.state.cluster = cluster
         coordinator = GroupCoordinator(

@@ -72,7 +72,7 @@ class FailoverTransport(httpx.BaseTransport):
         self._inner = httpx.HTTPTransport(verify=verify)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        error: httpx.TransportError | None = None
+        error: httpx.ConnectError | httpx.ConnectTimeout | None = None
         for i in range(len(self._urls)):
             index = (self._current + i) % len(self._urls)
             base = self._urls[index]
@@ -80,7 +80,7 @@ class FailoverTransport(httpx.BaseTransport):
             request.headers["Host"] = base.netloc.decode("ascii")
             try:
                 response = self._inner.handle_request(request)
-            except httpx.ConnectError as exc:
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # not sent: try the next gateway
                 error = exc
                 continue
             self._current = index

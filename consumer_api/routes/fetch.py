@@ -94,7 +94,7 @@ async def fetch(
     while result.records.num_rows == 0 and (remaining := deadline - time.monotonic()) > 0:
         # Sleeps until a commit to this partition (ours at once, other processes' via the
         # notifier's one watcher per topic) or the deadline: no CPU while waiting.
-        if await notifier.wait(topic, partition, remaining):
+        if await notifier.wait(topic, partition, remaining, since=result.high_watermark):
             result = await _fetch(reader, partition, offset, max_records, max_bytes)
     headers = {
         "X-Next-Offset": str(result.next_offset),
@@ -236,13 +236,14 @@ async def stream(
             if result is None:
                 result = await _fetch(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)
             position = max(position, result.next_offset)
+            seen_hw = result.high_watermark
             if result.records.num_rows:
                 yield await run_in_threadpool(render, result)
                 result = None
                 continue
             result = None
             # Asleep until a commit to this partition; a comment line keeps proxies from timing out.
-            if not await notifier.wait(topic, partition, KEEP_ALIVE_S):
+            if not await notifier.wait(topic, partition, KEEP_ALIVE_S, since=seen_hw):
                 yield b": keep-alive\n\n"
 
     return StreamingResponse(

@@ -153,6 +153,25 @@ class GroupCoordinator:
             self._persisted_version, self._persisted_groups = version, latest
         return self._persisted_groups
 
+    async def _save(self, groups: list[GroupState], *, writer: str = SERVER) -> None:
+        """Persist group states. With several gateways, only of the groups this one still holds:
+        each group's epoch is checked on the offsets table first, and a group taken over meanwhile
+        is released instead of written."""
+        held = []
+        for g in groups:
+            if self._fenced:
+                epoch = self._epochs.get(g.group_id)
+                if epoch is None:
+                    continue
+                try:
+                    await asyncio.to_thread(self.offsets.check_coordinator, g.group_id, epoch)
+                except NotCoordinatorError:
+                    self.release(g.group_id)
+                    continue
+            held.append(self.record(g, writer=writer))
+        if held:
+            await asyncio.to_thread(self.store.save, held)
+
     def release(self, group_id: str) -> None:
         """Stop acting for a group (another gateway owns it now); its waiters wake and find it gone."""
         g = self.groups.pop(group_id, None)
@@ -205,9 +224,9 @@ class GroupCoordinator:
 
     async def persist_heartbeats(self) -> None:
         """One row per stable group with members, so liveness survives this process."""
-        records = [self.record(g, writer=HEARTBEAT) for g in self.groups.values() if g.members and g.state == STABLE]
-        if records:
-            await asyncio.to_thread(self.store.save, records)
+        live = [g for g in self.groups.values() if g.members and g.state == STABLE]
+        if live:
+            await self._save(live, writer=HEARTBEAT)
             await asyncio.to_thread(self.store.compact)
         await asyncio.to_thread(self.offsets.compact)  # one file per commit otherwise, forever
 
@@ -301,7 +320,7 @@ class GroupCoordinator:
                 except TopiclakeError:
                     partitions[t] = 0  # a deleted topic: nothing to assign
             g.complete(partitions)
-            await asyncio.to_thread(self.store.save, [self.record(g)])
+            await self._save([g])
             log.info("group %r: generation %d, %d members", g.group_id, g.generation, len(g.members))
         self._wake(g)
 

@@ -180,6 +180,17 @@ class OffsetStore:
                     raise StorageUnavailableError(f"Could not claim group {group!r}: {exc}") from exc
         raise StorageUnavailableError(f"Could not claim group {group!r}: too many concurrent commits.")
 
+    def check_coordinator(self, group: str, epoch: int) -> None:
+        """Raises: NotCoordinatorError if `group`'s epoch on the latest version is not `epoch`
+        (another gateway took it over); StorageUnavailableError."""
+        with self._lock, translate_storage_errors():
+            self._dt.update_incremental()
+            current = read_coordinator_epoch(self._dt, group)
+        if current != epoch:
+            raise NotCoordinatorError(
+                f"Group {group!r} was taken over by another gateway (epoch {current}).", group=group
+            )
+
     def commit(self, commits: Sequence[OffsetCommit], *, fence: tuple[str, int] | None = None) -> int:
         """Durably commit many offsets in one Delta commit; return the table version.
 

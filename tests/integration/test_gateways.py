@@ -27,8 +27,11 @@ def test_a_stale_coordinator_cannot_commit_offsets(storage):
     e1 = first.claim_coordinator("g")
     commit = OffsetCommit(group="g", topic="t", partition=0, offset=5)
     first.commit([commit], fence=("g", e1))
+    first.check_coordinator("g", e1)
     e2 = second.claim_coordinator("g")  # the group moved
     assert e2 == e1 + 1
+    with pytest.raises(NotCoordinatorError):
+        first.check_coordinator("g", e1)  # group state writes check this first
     with pytest.raises(NotCoordinatorError):
         first.commit([OffsetCommit(group="g", topic="t", partition=0, offset=1)], fence=("g", e1))
     second.commit([OffsetCommit(group="g", topic="t", partition=0, offset=7)], fence=("g", e2))

@@ -95,11 +95,15 @@ class Cluster:
                 log.exception("gateway heartbeat failed; retrying")
 
     async def refresh(self) -> None:
-        """Re-read the membership now (a forward just failed: the owner may have left)."""
+        """Re-read the membership now (every heartbeat, and when a forward failed: the owner may
+        have left). If the root cannot be read, the others stay as last seen."""
         try:
-            self._set_members(await asyncio.to_thread(self.directory.read_all))
+            records = await asyncio.to_thread(self.directory.read_all)
+            await asyncio.to_thread(self._prune, records)
         except Exception as exc:
             log.warning("could not read the gateway membership: %s", exc)
+            records = [r for r in self._members if r.gateway_id != self.me.gateway_id]
+        self._set_members(records)
 
     async def _beat(self) -> None:
         now = self._now_ms()
@@ -116,13 +120,7 @@ class Cluster:
             self.me, self._published_ms = record, now
         except Exception as exc:  # storage trouble: we may be counted out soon
             log.warning("could not publish this gateway's heartbeat: %s", exc)
-        try:
-            records = await asyncio.to_thread(self.directory.read_all)
-            await asyncio.to_thread(self._prune, records)
-        except Exception as exc:
-            log.warning("could not read the gateway membership: %s", exc)
-            records = [r for r in self._members if r.gateway_id != self.me.gateway_id]
-        self._set_members(records)
+        await self.refresh()
 
     def _predecessor(self, r: GatewayRecord) -> bool:
         """An earlier incarnation of this gateway (same host and advertised address, started

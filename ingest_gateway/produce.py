@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from consumer_api.params import DIGITS
 from delta_log.core.producer import ProducerSequence
 from delta_log.core.records import normalize_batch, offsets_for_rows
 from delta_log.errors import InvalidRecordError
@@ -36,7 +37,7 @@ def producer_from_headers(
         return None
     if producer_id is None or producer_sequence is None:
         raise InvalidRecordError("Producer-Id and Producer-Sequence must be sent together.")
-    if not re.fullmatch(r"[0-9]{1,15}", producer_sequence):
+    if not re.fullmatch(DIGITS, producer_sequence):
         raise InvalidRecordError("Producer-Sequence must be an integer 0..999999999999999 (plain digits).")
     return ProducerSequence(producer_id=producer_id, sequence=int(producer_sequence))
 

@@ -199,14 +199,13 @@ def run(
 ) -> None:
     """Serve `app` until stopped (on `sockets` when given: a worker of `serve --workers N`)."""
     server = settings.server
-    soft, hard = raise_open_files_limit()
+    soft, _ = raise_open_files_limit()
     guard = ConnectionGuard(
         max_connections=max(1, min(server.max_connections, soft - RESERVED_FILES)),
         max_per_client=server.max_connections_per_client,
         header_timeout_s=server.header_timeout_s,
     )
     app.state.connection_guard = guard
-    app.state.open_files = {"soft": soft, "hard": hard}
     tls: dict[str, Any] = {}
     if server.ssl_certfile:
         tls = {"ssl_certfile": server.ssl_certfile, "ssl_keyfile": server.ssl_keyfile}

@@ -184,11 +184,16 @@ class OffsetStore:
         """Raises: NotCoordinatorError if `group`'s epoch on the latest version is not `epoch`
         (another gateway took it over); StorageUnavailableError."""
         with self._lock, translate_storage_errors():
-            self._dt.update_incremental()
-            current = read_coordinator_epoch(self._dt, group)
+            self._require_epoch(group, epoch)
+
+    def _require_epoch(self, group: str, epoch: int) -> None:
+        """With the lock held: refresh, then Raises NotCoordinatorError unless the epoch holds."""
+        self._dt.update_incremental()
+        current = read_coordinator_epoch(self._dt, group)
         if current != epoch:
             raise NotCoordinatorError(
-                f"Group {group!r} was taken over by another gateway (epoch {current}).", group=group
+                f"Group {group!r} was taken over by another gateway (epoch {current}, this one holds {epoch}).",
+                group=group,
             )
 
     def commit(self, commits: Sequence[OffsetCommit], *, fence: tuple[str, int] | None = None) -> int:
@@ -212,14 +217,7 @@ class OffsetStore:
                 try:
                     txns = []
                     if fence is not None:
-                        self._dt.update_incremental()
-                        current = read_coordinator_epoch(self._dt, fence[0])
-                        if current != fence[1]:
-                            raise NotCoordinatorError(
-                                f"Group {fence[0]!r} was taken over by another gateway (epoch {current}, "
-                                f"this one holds {fence[1]}).",
-                                group=fence[0],
-                            )
+                        self._require_epoch(*fence)
                         txns = coordinator_transactions(*fence)
                     write_deltalake(
                         self._dt,

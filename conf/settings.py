@@ -39,7 +39,11 @@ class WriterSettings(BaseModel):
     max_queue_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Back-pressure above this.")
     max_commit_attempts: int = Field(50, ge=1, description="Conflict retries before giving up.")
     reopen_every_commits: int = Field(2000, ge=1, description="Re-open the table to keep memory flat.")
-    checkpoint_interval: int = Field(100, ge=1)
+    checkpoint_interval: int = Field(
+        10,
+        ge=1,
+        description="delta.checkpointInterval of new topics: delta-rs replays the log since the last checkpoint on every commit and refresh.",
+    )
     log_retention: str = Field("interval 7 days", description="delta.logRetentionDuration of new topics")
     deleted_file_retention: str = Field("interval 1 hours", description="delta.deletedFileRetentionDuration")
     max_row_group_rows: int = Field(8192, gt=0, description="Parquet row group size; a fetch reads only these.")

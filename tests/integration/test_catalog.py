@@ -77,4 +77,4 @@ def test_forbidden_delta_properties(catalog):
         catalog.set_delta_properties("a", {"delta.setTransactionRetentionDuration": "interval 1 days"})
     props = catalog.open_topic("a").metadata().configuration
     assert "delta.setTransactionRetentionDuration" not in props
-    assert props["delta.checkpointInterval"] == "100"
+    assert props["delta.checkpointInterval"] == "10"

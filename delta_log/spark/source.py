@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from conf import ReaderSettings, WriterSettings
-from delta_log.errors import DataLossError, FencedMemberError, TopicNotFoundError
+from delta_log.errors import DataLossError, FencedMemberError, NotCoordinatorError, TopicNotFoundError
 from delta_log.log.catalog import Catalog
 from delta_log.log.reader import TopicReader
 from delta_log.spark.options import (
@@ -200,25 +200,39 @@ class _Planner:
         return out
 
     def commit_group(self, end: Offsets) -> None:
-        """Commit processed offsets for `groupId` (standalone: refused while the group has members)."""
+        """Commit processed offsets for `groupId`, under the group's coordinator epoch: refused
+        while the group has HTTP members, and fenced by Delta if a gateway takes the group over
+        (commits `coord-<group>` epoch + 1) between that check and the commit."""
         group = self.options.group_id
         if not group:
             return
+        store = OffsetStore(self.storage)
+        epoch = store.coordinator_epoch(group)
         state = GroupStore(self.storage).load().get(group)
         if state is not None and state.members:
-            raise FencedMemberError(
-                f"Consumer group {group!r} has active HTTP members; a Spark query cannot commit for it. "
-                "Use a groupId of its own.",
-                group=group,
-            )
+            raise _group_in_use(group)
         now_us = int(time.time() * 1e6)
-        OffsetStore(self.storage).commit(
-            [
-                OffsetCommit(group=group, topic=t, partition=p, offset=o, metadata="spark", commit_timestamp_us=now_us)
-                for t, ps in end.items()
-                for p, o in ps.items()
-            ]
-        )
+        try:
+            store.commit(
+                [
+                    OffsetCommit(
+                        group=group, topic=t, partition=p, offset=o, metadata="spark", commit_timestamp_us=now_us
+                    )
+                    for t, ps in end.items()
+                    for p, o in ps.items()
+                ],
+                fence=(group, epoch),
+            )
+        except NotCoordinatorError as exc:
+            raise _group_in_use(group) from exc
+
+
+def _group_in_use(group: str) -> FencedMemberError:
+    return FencedMemberError(
+        f"Consumer group {group!r} has active HTTP members; a Spark query cannot commit for it. "
+        "Use a groupId of its own.",
+        group=group,
+    )
 
 
 class TopiclakeDataSource(DataSource):

@@ -180,6 +180,13 @@ class OffsetStore:
                     raise StorageUnavailableError(f"Could not claim group {group!r}: {exc}") from exc
         raise StorageUnavailableError(f"Could not claim group {group!r}: too many concurrent commits.")
 
+    def coordinator_epoch(self, group: str) -> int:
+        """`group`'s coordinator epoch on the latest version (0: no gateway ever coordinated it).
+        Raises: StorageUnavailableError."""
+        with self._lock, translate_storage_errors():
+            self._dt.update_incremental()
+            return read_coordinator_epoch(self._dt, group)
+
     def check_coordinator(self, group: str, epoch: int) -> None:
         """Raises: NotCoordinatorError if `group`'s epoch on the latest version is not `epoch`
         (another gateway took it over); StorageUnavailableError."""

@@ -2,7 +2,7 @@
 
 import pytest
 
-from delta_log.errors import NotCoordinatorError
+from delta_log.errors import FencedMemberError, NotCoordinatorError
 from delta_log.system.gateways import GatewayDirectory, GatewayRecord
 from delta_log.system.offsets import OffsetCommit, OffsetStore
 
@@ -37,3 +37,28 @@ def test_a_stale_coordinator_cannot_commit_offsets(storage):
     second.commit([OffsetCommit(group="g", topic="t", partition=0, offset=7)], fence=("g", e2))
     first.load()
     assert first.committed("g")[("t", 0)].offset == 7
+
+
+def test_a_spark_group_commit_obeys_the_groups_coordinator(storage, monkeypatch):
+    from delta_log.spark.options import SourceOptions
+    from delta_log.spark.source import _Planner
+
+    planner = _Planner(SourceOptions(root=storage.root, subscribe=("t",), group_id="g"))
+    gateway = OffsetStore(storage)
+    epoch = gateway.claim_coordinator("g")  # a gateway coordinated g once; no members now
+    planner.commit_group({"t": {0: 5}})
+    assert OffsetStore(storage).committed("g")[("t", 0)].offset == 5
+    gateway.commit([OffsetCommit(group="g", topic="t", partition=0, offset=6)], fence=("g", epoch))  # still holds
+
+    # a gateway takes the group over between the query's check and its commit: Delta refuses it
+    read_epoch = OffsetStore.coordinator_epoch
+
+    def racing(self, group):
+        seen = read_epoch(self, group)
+        OffsetStore(storage).claim_coordinator(group)
+        return seen
+
+    monkeypatch.setattr(OffsetStore, "coordinator_epoch", racing)
+    with pytest.raises(FencedMemberError):
+        planner.commit_group({"t": {0: 9}})
+    assert OffsetStore(storage).committed("g")[("t", 0)].offset == 6

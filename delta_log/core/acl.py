@@ -98,7 +98,7 @@ def authenticate(settings: AuthSettings, authorization: str | None) -> Principal
     if not settings.enabled:
         return ANONYMOUS
     if not authorization or not authorization.lower().startswith("bearer "):
-        raise AuthenticationError("This server requires an API key: send `Authorization: Bearer <key>`.")
+        raise AuthenticationError("This server requires an API key.")
     token = authorization[7:].strip().encode()
     for key in settings.api_keys:
         if hmac.compare_digest(key.key.get_secret_value().encode(), token):

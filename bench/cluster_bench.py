@@ -1,9 +1,13 @@
 """Several gateways on one root (issue 12): real `topiclake serve` processes on 127.0.0.1.
 
 - Produce scaling: Arrow batches of 100 B and 1 KB records into one 8-partition topic, through 1,
-  2 and 4 gateway processes on this machine (clients spread over the gateways); records/s and
-  MB/s, and the ratio to one gateway. Every gateway writes every partition today (no partition
-  owners yet): Delta's transaction rule keeps offsets unique; conflicts cost retries.
+  2 and 4 gateway processes on this machine (clients spread over the gateways); records/s, MB/s,
+  commits/s, commit conflicts/s and forwarded requests/s, and the ratio to one gateway. Twice per
+  gateway count, in the same run: with partition owners (the default: each gateway appends only to
+  the partitions it owns, forwarding the rest) and with `cluster.route_produce = false` (every
+  gateway appends where the request arrives; Delta's transaction rule keeps offsets unique and
+  conflicts cost retries). `--keyed` sends keyed records spread over all partitions instead (each
+  request spans every owner, so it is appended where it arrives either way).
 - Failover: a group of 2 consumers on 2 surviving gateways, its coordinator killed with kill -9;
   the time until the group answers Stable through a survivor (p50 and max over --kills rounds).
 - Cross-gateway wake-up: a long-poll on gateway B, a produce through gateway A; produce sent ->
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import json
 import os
 import signal
 import tempfile
@@ -36,8 +41,8 @@ from topiclake import Consumer
 FAST = {"TOPICLAKE_SERVER__GROUPS_SYNC_INTERVAL_S": "0.5"}  # membership: the defaults (1 s, 6 s timeout)
 
 
-def start(n: int, root: Path) -> list[ServerProcess]:
-    servers = [ServerProcess(root, env=FAST).start() for _ in range(n)]
+def start(n: int, root: Path, env: dict[str, str] | None = None) -> list[ServerProcess]:
+    servers = [ServerProcess(root, env=FAST | (env or {})).start() for _ in range(n)]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if all(len(httpx.get(s.url + "/cluster", timeout=5).json()["gateways"]) == n for s in servers):
@@ -46,53 +51,109 @@ def start(n: int, root: Path) -> list[ServerProcess]:
     raise RuntimeError("gateways did not see each other")
 
 
-def arrow_batch(records: int, size: int) -> bytes:
-    table = pa.table({"value": pa.array([b"x" * size] * records, pa.binary())})
+def arrow_batch(records: int, size: int, keyed: bool = False) -> bytes:
+    """Random (incompressible) values: repeated bytes would flatter the parquet writer."""
+    blob = os.urandom(records * size)
+    columns = {"value": pa.array([blob[i * size : (i + 1) * size] for i in range(records)], pa.binary())}
+    if keyed:
+        columns["key"] = pa.array([f"k{i}".encode() for i in range(records)], pa.binary())
+    table = pa.table(columns)
     sink = io.BytesIO()
     with ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
     return sink.getvalue()
 
 
-def produce_scaling(gateways: int, size: int, seconds: float, clients_per_gateway: int = 2) -> dict[str, float]:
+def json_batch(records: int, size: int, keyed: bool = False) -> bytes:
+    values = os.urandom(records * size // 2).hex()
+    rows = [{"value": values[i * size : (i + 1) * size], **({"key": f"k{i}"} if keyed else {})} for i in range(records)]
+    return json.dumps({"records": rows}).encode()
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy so far (every process: gateways, jobs, this client)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _metric(text: str, name: str) -> float:
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+async def _produce_connection(port: int, request: bytes, stop: float, counts: list[int]) -> None:
+    """One keep-alive connection sending the same produce request back to back, over a bare
+    socket: an HTTP client library's own per-request cost would load this 2-core machine's cores
+    (which the gateways need) more than the requests do."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    ok = 0
+    try:
+        while time.monotonic() < stop:
+            writer.write(request)
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            if b" 200 " in status:
+                ok += 1
+            elif not status:
+                break
+    finally:
+        writer.close()
+    counts.append(ok)
+
+
+def produce_scaling(
+    gateways: int,
+    size: int,
+    seconds: float,
+    *,
+    owners: bool,
+    batch_bytes: int,
+    connections: int,
+    keyed: bool = False,
+    media: str = "arrow",
+) -> dict[str, float]:
+    """`connections` keep-alive connections in all, spread evenly over the gateways, each sending
+    Arrow batches of about `batch_bytes` back to back."""
     root = Path(tempfile.mkdtemp(prefix="cluster-produce-")) / "data"
-    servers = start(gateways, root)
+    servers = start(gateways, root, {"TOPICLAKE_CLUSTER__ROUTE_PRODUCE": str(owners).lower()})
     try:
         httpx.post(servers[0].url + "/topics", json={"name": "t", "partitions": 8}, timeout=30).raise_for_status()
-        body = arrow_batch(max(1, 512 * 1024 // size), size)
-        per_batch = max(1, 512 * 1024 // size)
-        counts: list[int] = []
-        stop = time.monotonic() + seconds
-
-        def client(url: str) -> None:
-            n = 0
-            with httpx.Client(base_url=url, timeout=60) as c:
-                while time.monotonic() < stop:
-                    r = c.post(
-                        "/topics/t/records",
-                        content=body,
-                        headers={"Content-Type": "application/vnd.apache.arrow.stream"},
-                    )
-                    if r.status_code == 200:
-                        n += per_batch
-            counts.append(n)
-
-        threads = [threading.Thread(target=client, args=(s.url,)) for s in servers for _ in range(clients_per_gateway)]
-        t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.monotonic() - t0
-        records = sum(counts)
-        metrics = "".join(httpx.get(s.url + "/metrics", timeout=10).text for s in servers)
-        commits = sum(
-            float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("topiclake_commits_total{")
+        per_batch = max(1, batch_bytes // size)
+        if media == "json":
+            body, content_type = json_batch(per_batch, size, keyed), "application/json"
+        else:
+            body, content_type = arrow_batch(per_batch, size, keyed), "application/vnd.apache.arrow.stream"
+        head = (
+            "POST /topics/t/records?value_format=string HTTP/1.1\r\nHost: bench\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
         )
+        request = head.encode() + body
+        counts: list[int] = []
+
+        async def run() -> float:
+            t0 = time.monotonic()
+            stop = t0 + seconds
+            await asyncio.gather(
+                *(_produce_connection(servers[i % gateways].port, request, stop, counts) for i in range(connections))
+            )
+            return time.monotonic() - t0
+
+        busy = _busy_seconds()
+        elapsed = asyncio.run(run())
+        busy = _busy_seconds() - busy
+        records = sum(counts) * per_batch
+        metrics = "".join(httpx.get(s.url + "/metrics", timeout=10).text for s in servers)
         return {
             "records_per_s": records / elapsed,
             "mb_per_s": records * size / elapsed / 1e6,
-            "commits_per_s": commits / elapsed,
+            "commits_per_s": _metric(metrics, "topiclake_commits_total") / elapsed,
+            "conflicts_per_s": _metric(metrics, "topiclake_commit_conflicts_total") / elapsed,
+            "forwarded_per_s": _metric(metrics, "topiclake_produce_forwarded_total") / elapsed,
+            "cpu_cores": busy / elapsed,
         }
     finally:
         for s in servers:
@@ -199,15 +260,44 @@ def main() -> None:
     p.add_argument("--gateways", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
+    p.add_argument("--batch-kb", type=int, default=64, help="Arrow request size (default 64 KiB)")
+    p.add_argument("--connections", type=int, default=16, help="client connections in all, spread over the gateways")
+    p.add_argument("--keyed", action="store_true", help="keyed records over all partitions")
+    p.add_argument("--produce-only", action="store_true")
     args = p.parse_args()
     rows: list[dict[str, float | str]] = []
-    for size in (100, 1000):
+    for size in args.sizes:
         base = None
         for n in args.gateways:
-            r = produce_scaling(n, size, args.seconds)
-            base = base or r["records_per_s"]
-            rows.append({"figure": f"produce {size} B, {n} gateways", **r, "vs_1": r["records_per_s"] / base})
-    print_table(rows, ["figure", "records_per_s", "mb_per_s", "commits_per_s", "vs_1"])
+            for owners in (True, False) if n > 1 else (True,):
+                r = produce_scaling(
+                    n,
+                    size,
+                    args.seconds,
+                    owners=owners,
+                    batch_bytes=args.batch_kb * 1024,
+                    connections=args.connections,
+                    keyed=args.keyed,
+                )
+                base = base or r["records_per_s"]
+                how = "" if n == 1 else (", owners" if owners else ", anywhere")
+                figure = f"produce {size} B{' keyed' if args.keyed else ''}, {n} gateways{how}"
+                rows.append({"figure": figure, **r, "vs_1": r["records_per_s"] / base})
+    columns = [
+        "figure",
+        "records_per_s",
+        "mb_per_s",
+        "commits_per_s",
+        "conflicts_per_s",
+        "forwarded_per_s",
+        "cpu_cores",
+        "vs_1",
+    ]
+    print_table(rows, columns)
+    if args.produce_only:
+        write_results("cluster_bench", rows, vars(args))
+        return
     other = {**failover(args.kills), **cross_gateway_wake(args.rounds)}
     print_table([other], list(other))
     write_results("cluster_bench", [*rows, other], vars(args))

@@ -184,6 +184,11 @@ class ClusterSettings(BaseModel):
     forward_timeout_s: float = Field(
         330.0, gt=0, description="Forwarded requests (a join waits for its rebalance, up to 300 s)."
     )
+    route_produce: bool = Field(
+        True,
+        description="Append each partition's records on the gateway that owns it (forwarding them there); "
+        "off: every gateway appends where the request arrives (Delta still keeps offsets unique).",
+    )
     ca_file: str | None = Field(None, description="CA bundle to verify other gateways' https certificates.")
     client_cert: str | None = Field(None, description="Certificate presented to gateways that verify clients.")
     client_key: str | None = Field(None, description="Its key (default: in client_cert).")

@@ -24,10 +24,13 @@ import uuid
 from collections.abc import Callable
 
 from conf import ClusterSettings
-from delta_log.core.ownership import owner
+from delta_log.core.ownership import owner, partition_resource
 from delta_log.system.gateways import GatewayDirectory, GatewayRecord
 
 log = logging.getLogger(__name__)
+
+#: topics whose partition owners are cached at once (the cache starts over beyond that)
+_PARTITION_CACHE_TOPICS = 4096
 
 
 def new_gateway_id() -> str:
@@ -57,6 +60,7 @@ class Cluster:
             pid=os.getpid(),
         )
         self._members: list[GatewayRecord] = [self.me]
+        self._partition_owners: dict[tuple[str, int], list[str | None]] = {}
         self._published_ms = now
         self._listeners: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -149,6 +153,7 @@ class Cluster:
         changed = [r.gateway_id for r in live] != [r.gateway_id for r in self._members]
         self._members = live
         if changed:
+            self._partition_owners = {}
             log.info("cluster: %d live gateways: %s", len(live), ", ".join(r.gateway_id for r in live))
             for listener in self._listeners:
                 try:
@@ -171,6 +176,22 @@ class Cluster:
         by_id = {r.gateway_id: r for r in self._members}
         chosen = owner(resource, by_id)
         return by_id[chosen] if chosen is not None else None
+
+    def partition_owners(self, topic: str, partitions: int) -> list[str | None]:
+        """The owner gateway id of each of `topic`'s partitions (Kafka: each partition's leader),
+        cached until the membership changes."""
+        key = (topic, partitions)
+        owners = self._partition_owners.get(key)
+        if owners is None:
+            if len(self._partition_owners) >= _PARTITION_CACHE_TOPICS:
+                self._partition_owners = {}
+            ids = [r.gateway_id for r in self._members]
+            owners = [owner(partition_resource(topic, p), ids) for p in range(partitions)]
+            self._partition_owners[key] = owners
+        return owners
+
+    def member(self, gateway_id: str) -> GatewayRecord | None:
+        return next((r for r in self._members if r.gateway_id == gateway_id), None)
 
     def owns(self, resource: str) -> bool:
         chosen = self.owner(resource)

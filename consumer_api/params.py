@@ -23,6 +23,13 @@ TopicPath = Annotated[
         json_schema_extra={"minLength": 1, "maxLength": MAX_TOPIC_NAME_LENGTH, "pattern": TOPIC_NAME_PATTERN},
     ),
 ]
+TopicQuery = Annotated[
+    str | None,
+    Query(
+        description="Topic name: 1-249 of [a-zA-Z0-9._-], not '.' or '..'.",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_TOPIC_NAME_LENGTH, "pattern": TOPIC_NAME_PATTERN},
+    ),
+]
 PartitionPath = Annotated[int, Path(json_schema_extra={"minimum": 0, "maximum": MAX_PARTITIONS - 1})]
 GroupPath = Annotated[
     str,

@@ -232,6 +232,18 @@ class CoordinatorNotAvailableError(TopiclakeError):
     hint = "Retry after a few seconds, through any gateway."
 
 
+class OwnerNotAvailableError(TopiclakeError):
+    """The gateway that owns a produce request's partitions was lost after the request reached it:
+    the records may or may not be written (Kafka's clients see a network error here)."""
+
+    code = "OWNER_NOT_AVAILABLE"
+    retriable = True
+    hint = (
+        "Retry through any gateway; an idempotent producer (Producer-Id + Producer-Sequence or "
+        "Idempotency-Key) is never written twice."
+    )
+
+
 class FencedMemberError(TopiclakeError):
     """A commit or heartbeat from an old generation or from a member that does not own the partition."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from conf import Settings
 from delta_log.core.lag import lowest_committed
@@ -117,13 +117,14 @@ class TopicRegistry:
 
         return on_commit
 
-    def sticky_partition(self, topic: str, partitions: int, *, advance: bool) -> int:
-        """Kafka's sticky partitioner for null keys: one partition per batch, moving on per batch."""
+    def sticky_partition(self, topic: str, partitions: int, *, advance: bool, among: Sequence[int] = ()) -> int:
+        """Kafka's sticky partitioner for null keys: one partition per batch, moving on per batch;
+        only through `among` when given (in a cluster: the partitions this gateway owns)."""
         with self._lock:
-            current = self._sticky.get(topic, hash(topic) % partitions) % partitions
+            current = self._sticky.get(topic, hash(topic) % partitions)
             if advance:
-                self._sticky[topic] = (current + 1) % partitions
-            return current
+                self._sticky[topic] = current + 1
+            return among[current % len(among)] if among else current % partitions
 
     def committers(self) -> dict[str, GroupCommitter]:
         with self._lock:

@@ -52,6 +52,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.FencedMemberError: 409,
     e.NotCoordinatorError: 503,
     e.CoordinatorNotAvailableError: 503,
+    e.OwnerNotAvailableError: 503,
     e.UnknownAssignorError: 400,
     e.GroupNotEmptyError: 409,
     e.ReplicaStateError: 409,

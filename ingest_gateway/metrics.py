@@ -27,6 +27,7 @@ class Metrics:
         self.requests: dict[tuple[str, str], int] = defaultdict(int)
         self.errors: dict[str, int] = defaultdict(int)
         self.commits: dict[str, int] = defaultdict(int)
+        self.forwarded: dict[tuple[str, str], int] = defaultdict(int)
         self._buckets = [0] * len(LATENCY_BUCKETS)
         self._latency_sum = 0.0
         self._latency_count = 0
@@ -43,6 +44,12 @@ class Metrics:
             self._latency_sum += stats.seconds
             self._latency_count += 1
 
+    def on_forward(self, topic: str, *, appended_here: bool) -> None:
+        """A produce request whose partitions another gateway owns: sent there, or (the owner
+        could not take it) appended here."""
+        with self._lock:
+            self.forwarded[(topic, "appended_here" if appended_here else "owner")] += 1
+
     def on_error(self, code: str) -> None:
         with self._lock:
             self.errors[code] += 1
@@ -56,6 +63,7 @@ class Metrics:
         queue_depth: dict[str, int],
         queued_bytes: dict[str, int],
         phases: dict[str, dict[str, float]] | None = None,
+        conflicts: dict[str, int] | None = None,
         visible: Callable[[str], bool] = lambda topic: True,
     ) -> str:
         """The Prometheus text; per-topic series only for the topics `visible` lets through."""
@@ -78,6 +86,14 @@ class Metrics:
             family("topiclake_commits_total", "counter", "Delta commits (group-commit flushes), per topic.")
             for t, v in mine(self.commits):
                 lines.append(f"topiclake_commits_total{_labels(topic=t)} {v}")
+            family(
+                "topiclake_produce_forwarded_total",
+                "counter",
+                "Produce requests for partitions another gateway owns, per topic and where they were appended.",
+            )
+            for (t, where), v in sorted(self.forwarded.items()):
+                if visible(t):
+                    lines.append(f"topiclake_produce_forwarded_total{_labels(topic=t, appended=where)} {v}")
             family("topiclake_commit_latency_seconds", "histogram", "Time per group-commit flush.")
             for bound, count in zip(LATENCY_BUCKETS, self._buckets, strict=True):
                 lines.append(f'topiclake_commit_latency_seconds_bucket{{le="{bound}"}} {count}')
@@ -96,6 +112,13 @@ class Metrics:
         family("topiclake_queue_bytes", "gauge", "Bytes waiting for a commit, per topic.")
         for t, v in mine(queued_bytes):
             lines.append(f"topiclake_queue_bytes{_labels(topic=t)} {v}")
+        family(
+            "topiclake_commit_conflicts_total",
+            "counter",
+            "Commits retried because another writer won the version with the same partitions, per topic.",
+        )
+        for t, v in mine(conflicts or {}):
+            lines.append(f"topiclake_commit_conflicts_total{_labels(topic=t)} {v}")
         family("topiclake_writer_phase_seconds_total", "counter", "Flush time by phase, per topic.")
         for t, by_phase in mine(phases or {}):
             for phase, secs in by_phase.items():

@@ -1,6 +1,12 @@
 """Produce: decoded table -> partitioned, validated AppendRequest -> per-record offsets.
 
 Pure except for reading the topic's config and sticky partition from the registry.
+
+In a cluster each partition has one owner gateway (rendezvous hashing, consumer_api.cluster), which
+appends to it; `Placement` is this gateway's view of the owners. Records without a key or partition
+go to partitions this gateway owns; a request whose partitions another gateway owns alone is sent
+there (ingest_gateway.produce_forwarding). Ownership only steers the writes: Delta's transaction
+rule keeps offsets unique whoever appends, so a request spanning several owners is appended here.
 """
 
 from __future__ import annotations
@@ -8,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +49,21 @@ def producer_from_headers(
     return ProducerSequence(producer_id=producer_id, sequence=int(producer_sequence))
 
 
-def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: ProducerSequence | None) -> PreparedRequest:
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Which gateway owns each partition of a topic, as this gateway sees the cluster."""
+
+    me: str
+    owners_of: Callable[[int], Sequence[str | None]]  # partition count -> owner gateway id per partition
+
+
+def prepare(
+    registry: TopicRegistry,
+    topic: str,
+    table: pa.Table,
+    producer: ProducerSequence | None,
+    placement: Placement | None = None,
+) -> PreparedRequest:
     """Assign partitions (explicit, key hash or sticky) and validate against the topic's config.
 
     Raises: TopicNotFoundError, PartitionNotFoundError, RecordTooLargeError, InvalidSchemaError.
@@ -50,10 +71,13 @@ def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: Prod
     reader = registry.reader(topic)
     config = reader.config
     n = config.partitions
+    owners = placement.owners_of(n) if placement is not None else ()
     if producer is not None:
+        # the same partition whichever gateway a retry reaches: the owner sees it was written
         sticky = idempotent_null_key_partition(producer.producer_id, producer.sequence, n)
     else:
-        sticky = registry.sticky_partition(topic, n, advance=True)
+        mine = [p for p, o in enumerate(owners) if placement is not None and o == placement.me]
+        sticky = registry.sticky_partition(topic, n, advance=True, among=mine)
     explicit = table.column("partition") if "partition" in table.column_names else None
     if explicit is not None and explicit.null_count == len(explicit):
         explicit = None
@@ -75,14 +99,21 @@ def prepare(registry: TopicRegistry, topic: str, table: pa.Table, producer: Prod
     if len(order) > 1 and (np.diff(order) != 1).any():
         batch = batch.take(pa.array(order))
     batch = batch.combine_chunks()
-    append = AppendRequest(batch=batch, producer=producer, partitions=parts[order])
-    return PreparedRequest(append=append, partitions=parts)
+    sorted_parts = parts[order]
+    append = AppendRequest(batch=batch, producer=producer, partitions=sorted_parts)
+    owner = None
+    if placement is not None and len(sorted_parts):
+        targets = {owners[p] for p in np.unique(sorted_parts).tolist()}
+        if len(targets) == 1 and (only := targets.pop()) not in (None, placement.me):
+            owner = only
+    return PreparedRequest(append=append, partitions=parts, owner=owner)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PreparedRequest:
     append: AppendRequest
     partitions: np.ndarray  # partition of each record, in the client's order
+    owner: str | None = None  # the other gateway that owns every partition written, if one does
 
 
 def record_offset_columns(request: PreparedRequest, result: AppendResult) -> tuple[list[int], list[int]]:

@@ -445,22 +445,27 @@ def _supervise(args: argparse.Namespace, root: str, host: str, port: int) -> int
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    """The gateways on the root: id, URL, heartbeat age, the groups each coordinates."""
+    """The gateways on the root: id, URL, heartbeat age, the groups each coordinates; with
+    --topic, the partitions of that topic each one owns (appends to)."""
     from topiclake.client import raise_for_error
 
     with _http(args, 30) as http:
-        resp = http.get("/cluster")
+        resp = http.get("/cluster", params={"topic": args.topic} if args.topic else None)
         raise_for_error(resp)
         view = resp.json()
     if args.format == "json":
         print(json.dumps(view, indent=2))
         return 0
-    print("GATEWAY\tURL\tHEARTBEAT-AGE-MS\tLIVE\tGROUPS")
+    owned: dict[str, list[str]] = {}
+    for row in view.get("partitions", []):
+        owned.setdefault(row["owner"], []).append(str(row["partition"]))
+    print("GATEWAY\tURL\tHEARTBEAT-AGE-MS\tLIVE\tGROUPS" + (f"\tPARTITIONS OF {args.topic}" if args.topic else ""))
     for gw in view["gateways"]:
         mark = " (this)" if gw["gateway_id"] == view["self"] else ""
-        print(
+        line = (
             f"{gw['gateway_id']}{mark}\t{gw['url']}\t{gw['heartbeat_age_ms']}\t{gw['live']}\t{','.join(gw['groups'])}"
         )
+        print(line + (f"\t{','.join(owned.get(gw['gateway_id'], []))}" if args.topic else ""))
     return 0
 
 
@@ -493,6 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cluster", help="the gateways serving this root and what each coordinates")
     cl.add_argument("--format", choices=["table", "json"], default="table")
+    cl.add_argument("--topic", help="also show which gateway owns each partition of this topic")
     cl.set_defaults(func=cmd_cluster)
 
     t = sub.add_parser("topics", help="manage topics")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from consumer_api.params import TopicQuery
 from delta_log.core.acl import authorize
 from delta_log.core.ownership import group_resource
 from ingest_gateway.dependencies import MetricsDep, OptionalPrincipalDep, PrincipalDep, RegistryDep
@@ -53,17 +54,23 @@ def metrics(registry: RegistryDep, m: MetricsDep, principal: OptionalPrincipalDe
         {t: c.queue_depth for t, c in committers.items()},
         {t: c.queued_bytes for t, c in committers.items()},
         {t: dict(c.writer.phase_seconds) for t, c in committers.items()},
+        {t: c.writer.conflicts for t, c in committers.items()},
         visible=(lambda t: True) if principal is None else (lambda t: principal.allows("describe", t)),
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
 @router.get("/cluster")
-async def cluster(request: Request, principal: PrincipalDep, group: str | None = None) -> JSONResponse:
+async def cluster(
+    request: Request, registry: RegistryDep, principal: PrincipalDep, group: str | None = None, topic: TopicQuery = None
+) -> JSONResponse:
     """The gateways on this root: id, URL, health (heartbeat age), and the groups each coordinates;
-    with `group`, also which gateway coordinates that group (Kafka's FindCoordinator). Needs
-    admin on some topic (Kafka: DESCRIBE on the cluster)."""
+    with `group`, also which gateway coordinates that group (Kafka's FindCoordinator); with `topic`,
+    which gateway owns (appends to) each of its partitions (Kafka: the partition leaders). Needs
+    admin on some topic (Kafka: DESCRIBE on the cluster), and describe on `topic`."""
     authorize(principal, "admin", None)
+    if topic is not None:
+        authorize(principal, "describe", topic)
     view = request.app.state.cluster
     coordinator = request.app.state.coordinator
     if view is None:  # an app without membership (embedded in a test or a notebook)
@@ -80,4 +87,8 @@ async def cluster(request: Request, principal: PrincipalDep, group: str | None =
     if group is not None:
         coordinator_of = view.owner(group_resource(group))
         described["coordinator"] = coordinator_of.gateway_id if coordinator_of else None
+    if topic is not None:
+        reader = await run_in_threadpool(registry.reader, topic)
+        owners = view.partition_owners(topic, reader.config.partitions)
+        described["partitions"] = [{"partition": p, "owner": o} for p, o in enumerate(owners)]
     return JSONResponse(described)

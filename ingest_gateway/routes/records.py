@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import zlib
 from collections.abc import Callable
@@ -11,15 +12,19 @@ from typing import Annotated
 import pyarrow as pa
 from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
+from consumer_api.cluster import Cluster
 from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
+from consumer_api.forwarding import FORWARDED_BY
 from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import authorize
 from delta_log.errors import RequestTooLargeError
 from delta_log.log.group_commit import GroupCommitter
 from ingest_gateway import decoding
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
-from ingest_gateway.produce import PreparedRequest, prepare, producer_from_headers, record_offset_columns
+from ingest_gateway.produce import Placement, PreparedRequest, prepare, producer_from_headers, record_offset_columns
+from ingest_gateway.produce_forwarding import encode_for_owner, forward_append
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 
 router = APIRouter(tags=["produce"])
@@ -126,16 +131,47 @@ async def produce(
     if media not in _DECODERS:
         raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not supported.", content_type=media)
 
-    def decode_and_prepare() -> tuple[PreparedRequest, GroupCommitter]:
-        # One worker-thread hop per request: decode, partition, validate, find the topic's committer.
+    cluster: Cluster | None = request.app.state.cluster
+    placement = None
+    if cluster is not None and settings.cluster.route_produce and FORWARDED_BY not in request.headers:
+        placement = Placement(cluster.me.gateway_id, functools.partial(cluster.partition_owners, topic))
+
+    def decode_and_prepare() -> tuple[PreparedRequest, bytes | None, GroupCommitter | None]:
+        # One worker-thread hop per request: decode, partition, validate, and either encode the
+        # records for their owner gateway or open the topic's committer here.
         table = _DECODERS[media](body, key_format, value_format)
-        return prepare(registry, topic, table, producer), registry.committer(topic)
+        prepared = prepare(registry, topic, table, producer, placement)
+        if prepared.owner is not None:
+            forward = encode_for_owner(prepared.append.batch)
+            if len(forward) <= settings.server.max_request_bytes:
+                return prepared, forward, None
+        return prepared, None, registry.committer(topic)
 
     if len(body) <= INLINE_DECODE_BYTES:
-        prepared, committer = decode_and_prepare()
+        prepared, forward, committer = decode_and_prepare()
     else:
-        prepared, committer = await to_thread.run_sync(decode_and_prepare, limiter=_decode_limiter())
-    result = await asyncio.wrap_future(committer.submit(prepared.append))
+        prepared, forward, committer = await to_thread.run_sync(decode_and_prepare, limiter=_decode_limiter())
+    result = None
+    owner = cluster.member(prepared.owner) if cluster is not None and prepared.owner is not None else None
+    if cluster is not None and owner is not None and forward is not None:
+        outcome = await forward_append(
+            request.app.state.forwarder,
+            url=owner.url,
+            owner_id=owner.gateway_id,
+            me=cluster.me.gateway_id,
+            topic=topic,
+            body=forward,
+            headers=request.headers,
+            idempotent=producer is not None,
+        )
+        request.app.state.metrics.on_forward(topic, appended_here=outcome is None)
+        if isinstance(outcome, Response):
+            return outcome
+        result = outcome
+    if result is None:
+        if committer is None:  # the owner could not take it: append here
+            committer = await run_in_threadpool(registry.committer, topic)
+        result = await asyncio.wrap_future(committer.submit(prepared.append))
     # Serialized by hand: building a pydantic model per record cost more than the decode.
     if media == decoding.ARROW_STREAM:
         payload: dict[str, object] = {

@@ -240,17 +240,115 @@ def test_a_producer_moves_to_another_gateway_when_one_dies(gateways):
             f.result(timeout=60)
             acked.append(i)
     first.start()
-    seen: list[int] = []
     admin = AdminClient([s.url for s in gateways], api_key="k-admin")
-    for part in admin.describe_topic("moves")["partition_offsets"]:
-        r = httpx.get(
-            f"{gateways[0].url}/topics/moves/partitions/{part['partition']}/records",
-            params={"offset": 0, "max_records": 10_000, "value_format": "json"},
-            headers=ADMIN,
-            timeout=30,
-        )
-        seen += [rec["value"]["n"] for rec in r.json()["records"]]
+
+    def read_all() -> list[int]:
+        seen: list[int] = []
+        for part in admin.describe_topic("moves")["partition_offsets"]:
+            r = httpx.get(
+                f"{gateways[0].url}/topics/moves/partitions/{part['partition']}/records",
+                params={"offset": 0, "max_records": 10_000, "value_format": "json"},
+                headers=ADMIN,
+                timeout=30,
+            )
+            seen += [rec["value"]["n"] for rec in r.json()["records"]]
+        return seen
+
+    seen = read_all()
+    deadline = time.monotonic() + 10  # the reading gateway's snapshot may lag the others' last commits
+    while len(seen) < 400 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        seen = read_all()
     assert sorted(seen) == sorted(acked) == list(range(400))  # none lost, none twice
+
+
+def _commits(url: str, topic: str) -> float:
+    text = httpx.get(url + "/metrics", headers=ADMIN, timeout=10).text
+    prefix = f'topiclake_commits_total{{topic="{topic}"}} '
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_produce_is_appended_by_each_partitions_owner(gateways):
+    ids = wait_for(  # after the kill tests: until every gateway sees the same three
+        lambda: (
+            len({tuple(sorted(g["gateway_id"] for g in cluster_view(s.url)["gateways"])) for s in gateways}) == 1
+            and len(cluster_view(gateways[0].url)["gateways"]) == 3
+        ),
+        what="one view of three gateways",
+    )
+    assert ids
+    with httpx.Client(base_url=gateways[0].url, headers=ADMIN, timeout=30) as c:
+        assert c.post("/topics", json={"name": "owned", "partitions": 6}).status_code == 201
+    view = httpx.get(gateways[0].url + "/cluster", params={"topic": "owned"}, headers=ADMIN, timeout=10).json()
+    url_of = {g["gateway_id"]: g["url"] for g in view["gateways"]}
+    owner = {row["partition"]: url_of[row["owner"]] for row in view["partitions"]}
+    assert len(owner) == 6 and set(owner.values()) <= {s.url for s in gateways}
+    # every gateway computes the same owners
+    for s in gateways[1:]:
+        again = httpx.get(s.url + "/cluster", params={"topic": "owned"}, headers=ADMIN, timeout=10).json()
+        assert again["partitions"] == view["partitions"]
+
+    # records without a key or partition stay on the gateway they reach: its own partitions
+    for s in gateways:
+        mine = {p for p, u in owner.items() if u == s.url}
+        for _ in range(4):
+            r = httpx.post(f"{s.url}/topics/owned/records", json={"records": [{"value": 1}]}, headers=ADMIN, timeout=30)
+            assert r.status_code == 200, r.text
+            if mine:
+                assert r.json()["offsets"][0]["partition"] in mine
+
+    # a partition another gateway owns: appended by that gateway, with the client's own key
+    p, b_url = next((p, u) for p, u in owner.items() if u != gateways[0].url)
+    a = gateways[0]
+    before_a, before_b = _commits(a.url, "owned"), _commits(b_url, "owned")
+    body = {
+        "records": [
+            {"value": {"n": 1}, "partition": p, "timestamp": 1_700_000_000_000, "headers": {"h": "v"}},
+            {"value": {"n": 2}, "partition": p},
+        ]
+    }
+    r = httpx.post(f"{a.url}/topics/owned/records", json=body, headers=ADMIN, timeout=30)
+    assert r.status_code == 200, r.text
+    offsets = [o["offset"] for o in r.json()["offsets"]]
+    assert offsets[1] == offsets[0] + 1 and {o["partition"] for o in r.json()["offsets"]} == {p}
+    assert _commits(a.url, "owned") == before_a and _commits(b_url, "owned") == before_b + 1
+    metrics = httpx.get(a.url + "/metrics", headers=ADMIN, timeout=10).text
+    assert 'topiclake_produce_forwarded_total{topic="owned",appended="owner"} ' in metrics
+    fetched = httpx.get(
+        f"{a.url}/topics/owned/partitions/{p}/records",
+        params={"offset": offsets[0], "max_records": 2, "value_format": "json"},
+        headers=ADMIN,
+        timeout=30,
+    ).json()["records"]
+    assert [rec["value"] for rec in fetched] == [{"n": 1}, {"n": 2}]
+    assert fetched[0]["timestamp"] == 1_700_000_000_000 and fetched[0]["timestamp_type"] == 0
+    assert fetched[0]["headers"] == {"h": "v"} and fetched[1]["timestamp_type"] == 1  # the owner's append time
+
+    # an idempotent batch retried through a third gateway is not written twice
+    idem = {**ADMIN, "Producer-Id": "owned-p", "Producer-Sequence": "0"}
+    first = httpx.post(f"{a.url}/topics/owned/records", json={"records": [{"value": 3, "partition": p}]}, headers=idem)
+    third = next(s for s in gateways if s.url not in (a.url, b_url))
+    retry = httpx.post(
+        f"{third.url}/topics/owned/records", json={"records": [{"value": 3, "partition": p}]}, headers=idem
+    )
+    assert first.status_code == retry.status_code == 200, (first.text, retry.text)
+    assert retry.json()["duplicate"] is True and retry.json()["offsets"] == first.json()["offsets"]
+
+    # the owner authorizes the client's own key again (without it the owner would answer 401)
+    app = {"Authorization": "Bearer k-app"}
+    r = httpx.post(f"{a.url}/topics/owned/records", json={"records": [{"value": 1, "partition": p}]}, headers=app)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "FORBIDDEN", r.text
+    orders = httpx.get(a.url + "/cluster", params={"topic": "orders"}, headers=ADMIN, timeout=10).json()
+    foreign = next(row["partition"] for row in orders["partitions"] if url_of[row["owner"]] != a.url)
+    r = httpx.post(
+        f"{a.url}/topics/orders/records", json={"records": [{"value": 1, "partition": foreign}]}, headers=app
+    )
+    assert r.status_code == 200, r.text
+    forged = {"X-Topiclake-Forwarded-By": "someone"}
+    r = httpx.post(f"{b_url}/topics/owned/records", json={"records": [{"value": 1, "partition": p}]}, headers=forged)
+    assert r.status_code == 401, r.text
+    r = httpx.post(f"{a.url}/topics/owned/records", json={"records": [{"value": 1, "partition": 99}]}, headers=ADMIN)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "UNKNOWN_PARTITION", r.text
 
 
 def test_serve_workers_are_cluster_members_behind_one_port(tmp_path):
@@ -372,18 +470,27 @@ def test_kill_9_twice_under_load_keeps_every_invariant(gateways):
         producer.join(120)
         members.close()
 
-    # every acked record exactly once, offsets contiguous per partition
-    seen: list[int] = []
-    for part in range(6):
-        r = httpx.get(
-            f"{gateways[0].url}/topics/load/partitions/{part}/records",
-            params={"offset": 0, "max_records": 100_000, "value_format": "json"},
-            headers=ADMIN,
-            timeout=60,
-        ).json()
-        offsets = [rec["offset"] for rec in r["records"]]
-        assert offsets == list(range(len(offsets))), part
-        seen += [rec["value"]["n"] for rec in r["records"]]
+    # every acked record exactly once, offsets contiguous per partition (read until the reading
+    # gateway's snapshot, at most `reader.refresh_interval_s` old, has the last commits of the others)
+    def read_all() -> list[int]:
+        seen: list[int] = []
+        for part in range(6):
+            r = httpx.get(
+                f"{gateways[0].url}/topics/load/partitions/{part}/records",
+                params={"offset": 0, "max_records": 100_000, "value_format": "json"},
+                headers=ADMIN,
+                timeout=60,
+            ).json()
+            offsets = [rec["offset"] for rec in r["records"]]
+            assert offsets == list(range(len(offsets))), part
+            seen += [rec["value"]["n"] for rec in r["records"]]
+        return seen
+
+    seen = read_all()
+    deadline = time.monotonic() + 10
+    while not set(acked) <= set(seen) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        seen = read_all()
     assert len(seen) == len(set(seen)) and set(acked) <= set(seen) and len(acked) > 100
     # one member per partition per generation
     assert all(len(ids) == 1 for ids in owners.values()), {k: v for k, v in owners.items() if len(v) > 1}

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 
-.PHONY: setup run test test-fast lint bench clean
+.PHONY: setup minio run test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,12 @@ $(JARS_STAMP): $(STAMP)
 	$(PY) -m delta_log.spark.warmup
 	touch $(JARS_STAMP)
 
-setup: $(STAMP) $(JARS_STAMP)
+# A real S3 server for tests/s3: MinIO built from its Go module at a pinned version, once (cached
+# under ~/.cache). Without Go the S3 tests are skipped and say why (CI requires them).
+minio: $(STAMP)
+	@if command -v go >/dev/null; then $(PY) -m tests.s3.minio build; else $(PY) -m tests.s3.minio check; fi
+
+setup: $(STAMP) $(JARS_STAMP) minio
 
 run: $(STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}

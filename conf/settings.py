@@ -28,6 +28,29 @@ LOGGING_JSON = Path(__file__).with_name("logging.json")
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
+#: The standard AWS environment variables an S3 root takes for what its storage options leave out.
+AWS_ENVIRONMENT = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ALLOW_HTTP",
+)
+
+
+def object_store_options(root: str | None, options: dict[str, str]) -> dict[str, str]:
+    """`options` for `root`, completed from the AWS environment when `root` is on S3 (settings win;
+    keys are upper-cased, as both delta-rs and the S3 filesystem accept them). Every component (the
+    gateway, jobs, Spark) gets the same options, so none depends on reading the environment itself."""
+    if not root or not root.startswith(("s3://", "s3a://")):
+        return options
+    given = {k.upper(): v for k, v in options.items()}
+    from_env = {k: os.environ[k] for k in AWS_ENVIRONMENT if os.environ.get(k) and k not in given}
+    return from_env | given
+
 
 class WriterSettings(BaseModel):
     """Group commit and the Delta properties of new topic tables (the produce path)."""
@@ -212,7 +235,9 @@ class JobsSettings(BaseModel):
     rebalance_interval_s: float = Field(30.0, gt=0)
     replication_interval_s: float = Field(60.0, gt=0)
     replica_root: str | None = Field(None, description="Where the replication job mirrors to; unset: no replication.")
-    replica_storage_options: dict[str, str] = Field(default_factory=dict)
+    replica_storage_options: dict[str, str] = Field(
+        default_factory=dict, description="Object-store options of replica_root (as `storage_options`)."
+    )
     use_spark: bool = Field(False, description="Scheduled runs use Spark (spark.master) instead of in-process.")
     compaction_min_segments: int = Field(8, ge=2)
     compaction_target_bytes: int = Field(128 * 1024 * 1024, gt=0)
@@ -234,7 +259,11 @@ class Settings(BaseSettings):
     )
 
     root: str = Field("./data", description="Local folder or object-store URI holding every table.")
-    storage_options: dict[str, str] = Field(default_factory=dict)
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Object-store options (delta-rs names: AWS_ENDPOINT_URL, AWS_REGION, AWS_ALLOW_HTTP, "
+        "credentials); an S3 root takes what is missing from the standard AWS environment variables.",
+    )
     writer: WriterSettings = WriterSettings()
     reader: ReaderSettings = ReaderSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
@@ -261,6 +290,24 @@ class Settings(BaseSettings):
                 maintenance = dict(data.get("maintenance") or {})
                 maintenance[new_key] = value
                 data["maintenance"] = maintenance
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _object_store_environment(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data["storage_options"] = object_store_options(
+            str(data.get("root") or ""), dict(data.get("storage_options") or {})
+        )
+        jobs = data.get("jobs")
+        if isinstance(jobs, dict) and jobs.get("replica_root"):
+            data["jobs"] = jobs | {
+                "replica_storage_options": object_store_options(
+                    str(jobs["replica_root"]), dict(jobs.get("replica_storage_options") or {})
+                )
+            }
         return data
 
     @classmethod

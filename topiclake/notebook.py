@@ -43,10 +43,11 @@ def sql(line: str, cell: str) -> None:
 
 def load_ipython_extension(ipython: Any) -> None:
     from conf import load_settings
+    from delta_log import StorageRoot
     from delta_log.spark import get_spark
 
     settings = load_settings()
-    root = os.path.abspath(settings.root)
+    root = StorageRoot(settings.root).root  # a local root made absolute; an object-store URI as is
     spark = get_spark(settings, app_name="topiclake-notebook")
     _state.update(spark=spark, root=root, ipython=ipython)
     refresh_topics()

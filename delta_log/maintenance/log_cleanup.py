@@ -27,7 +27,7 @@ from delta_log.table.storage import StorageRoot
 def cleanup_log(storage: StorageRoot, table_uri: str, *, keep_versions: int, min_age_s: float) -> int:
     """Delete what `plan_log_cleanup` allows; return how many files went."""
     fs, _ = storage.filesystem()
-    base = table_uri if storage.is_local else pafs.FileSystem.from_uri(table_uri)[1]
+    base = storage.fs_path(table_uri)
     infos = fs.get_file_info(pafs.FileSelector(f"{base}/_delta_log", allow_not_found=True))
     files = [
         LogFile(i.base_name, i.mtime.timestamp() if i.mtime else 0.0) for i in infos if i.type == pafs.FileType.File

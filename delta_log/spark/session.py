@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from conf import Settings
 from conf.settings import SPARK_DEFAULTS
+from delta_log.table.storage import StorageRoot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,4 +71,4 @@ def _register_source(spark: SparkSession, settings: Settings) -> None:
     """`format("topiclake")`, defaulting to the settings' root and storage options."""
     from delta_log.spark.source import bind_source
 
-    spark.dataSource.register(bind_source(os.path.abspath(settings.root), settings.storage_options))
+    spark.dataSource.register(bind_source(StorageRoot(settings.root).root, settings.storage_options))

@@ -63,8 +63,8 @@ class GatewayDirectory:
     def publish(self, record: GatewayRecord) -> None:
         """Write (or refresh) a gateway's record. Raises: StorageUnavailableError."""
         with translate_storage_errors():
-            self.fs.create_dir(self.dir, recursive=True)
             if self.storage.is_local:
+                self.fs.create_dir(self.dir, recursive=True)
                 tmp = f"{self.dir}/.{record.gateway_id}.{uuid.uuid4().hex}.tmp"
                 with self.fs.open_output_stream(tmp) as f:
                     f.write(record.to_json())

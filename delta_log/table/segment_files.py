@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
@@ -92,7 +91,7 @@ def write_segments(
 ) -> list[WrittenSegment]:
     """Write `records` (TOPIC_SCHEMA, sorted by partition then offset) as one file per partition."""
     fs, _ = storage.filesystem()
-    base = table_uri if storage.is_local else pafs.FileSystem.from_uri(table_uri)[1]
+    base = storage.fs_path(table_uri)
     parts = records.column("partition").to_numpy()
     if not len(parts):
         return []
@@ -132,7 +131,7 @@ def segments_of(dt: DeltaTable, *, stats_fallback: StatsFallback | None = None) 
 def remove_files(storage: StorageRoot, table_uri: str, relative_paths: list[str]) -> None:
     """Best-effort delete of files no commit references."""
     fs, _ = storage.filesystem()
-    base = table_uri if storage.is_local else pafs.FileSystem.from_uri(table_uri)[1]
+    base = storage.fs_path(table_uri)
     for rel in relative_paths:
         with contextlib.suppress(OSError):
             fs.delete_file(f"{base}/{rel}")

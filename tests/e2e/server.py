@@ -8,6 +8,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def free_port() -> int:
 class ServerProcess:
     def __init__(
         self,
-        root: Path,
+        root: Path | str,
         *,
         env: dict[str, str] | None = None,
         port: int | None = None,
@@ -43,10 +44,13 @@ class ServerProcess:
         # The job scheduler is off unless a test asks for it: its runs would add noise to the others.
         self.env = {**os.environ, "TOPICLAKE_JOBS__SCHEDULE": "false", **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = root.parent / f"server-{self.port}.log"
+        # a local root's logs sit beside it; an object-store root's in the temp folder
+        logs = root.parent if isinstance(root, Path) else Path(tempfile.gettempdir())
+        self.log = logs / f"server-{self.port}.log"
 
     def start(self, timeout: float = 60.0) -> ServerProcess:
-        self.root.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.root, Path):
+            self.root.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [

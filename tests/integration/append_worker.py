@@ -20,7 +20,7 @@ def main(argv: list[str]) -> None:
     root, topic, partition, batches, size, ack_file = argv[:6]
     tag = argv[6] if len(argv) > 6 else "w"
     settings = load_settings(root=root)
-    writer = TopicWriter(StorageRoot(root), topic, settings.writer)
+    writer = TopicWriter(StorageRoot(root, settings.storage_options), topic, settings.writer)
     p, n = int(partition), int(size)
     with open(ack_file, "a", buffering=1) as acks:
         for b in range(int(batches)):

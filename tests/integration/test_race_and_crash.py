@@ -8,7 +8,6 @@ import time
 from collections import Counter
 
 import pytest
-from deltalake import DeltaTable
 
 from delta_log import TopicWriter
 
@@ -35,7 +34,7 @@ def read_acks(path) -> list[tuple[int, int, str]]:
 
 
 def table_rows(storage, topic):
-    t = DeltaTable(storage.topic_uri(topic)).to_pyarrow_table(columns=["offset", "key"]).sort_by("offset")
+    t = storage.open_topic(topic).to_pyarrow_table(columns=["offset", "key"]).sort_by("offset")
     return t.column("offset").to_pylist(), [k.decode() for k in t.column("key").to_pylist()]
 
 

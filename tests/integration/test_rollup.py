@@ -1,7 +1,5 @@
 import threading
 
-from deltalake import DeltaTable
-
 from conf import ReaderSettings
 from delta_log import TopicReader, TopicWriter
 from delta_log.maintenance.topic_maintenance import TopicMaintenance
@@ -10,7 +8,7 @@ from tests.integration.conftest import make_batch
 
 
 def snapshot(storage, topic):
-    t = DeltaTable(storage.topic_uri(topic)).to_pyarrow_table()
+    t = storage.open_topic(topic).to_pyarrow_table()
     return t.sort_by([("partition", "ascending"), ("offset", "ascending")])
 
 
@@ -28,7 +26,7 @@ def test_rollup_keeps_every_record_and_offset(storage, settings, topic_factory):
     finally:
         roller.close()
     assert report.runs == 10 and report.files_removed == 80 and report.conflicts == 0
-    assert sum(len(v) for v in segments_of(DeltaTable(storage.topic_uri(topic))).values()) == 10
+    assert sum(len(v) for v in segments_of(storage.open_topic(topic)).values()) == 10
     assert snapshot(storage, topic).equals(before)  # invariant 6: same records, same offsets
     # a reader holding the old index still reads (replaced files stay until vacuum), then refreshes
     assert reader.fetch(0, 0, max_records=1000).records.equals(old_fetch)
@@ -36,7 +34,7 @@ def test_rollup_keeps_every_record_and_offset(storage, settings, topic_factory):
     assert reader.fetch(0, 0, max_records=1000).records.equals(old_fetch)
     assert reader.partition_offsets()[0].segments == 5
     # rolled-up commits are dataChange=false
-    hist = DeltaTable(storage.topic_uri(topic)).history(1)[0]
+    hist = storage.open_topic(topic).history(1)[0]
     assert hist.get("operationParameters", {}).get("mode") == "Append" or hist["operation"] == "WRITE"
     assert w.append(make_batch(2, partitions=2)).ranges[0].base_offset == 120
 
@@ -63,7 +61,7 @@ def test_rollup_beside_a_live_writer(storage, settings, topic_factory):
     assert not errors
     offsets = snapshot(storage, topic).column("offset").to_pylist()
     assert offsets == list(range(360))  # unique, contiguous, nothing lost or doubled
-    files = len(segments_of(DeltaTable(storage.topic_uri(topic)))[0])
+    files = len(segments_of(storage.open_topic(topic))[0])
     assert files < 30, files  # 120 commits, rolled up
 
 

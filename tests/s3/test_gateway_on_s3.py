@@ -1,0 +1,113 @@
+"""`topiclake serve --root s3://...` against a real S3 server, started as a user starts it (the
+endpoint and credentials in the standard AWS environment variables)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+
+import httpx
+
+from tests.e2e.server import ServerProcess
+from tests.s3.minio import SECRET_KEY
+from topiclake import Consumer, Producer
+
+
+def read_values(url: str, topic: str, partitions: int) -> list[int]:
+    values: list[int] = []
+    for p in range(partitions):
+        r = httpx.get(
+            f"{url}/topics/{topic}/partitions/{p}/records",
+            params={"offset": 0, "max_records": 100_000, "value_format": "json"},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        offsets = [rec["offset"] for rec in r.json()["records"]]
+        assert offsets == list(range(len(offsets)))  # contiguous from 0
+        values += [rec["value"]["n"] for rec in r.json()["records"]]
+    return values
+
+
+def test_produce_fetch_groups_and_restart_on_s3(minio):
+    root = minio.root(f"gw-{uuid.uuid4().hex[:8]}")
+    srv = ServerProcess(root).start()
+    try:
+        assert httpx.post(srv.url + "/topics", json={"name": "orders", "partitions": 3}, timeout=60).status_code == 201
+        with Producer(srv.url, linger_ms=5) as p:
+            for f in [p.send("orders", value={"n": i}, key=f"k{i}") for i in range(300)]:
+                f.result(timeout=60)
+        assert sorted(read_values(srv.url, "orders", 3)) == list(range(300))
+
+        c = Consumer(srv.url, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+        c.subscribe(["orders"])
+        got: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 300 and time.monotonic() < deadline:
+            got += [json.loads(r.value)["n"] for r in c.poll(1.0)]
+        c.commit()
+        c.close()
+        assert sorted(got) == list(range(300))
+
+        srv.stop()
+        srv.start()  # everything lives in the bucket
+        offsets = httpx.get(f"{srv.url}/groups/g/offsets", timeout=60).json()["offsets"]
+        assert sum(o["offset"] for o in offsets) == 300
+        assert sorted(read_values(srv.url, "orders", 3)) == list(range(300))
+        ready = httpx.get(srv.url + "/readyz", timeout=30)
+        assert ready.status_code == 200 and ready.json()["root"] == root
+    finally:
+        srv.stop()
+    assert SECRET_KEY not in srv.log.read_text()  # never logged
+
+
+def test_two_gateways_on_one_bucket_and_a_kill_9_under_load(minio):
+    root = minio.root(f"cl-{uuid.uuid4().hex[:8]}")
+    fast = {"TOPICLAKE_CLUSTER__HEARTBEAT_INTERVAL_S": "0.3", "TOPICLAKE_CLUSTER__MEMBER_TIMEOUT_S": "3"}
+    a, b = ServerProcess(root, env=fast).start(), ServerProcess(root, env=fast).start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(httpx.get(a.url + "/cluster", timeout=10).json()["gateways"]) < 2:
+            assert time.monotonic() < deadline, "the gateways did not see each other through the bucket"
+            time.sleep(0.2)
+        assert httpx.post(a.url + "/topics", json={"name": "t", "partitions": 4}, timeout=60).status_code == 201
+        acked: list[int] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            with Producer([b.url, a.url], linger_ms=5, retries=100) as p:
+                n = 0
+                while not stop.is_set():
+                    futures = [(i, p.send("t", value={"n": i}, key=f"k{i}")) for i in range(n, n + 20)]
+                    n += 20
+                    for i, f in futures:
+                        try:
+                            f.result(timeout=60)
+                            acked.append(i)
+                        except Exception:
+                            pass
+
+        t = threading.Thread(target=produce, daemon=True)
+        t.start()
+        while len(acked) < 200:
+            time.sleep(0.1)
+        assert b.proc is not None
+        os.kill(b.proc.pid, signal.SIGKILL)  # the gateway the producer talks to
+        b.proc.wait(10)
+        count = len(acked)
+        while len(acked) < count + 200:
+            time.sleep(0.1)
+        stop.set()
+        t.join(120)
+        seen = read_values(a.url, "t", 4)
+        deadline = time.monotonic() + 10
+        while not set(acked) <= set(seen) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            seen = read_values(a.url, "t", 4)
+        assert len(seen) == len(set(seen)) and set(acked) <= set(seen)  # every acked record, once
+    finally:
+        a.stop()
+        b.stop()

@@ -1,6 +1,6 @@
 """Produce benchmark (issue 3): a real `topiclake serve` on 127.0.0.1, several client processes.
 
-    python -m bench.produce_bench [--seconds 10] [--clients 4]
+    python -m bench.produce_bench [--seconds 10] [--clients 4] [--compare <checkout of the previous main>]
 
 - Arrow IPC, 1 KB values: MB/s sustained, beside a raw pyarrow.parquet write of the same records.
 - JSON, 100-byte values: records/s.
@@ -26,7 +26,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from bench.common import median, percentile, print_table, write_results
-from tests.e2e.server import ServerProcess
+from tests.e2e.server import REPO, ServerProcess
 
 ARROW = "application/vnd.apache.arrow.stream"
 
@@ -202,14 +202,11 @@ def raw_parquet_mb_s(records: int, value_size: int) -> float:
         shutil.rmtree(d)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--clients", type=int, default=4)
-    args = ap.parse_args(argv)
+def measure(args: argparse.Namespace, repo: Path, label: str) -> list[dict]:
+    """Every workload against one server running `repo`'s code."""
     work = Path(tempfile.mkdtemp(prefix="topiclake-produce-"))
-    srv = ServerProcess(work / "data").start()
-    rows = []
+    srv = ServerProcess(work / "data", repo=repo).start()
+    rows: list[dict] = []
     try:
         for name in ("arrow1k", "json100", "latency"):
             httpx.post(srv.url + "/topics", json={"name": name, "partitions": 4}).raise_for_status()
@@ -218,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         raw = raw_parquet_mb_s(arrow["records"], 1024)
         rows.append(
             {
+                "code": label,
                 "workload": f"Arrow IPC 1 KB, {args.clients} clients",
                 "records_per_s": arrow["records"] / arrow["seconds"],
                 "MB_per_s": mb_s,
@@ -231,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         js = run_clients(srv.url, "json100", "json", args.clients, args.seconds)
         rows.append(
             {
+                "code": label,
                 "workload": f"JSON 100 B, {args.clients} clients",
                 "records_per_s": js["records"] / js["seconds"],
                 "MB_per_s": js["records"] * 100 / 1e6 / js["seconds"],
@@ -242,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
         lat = run_fixed_rate(srv.url, "latency", 500, args.seconds)
         rows.append(
             {
+                "code": label,
                 "workload": "JSON 10-record batches at 500 req/s (open loop)",
                 "records_per_s": lat["requests"] * 10 / lat["seconds"],
                 "p50_ms": median(lat["latencies"]),
@@ -249,28 +249,41 @@ def main(argv: list[str] | None = None) -> None:
                 "errors": lat["errors"],
             }
         )
-        print_table(
-            rows,
-            [
-                "workload",
-                "records_per_s",
-                "MB_per_s",
-                "raw_parquet_MB_per_s",
-                "ratio_vs_raw",
-                "p50_ms",
-                "p99_ms",
-                "errors",
-            ],
-        )
         metrics = httpx.get(srv.url + "/metrics").text
         commits = sum(
             float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("topiclake_commits_total{")
         )
-        print(f"\nDelta commits during the run: {commits:.0f}")
-        print(f"written: {write_results('produce_bench', rows, {'seconds': args.seconds, 'clients': args.clients})}")
+        print(f"{label}: Delta commits during the run: {commits:.0f}")
     finally:
         srv.stop()
         shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--compare", type=Path, help="another checkout to measure first (e.g. the previous main)")
+    args = ap.parse_args(argv)
+    rows = measure(args, args.compare, "before") if args.compare else []
+    rows += measure(args, REPO, "this")
+    print_table(
+        rows,
+        [
+            "code",
+            "workload",
+            "records_per_s",
+            "MB_per_s",
+            "raw_parquet_MB_per_s",
+            "ratio_vs_raw",
+            "p50_ms",
+            "p99_ms",
+            "errors",
+        ],
+    )
+    meta = {"seconds": args.seconds, "clients": args.clients, "compare": str(args.compare or "")}
+    print(f"written: {write_results('produce_bench', rows, meta)}")
 
 
 if __name__ == "__main__":

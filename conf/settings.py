@@ -62,6 +62,9 @@ class WriterSettings(BaseModel):
     max_queue_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Back-pressure above this.")
     max_commit_attempts: int = Field(50, ge=1, description="Conflict retries before giving up.")
     reopen_every_commits: int = Field(2000, ge=1, description="Re-open the table to keep memory flat.")
+    flush_threads: int = Field(
+        8, ge=1, le=256, description="Threads that flush every topic's group commits (idle topics hold none)."
+    )
     checkpoint_interval: int = Field(
         10,
         ge=1,
@@ -102,6 +105,7 @@ class MaintenanceSettings(BaseModel):
     model_config = _FROZEN
 
     interval_s: float = Field(5.0, gt=0, description="Maintenance check of a topic when commits are few.")
+    threads: int = Field(2, ge=1, le=64, description="Threads that run every topic's maintenance passes.")
     rollup_every_commits: int = Field(32, ge=1, description="Wake the segment roll-up after this many commits.")
     rollup_fanout: int = Field(8, ge=2, description="Adjacent same-tier segments merged at once.")
     rollup_base_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Only segments below this are rolled up.")
@@ -167,6 +171,12 @@ class ServerSettings(BaseModel):
     port: int = Field(8080, ge=0, le=65535)
     max_request_bytes: int = Field(64 * 1024 * 1024, gt=0)
     default_partitions: int = Field(1, ge=1)
+    topic_idle_s: float = Field(
+        60.0, gt=0, description="A topic unused this long gives back its writer, reader and caches (reopened on use)."
+    )
+    max_open_topics: int = Field(
+        1000, ge=1, description="Beyond this many open topics, the least recently used give theirs back."
+    )
     retry_after_seconds: int = Field(1, ge=1)
     max_body_bytes: int = Field(
         1024 * 1024, gt=0, description="Body limit of every route but produce (which has max_request_bytes)."

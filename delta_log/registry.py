@@ -1,24 +1,28 @@
 """Process-wide access to topics: per topic one group committer, one reader and one maintenance
 loop, created on first use; the shared offsets store; topic administration that keeps them in step.
 
-Concurrency contract: thread-safe; topic handles are created lazily under a lock and dropped on
-delete. Commit listeners run on the committing thread and must be quick (they wake waiters).
+Concurrency contract: thread-safe; topic handles are created lazily under a lock, dropped on delete,
+and released when a topic has been idle (`release_idle`), so an idle topic costs nothing but its
+name. No topic owns a thread: flushes run on one `FlushPool` (`writer.flush_threads`) and
+maintenance on one `MaintenanceScheduler` (`maintenance.threads`). Commit listeners run on the
+committing thread and must be quick (they wake waiters).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from conf import Settings
 from delta_log.core.lag import lowest_committed
 from delta_log.core.topic_config import validate_topic_name
 from delta_log.log.catalog import Catalog, TopicDescription
-from delta_log.log.group_commit import FlushStats, GroupCommitter
+from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.reader import TopicReader
 from delta_log.log.writer import CommitInfo, TopicWriter
-from delta_log.maintenance.topic_maintenance import TopicMaintenance
+from delta_log.maintenance.topic_maintenance import MaintenanceScheduler, TopicMaintenance
 from delta_log.system.offsets import OffsetStore
 from delta_log.table.storage import StorageRoot
 
@@ -40,6 +44,9 @@ class TopicRegistry:
         self._listeners: list[Callable[[CommitInfo], None]] = []
         self._offsets: OffsetStore | None = None
         self._sticky: dict[str, int] = {}
+        self._last_used: dict[str, float] = {}
+        self._flush_pool = FlushPool(settings.writer.flush_threads)
+        self._maintenance_scheduler = MaintenanceScheduler(settings.maintenance.threads)
 
     @property
     def offsets(self) -> OffsetStore:
@@ -60,12 +67,15 @@ class TopicRegistry:
     def reader(self, topic: str) -> TopicReader:
         """Raises: InvalidTopicError, TopicNotFoundError."""
         validate_topic_name(topic)
+        now = time.monotonic()
         with self._lock:
             r = self._readers.get(topic)
+            self._last_used[topic] = now
         if r is not None:
             return r
         fresh = TopicReader(self.storage, topic, self.settings.reader)
         with self._lock:
+            self._last_used[topic] = now
             return self._readers.setdefault(topic, fresh)
 
     def partitions(self, topic: str) -> int:
@@ -85,6 +95,7 @@ class TopicRegistry:
             self.settings.maintenance,
             self.settings.writer,
             lowest_committed=self.lowest_committed,
+            scheduler=self._maintenance_scheduler,
         )
         writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, maintenance))
         w = self.settings.writer
@@ -94,6 +105,7 @@ class TopicRegistry:
             batch_bytes=w.batch_bytes,
             max_queue_bytes=w.max_queue_bytes,
             on_flush=self._on_flush,
+            pool=self._flush_pool,
         )
         with self._lock:
             existing = self._committers.get(topic)
@@ -169,10 +181,40 @@ class TopicRegistry:
             m = self._maintenance.pop(topic, None)
             self._readers.pop(topic, None)
             self._sticky.pop(topic, None)
+            self._last_used.pop(topic, None)
         if c is not None:
             c.close()
         if m is not None:
             m.close()
+
+    def release_idle(self, idle_s: float, max_open: int) -> list[str]:
+        """Release the handles (writer, reader, caches, maintenance) of topics unused for `idle_s`,
+        and of the least recently used beyond `max_open` open topics; a topic with requests
+        waiting or a maintenance pass running is kept. They are opened again on next use.
+        Returns the released topics."""
+        now = time.monotonic()
+        with self._lock:
+            for topic, c in self._committers.items():
+                self._last_used[topic] = max(self._last_used.get(topic, 0.0), c.last_used)
+            by_age = sorted(self._last_used.items(), key=lambda kv: kv[1])
+            over = max(0, len(by_age) - max_open)
+            candidates = [t for i, (t, used) in enumerate(by_age) if i < over or now - used >= idle_s]
+            released: list[tuple[str, GroupCommitter | None, TopicMaintenance | None]] = []
+            for topic in candidates:
+                committer, loop = self._committers.get(topic), self._maintenance.get(topic)
+                if (committer is not None and committer.busy) or (loop is not None and loop.busy):
+                    continue
+                released.append((topic, self._committers.pop(topic, None), self._maintenance.pop(topic, None)))
+                self._readers.pop(topic, None)
+                self._last_used.pop(topic, None)
+        for _, committer, loop in released:
+            if committer is not None:
+                committer.close()
+            if loop is not None:
+                loop.close()
+        if released:
+            log.debug("released %d idle topics", len(released))
+        return [t for t, _, _ in released]
 
     def close(self) -> None:
         with self._lock:
@@ -185,3 +227,5 @@ class TopicRegistry:
             c.close()
         for m in loops:
             m.close()
+        self._flush_pool.close()
+        self._maintenance_scheduler.close()

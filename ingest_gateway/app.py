@@ -160,6 +160,19 @@ def _peer_tls(settings: Settings) -> ssl.SSLContext | bool:
     return context
 
 
+async def _release_idle_topics(registry: TopicRegistry, settings: Settings) -> None:
+    """Every quarter of `server.topic_idle_s`, give back the handles of idle topics."""
+    every = max(settings.server.topic_idle_s / 4, 0.05)
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await run_in_threadpool(
+                registry.release_idle, settings.server.topic_idle_s, settings.server.max_open_topics
+            )
+        except Exception:
+            log.exception("releasing idle topics failed; will retry")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; the registry (writers, readers) lives for the app's lifespan."""
     settings = settings or load_settings()
@@ -199,10 +212,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if cluster is not None:
             cluster.on_change(coordinator.on_membership_change)
         app.state.coordinator = coordinator
+        janitor = asyncio.create_task(_release_idle_topics(registry, settings), name="release-idle-topics")
         log.info("topiclake serving root %s", registry.storage.root)
         try:
             yield
         finally:
+            janitor.cancel()
             if cluster is not None:
                 await cluster.stop()  # first: the others take this gateway's groups at once
                 await app.state.forwarder.aclose()

@@ -3,9 +3,12 @@
 Concurrency contract
 - `submit()` is thread-safe and never blocks on I/O: it enqueues and returns a Future that is
   resolved only after the commit holding the request succeeded (ack after durable), or failed.
-- One flusher thread per topic calls `TopicWriter.append_many`; a flush starts when `linger_s`
-  passed since its first request or `batch_bytes` are waiting. Requests that arrive while a commit
-  is in flight form the next flush, so batching grows with load even at linger 0.
+- Flushes run on a `FlushPool` shared by every topic of the process (`writer.flush_threads`
+  threads), so an idle topic holds no thread: a topic with waiting requests takes one pool thread
+  for one flush at a time (never two at once: `TopicWriter` is single-threaded) and, if more
+  arrived meanwhile, queues its next flush behind the other topics'. A flush starts when
+  `linger_s` passed since its first request or `batch_bytes` are waiting. Requests that arrive
+  while a commit is in flight form the next flush, so batching grows with load even at linger 0.
 - A request is all-or-nothing: it is in exactly one commit, or its Future carries the error.
 - Above `max_queue_bytes` waiting, `submit()` raises BackPressureError (HTTP 429 + Retry-After).
 """
@@ -17,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from delta_log.errors import BackPressureError, WriterClosedError
@@ -36,6 +39,19 @@ class FlushStats:
     ok: bool
 
 
+class FlushPool:
+    """Threads shared by the group committers of many topics."""
+
+    def __init__(self, threads: int, *, name: str = "flush") -> None:
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._executor.submit(fn)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
 class GroupCommitter:
     """Batches append requests for one topic into as few Delta commits as possible."""
 
@@ -47,18 +63,21 @@ class GroupCommitter:
         batch_bytes: int,
         max_queue_bytes: int,
         on_flush: Callable[[FlushStats], None] | None = None,
+        pool: FlushPool | None = None,
     ) -> None:
         self.writer = writer
         self.linger_s = linger_s
         self.batch_bytes = batch_bytes
         self.max_queue_bytes = max_queue_bytes
         self.on_flush = on_flush
+        self._own_pool = pool is None
+        self._pool = pool or FlushPool(1, name=f"group-commit-{writer.topic}")
         self._cond = threading.Condition()
         self._queue: deque[tuple[AppendRequest, int, Future[AppendResult], float]] = deque()
         self._queued_bytes = 0
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=f"group-commit-{writer.topic}", daemon=True)
-        self._thread.start()
+        self._scheduled = False  # a flush of this topic is queued on, or running in, the pool
+        self.last_used = time.monotonic()
 
     @property
     def queued_bytes(self) -> int:
@@ -81,17 +100,26 @@ class GroupCommitter:
                     topic=self.writer.topic,
                     queued_bytes=self._queued_bytes,
                 )
-            self._queue.append((request, size, fut, time.monotonic()))
+            now = time.monotonic()
+            self._queue.append((request, size, fut, now))
             self._queued_bytes += size
-            self._cond.notify()
+            self.last_used = now
+            self._cond.notify_all()  # a flush lingering for more
+            schedule = not self._scheduled
+            self._scheduled = True
+        if schedule:
+            self._pool.submit(self._flush_next)
         return fut
 
-    def _take(self) -> list[tuple[AppendRequest, int, Future[AppendResult], float]] | None:
+    @property
+    def busy(self) -> bool:
+        """Requests are waiting or being flushed."""
+        return self._scheduled
+
+    def _take(self) -> list[tuple[AppendRequest, int, Future[AppendResult], float]]:
         with self._cond:
-            while not self._queue and not self._closed:
-                self._cond.wait()
             if not self._queue:
-                return None
+                return []
             deadline = self._queue[0][3] + self.linger_s
             while not self._closed and self._queued_bytes < self.batch_bytes:
                 remaining = deadline - time.monotonic()
@@ -107,27 +135,37 @@ class GroupCommitter:
             self._queued_bytes -= size
             return taken
 
-    def _run(self) -> None:
-        while True:
+    def _flush_next(self) -> None:
+        """One flush on a pool thread; then the next one goes to the back of the pool's line."""
+        try:
             taken = self._take()
-            if taken is None:
-                return
-            requests = [t[0] for t in taken]
-            nbytes = sum(t[1] for t in taken)
-            start = time.perf_counter()
-            try:
-                results = self.writer.append_many(requests)
-            except BaseException as exc:  # resolve every future; the thread must survive
-                for _, _, fut, _ in taken:
-                    fut.set_exception(exc)
-                self._report(requests, nbytes, start, ok=False)
-                continue
-            for (_, _, fut, _), result in zip(taken, results, strict=True):
-                if result.error is not None:
-                    fut.set_exception(result.error)
-                else:
-                    fut.set_result(result)
-            self._report(requests, nbytes, start, ok=True)
+            if taken:
+                self._flush(taken)
+        finally:
+            with self._cond:
+                again = bool(self._queue)
+                self._scheduled = again
+                self._cond.notify_all()  # close() waits for the last flush
+            if again:
+                self._pool.submit(self._flush_next)
+
+    def _flush(self, taken: list[tuple[AppendRequest, int, Future[AppendResult], float]]) -> None:
+        requests = [t[0] for t in taken]
+        nbytes = sum(t[1] for t in taken)
+        start = time.perf_counter()
+        try:
+            results = self.writer.append_many(requests)
+        except BaseException as exc:  # resolve every future; the pool thread must survive
+            for _, _, fut, _ in taken:
+                fut.set_exception(exc)
+            self._report(requests, nbytes, start, ok=False)
+            return
+        for (_, _, fut, _), result in zip(taken, results, strict=True):
+            if result.error is not None:
+                fut.set_exception(result.error)
+            else:
+                fut.set_result(result)
+        self._report(requests, nbytes, start, ok=True)
 
     def _report(self, requests: list[AppendRequest], nbytes: int, start: float, *, ok: bool) -> None:
         if self.on_flush is None:
@@ -147,8 +185,12 @@ class GroupCommitter:
             log.exception("on_flush listener failed")
 
     def close(self, timeout: float = 30.0) -> None:
-        """Flush what is queued, then stop the thread."""
+        """Refuse new requests, and wait until what is queued is flushed."""
+        deadline = time.monotonic() + timeout
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout)
+            while self._scheduled and (remaining := deadline - time.monotonic()) > 0:
+                self._cond.wait(remaining)
+        if self._own_pool:
+            self._pool.close()

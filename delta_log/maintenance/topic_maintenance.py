@@ -8,18 +8,24 @@
                  `retention_interval_s`
     vacuum       delete files no version references any more, every `vacuum_interval_s`
 
-Concurrency contract: one thread per topic with its own table object, beside the writer, never on
-the produce path; one pass at a time (`run_once` and `run_task` share a lock). Every task commits
+Concurrency contract: passes run on a `MaintenanceScheduler` shared by every topic of the process
+(`maintenance.threads` threads plus one timer thread: an idle topic holds no thread), with the
+topic's own table object, beside the writer, never on the produce path; one pass of a topic at a
+time (`run_once` and `run_task` share a lock). A topic asks for a pass after
+`rollup_every_commits` commits, or `interval_s` after the first commit since its last pass. Every task commits
 only file changes, never a `hw-<p>` transaction, so producers' commits are not refused because of
 it; its conflicts are its own to retry at the next pass.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from deltalake import DeltaTable
@@ -38,6 +44,45 @@ TASKS: tuple[Task, ...] = ("rollup", "log_cleanup", "retention", "vacuum")
 _KEEP_REPORTS = 100
 
 
+class MaintenanceScheduler:
+    """Runs the maintenance passes of many topics on a few shared threads. One timer thread sleeps
+    until the earliest pass asked for later (woken early when an earlier one is asked for)."""
+
+    def __init__(self, threads: int, *, name: str = "maintenance") -> None:
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self._cond = threading.Condition()
+        self._timers: list[tuple[float, int, TopicMaintenance]] = []
+        self._seq = itertools.count()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run_timers, name=f"{name}-timer", daemon=True)
+        self._thread.start()
+
+    def now(self, maintenance: TopicMaintenance) -> None:
+        self._executor.submit(maintenance._scheduled_pass)
+
+    def at(self, when: float, maintenance: TopicMaintenance) -> None:
+        with self._cond:
+            heapq.heappush(self._timers, (when, next(self._seq), maintenance))
+            self._cond.notify()
+
+    def _run_timers(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._timers or self._timers[0][0] > time.monotonic()):
+                    self._cond.wait(self._timers[0][0] - time.monotonic() if self._timers else None)
+                if self._closed:
+                    return
+                _, _, due = heapq.heappop(self._timers)
+            due._timer_due()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+        self._executor.shutdown(wait=True)
+
+
 class TopicMaintenance:
     """The maintenance of one topic (see module docstring)."""
 
@@ -50,7 +95,10 @@ class TopicMaintenance:
         *,
         lowest_committed: Callable[[str], dict[int, int]] | None = None,
         background: bool = True,
+        scheduler: MaintenanceScheduler | None = None,
     ) -> None:
+        """`background`: passes run by themselves, on `scheduler` (one of this topic's own if
+        none); otherwise only when `run_once`/`run_task` are called."""
         self.storage = storage
         self.topic = topic
         self.settings = settings
@@ -59,41 +107,76 @@ class TopicMaintenance:
         self.lowest_committed = lowest_committed
         self._parquet = ParquetOptions(row_group_rows=writer.max_row_group_rows, compression=writer.compression.lower())
         self._dt: DeltaTable | None = None
-        self._cond = threading.Condition()
+        self._lock = threading.Condition()
         self._pending_commits = 0
         self._commits_since_cleanup = 0
         self._closed = False
+        self._queued = False  # a pass is queued on, or running in, the scheduler
+        self._timer_set = False
         self._last_run: dict[Task, float] = {"retention": 0.0, "vacuum": time.monotonic()}
         self._pass_lock = threading.Lock()
         self.rollup_reports: list[RollupReport] = []
         self.retention_reports: list[RetentionReport] = []
-        self._thread: threading.Thread | None = None
-        if background:
-            self._thread = threading.Thread(target=self._run, name=f"maintenance-{topic}", daemon=True)
-            self._thread.start()
+        self._own_scheduler = background and scheduler is None
+        self._scheduler = scheduler or (MaintenanceScheduler(1, name=f"maintenance-{topic}") if background else None)
 
     # -- scheduling ------------------------------------------------------------------------------
     def notify_commit(self, *_: object) -> None:
-        """Called after each writer commit; wakes the loop every `rollup_every_commits`."""
-        with self._cond:
+        """Called after each writer commit: a pass now after `rollup_every_commits`, else in
+        `interval_s` from the first commit since the last pass."""
+        with self._lock:
+            if self._closed:
+                return
             self._pending_commits += 1
-            if self._pending_commits >= self.settings.rollup_every_commits:
-                self._cond.notify()
+            plan = self._plan()
+        self._ask(plan)
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and self._pending_commits < self.settings.rollup_every_commits:
-                    self._cond.wait(self.settings.interval_s)
-                    if self._pending_commits:
-                        break
-                if self._closed:
-                    return
-                commits, self._pending_commits = self._pending_commits, 0
-            try:
+    def _plan(self) -> Literal["now", "later"] | None:
+        """With the lock held: what to ask the scheduler for, given the commits pending."""
+        if self._closed or self._scheduler is None or self._queued or not self._pending_commits:
+            return None
+        if self._pending_commits >= self.settings.rollup_every_commits:
+            self._queued = True
+            return "now"
+        if not self._timer_set:
+            self._timer_set = True
+            return "later"
+        return None
+
+    def _ask(self, plan: Literal["now", "later"] | None) -> None:
+        if self._scheduler is None or plan is None:
+            return
+        if plan == "now":
+            self._scheduler.now(self)
+        else:
+            self._scheduler.at(time.monotonic() + self.settings.interval_s, self)
+
+    def _timer_due(self) -> None:
+        with self._lock:
+            self._timer_set = False
+            if self._closed or self._queued or not self._pending_commits:
+                return
+            self._queued = True
+        self._ask("now")
+
+    def _scheduled_pass(self) -> None:
+        with self._lock:
+            commits, self._pending_commits = self._pending_commits, 0
+        try:
+            if commits and not self._closed:
                 self.run_once(commits)
-            except Exception:
-                log.exception("maintenance of topic %s failed; will retry", self.topic)
+        except Exception:
+            log.exception("maintenance of topic %s failed; will retry", self.topic)
+        finally:
+            with self._lock:
+                self._queued = False
+                self._lock.notify_all()  # close() waits for a running pass
+                plan = self._plan()  # commits that came during the pass
+            self._ask(plan)
+
+    @property
+    def busy(self) -> bool:
+        return self._queued
 
     def due(self, now: float) -> list[Task]:
         """The tasks a pass runs now, in order (roll-up first: the cleanup counts its commit)."""
@@ -164,8 +247,11 @@ class TopicMaintenance:
         return self._dt
 
     def close(self, timeout: float = 30.0) -> None:
-        with self._cond:
+        """No more passes; waits for one that is running."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+            while self._queued and (remaining := deadline - time.monotonic()) > 0:
+                self._lock.wait(remaining)
+        if self._own_scheduler and self._scheduler is not None:
+            self._scheduler.close()

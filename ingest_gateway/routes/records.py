@@ -19,7 +19,7 @@ from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
 from consumer_api.forwarding import FORWARDED_BY
 from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import authorize
-from delta_log.errors import RequestTooLargeError
+from delta_log.errors import RequestTooLargeError, WriterClosedError
 from delta_log.log.group_commit import GroupCommitter
 from ingest_gateway import decoding
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
@@ -171,7 +171,11 @@ async def produce(
     if result is None:
         if committer is None:  # the owner could not take it: append here
             committer = await run_in_threadpool(registry.committer, topic)
-        result = await asyncio.wrap_future(committer.submit(prepared.append))
+        try:
+            future = committer.submit(prepared.append)
+        except WriterClosedError:  # released as idle between lookup and submit: open it again
+            future = (await run_in_threadpool(registry.committer, topic)).submit(prepared.append)
+        result = await asyncio.wrap_future(future)
     # Serialized by hand: building a pydantic model per record cost more than the decode.
     if media == decoding.ARROW_STREAM:
         payload: dict[str, object] = {

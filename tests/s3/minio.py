@@ -83,7 +83,12 @@ class MinioServer:
         return f"s3://{BUCKET}/{prefix}"
 
     def start(self) -> MinioServer:
-        env = {**os.environ, "MINIO_ROOT_USER": ACCESS_KEY, "MINIO_ROOT_PASSWORD": SECRET_KEY}
+        env = {
+            **os.environ,
+            "MINIO_ROOT_USER": ACCESS_KEY,
+            "MINIO_ROOT_PASSWORD": SECRET_KEY,
+            "MINIO_PROMETHEUS_AUTH_TYPE": "public",  # request counts for bench/s3_bench.py
+        }
         console = _free_port()
         self.proc = subprocess.Popen(
             [
@@ -124,6 +129,18 @@ class MinioServer:
         )
         fs.create_dir(BUCKET)
         return self
+
+    def requests(self) -> dict[str, float]:
+        """S3 requests served so far, by API (`PutObject`, `GetObject`, `ListObjectsV2`, ...), from
+        MinIO's live request counters (its v2 cluster metrics are cached for a while)."""
+        with urllib.request.urlopen(f"{self.endpoint}/minio/metrics/v3/api/requests", timeout=10) as r:
+            text = r.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("minio_api_requests_total{") and 'type="s3"' in line:
+                api = line.split('name="', 1)[1].split('"', 1)[0]
+                out[api] = out.get(api, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

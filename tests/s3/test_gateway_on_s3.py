@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 
 import httpx
 
-from tests.e2e.server import ServerProcess
+from tests.e2e.server import REPO, ServerProcess
 from tests.s3.minio import SECRET_KEY
 from topiclake import Consumer, Producer
 
@@ -111,3 +113,35 @@ def test_two_gateways_on_one_bucket_and_a_kill_9_under_load(minio):
     finally:
         a.stop()
         b.stop()
+
+
+def test_the_retention_job_on_s3(minio):
+    root = minio.root(f"jobs-{uuid.uuid4().hex[:8]}")
+    srv = ServerProcess(root).start()
+    try:
+        body = {"name": "old", "partitions": 1, "config": {"retention.ms": "60000"}}
+        assert httpx.post(srv.url + "/topics", json=body, timeout=60).status_code == 201
+        old = int(time.time() * 1000) - 3_600_000
+        for i in range(3):  # three segments an hour old, then a fresh one
+            records = [{"value": i, "timestamp": old} for _ in range(10)]
+            assert httpx.post(f"{srv.url}/topics/old/records", json={"records": records}, timeout=60).status_code == 200
+        assert (
+            httpx.post(f"{srv.url}/topics/old/records", json={"records": [{"value": 9}]}, timeout=60).status_code == 200
+        )
+    finally:
+        srv.stop()
+    done = subprocess.run(
+        [sys.executable, "-m", "topiclake", "jobs", "retention", "--root", root, "--local"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert SECRET_KEY not in done.stdout + done.stderr
+    srv.start()
+    try:
+        offsets = httpx.get(f"{srv.url}/topics/old/offsets", timeout=60).json()["partitions"][0]
+        assert offsets["log_start_offset"] == 30 and offsets["high_watermark"] == 31, offsets
+    finally:
+        srv.stop()

@@ -1,8 +1,10 @@
 from conf import load_settings
-from conf.settings import object_store_options
+from conf.settings import AWS_ENVIRONMENT, object_store_options
 
 
 def test_an_s3_root_takes_the_aws_environment_for_what_settings_leave_out(monkeypatch):
+    for name in AWS_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")

@@ -1,0 +1,76 @@
+"""Idle topics cost no thread and give back their handles (issue 13): a real registry and tables."""
+
+import threading
+import time
+
+from delta_log.registry import TopicRegistry
+from tests.integration.conftest import make_batch
+
+
+def append(registry: TopicRegistry, topic: str) -> int:
+    result = registry.committer(topic).submit(_request(topic)).result(timeout=60)
+    return result.ranges[0].base_offset
+
+
+def _request(topic: str):
+    from delta_log.log.writer import AppendRequest
+
+    return AppendRequest(batch=make_batch(1, topic=topic))
+
+
+def thread_names() -> list[str]:
+    return [t.name for t in threading.enumerate()]
+
+
+def test_many_topics_share_a_few_threads(settings):
+    registry = TopicRegistry(
+        settings.model_copy(update={"maintenance": settings.maintenance.model_copy(update={"rollup_every_commits": 2})})
+    )
+    try:
+        names = [f"idle{i}" for i in range(40)]
+        for name in names:
+            registry.catalog.create_topic(name)
+        for _ in range(2):  # two commits each: every topic's maintenance pass is due
+            for name in names:
+                append(registry, name)
+        threads = thread_names()
+        assert not [t for t in threads if "idle" in t]  # no thread is any topic's own
+        assert len([t for t in threads if t.startswith("flush")]) <= settings.writer.flush_threads
+        deadline = time.monotonic() + 30
+        while not all(registry.maintenance(n) and registry.maintenance(n).rollup_reports for n in names):
+            assert time.monotonic() < deadline, "maintenance passes did not run on the shared scheduler"
+            time.sleep(0.1)
+    finally:
+        registry.close()
+
+
+def test_idle_topics_give_back_their_handles_and_reopen(settings):
+    registry = TopicRegistry(settings)
+    try:
+        for i in range(6):
+            registry.catalog.create_topic(f"r{i}")
+            assert append(registry, f"r{i}") == 0
+        # the least recently used beyond 4 open topics go first
+        assert registry.release_idle(idle_s=3600, max_open=4) == ["r0", "r1"]
+        assert set(registry.committers()) == {"r2", "r3", "r4", "r5"}
+        # idle for long enough: all go
+        assert sorted(registry.release_idle(idle_s=0, max_open=1000)) == ["r2", "r3", "r4", "r5"]
+        assert registry.committers() == {}
+        # used again: opened again, offsets continue
+        assert append(registry, "r0") == 1
+        assert registry.reader("r0").high_watermark(0) == 2
+    finally:
+        registry.close()
+
+
+def test_a_topic_with_waiting_requests_is_kept(settings):
+    registry = TopicRegistry(
+        settings.model_copy(update={"writer": settings.writer.model_copy(update={"linger_ms": 500})})
+    )
+    try:
+        registry.catalog.create_topic("busy")
+        future = registry.committer("busy").submit(_request("busy"))  # lingering for 0.5 s
+        assert registry.release_idle(idle_s=0, max_open=1000) == []
+        assert future.result(timeout=30).ranges[0].base_offset == 0
+    finally:
+        registry.close()

@@ -6,18 +6,17 @@ TOPICLAKE_REQUIRE_S3=1, which turns that skip into a failure.
 
 from __future__ import annotations
 
-import itertools
 import os
-import time
 import uuid
 
 import pytest
 
 from conf import load_settings
-from delta_log import Catalog, StorageRoot
+from delta_log import StorageRoot
+from tests.integration.conftest import catalog, topic_factory  # on this folder's `storage`
 from tests.s3.minio import MinioServer, unavailable_reason
 
-_ids = itertools.count()
+__all__ = ["catalog", "topic_factory"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -55,18 +54,3 @@ def settings(minio):
 @pytest.fixture
 def storage(settings):
     return StorageRoot(settings.root, settings.storage_options)
-
-
-@pytest.fixture
-def catalog(storage, settings):
-    return Catalog(storage, settings.writer)
-
-
-@pytest.fixture
-def topic_factory(catalog):
-    def make(partitions: int = 1, **config: object) -> str:
-        name = f"t{next(_ids)}-{time.monotonic_ns() % 10**6}"
-        catalog.create_topic(name, partitions=partitions, config={k.replace("_", "."): v for k, v in config.items()})
-        return name
-
-    return make

@@ -46,7 +46,13 @@ def _s3_filesystem(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
     """pyarrow's S3 filesystem configured from the same storage options delta-rs gets (endpoint,
     region, credentials, plain http), so both see one bucket the same way."""
     opts = dict(options)
-    kwargs: dict[str, object] = {"allow_bucket_creation": False, "allow_bucket_deletion": False}
+    # delayed open: a small file is one PutObject at close, not a multipart upload (create, part,
+    # complete) after a HEAD of the bucket: measured 1 request per data file instead of 4
+    kwargs: dict[str, object] = {
+        "allow_bucket_creation": False,
+        "allow_bucket_deletion": False,
+        "allow_delayed_open": True,
+    }
     endpoint = _option(opts, "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT")
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")

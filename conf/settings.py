@@ -39,16 +39,20 @@ AWS_ENVIRONMENT = (
     "AWS_ENDPOINT_URL_S3",
     "AWS_ALLOW_HTTP",
 )
+_AWS_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
 def object_store_options(root: str | None, options: dict[str, str]) -> dict[str, str]:
     """`options` for `root`, completed from the AWS environment when `root` is on S3 (settings win;
-    keys are upper-cased, as both delta-rs and the S3 filesystem accept them). Every component (the
-    gateway, jobs, Spark) gets the same options, so none depends on reading the environment itself."""
+    keys are upper-cased, as both delta-rs and the S3 filesystem accept them). Credentials come as a
+    whole: key, secret and session token from the environment only when settings give none of
+    them, so a static key in settings is never signed with a token of another identity. Every
+    component (the gateway, jobs, Spark) gets the same options, so none reads the environment."""
     if not root or not root.startswith(("s3://", "s3a://")):
         return options
     given = {k.upper(): v for k, v in options.items()}
-    from_env = {k: os.environ[k] for k in AWS_ENVIRONMENT if os.environ.get(k) and k not in given}
+    wanted = [k for k in AWS_ENVIRONMENT if k not in _AWS_CREDENTIALS or not given.keys() & set(_AWS_CREDENTIALS)]
+    from_env = {k: os.environ[k] for k in wanted if os.environ.get(k) and k not in given}
     return from_env | given
 
 

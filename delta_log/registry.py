@@ -18,11 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from conf import Settings
 from delta_log.core.lag import lowest_committed
 from delta_log.core.topic_config import validate_topic_name
+from delta_log.errors import WriterClosedError
 from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.reader import TopicReader
 from delta_log.log.writer import CommitInfo, TopicWriter
-from delta_log.maintenance.topic_maintenance import MaintenanceScheduler, TopicMaintenance
+from delta_log.maintenance.topic_maintenance import MaintenanceClock, MaintenanceScheduler, TopicMaintenance
 from delta_log.system.offsets import OffsetStore
 from delta_log.table.storage import StorageRoot
 
@@ -45,6 +46,8 @@ class TopicRegistry:
         self._offsets: OffsetStore | None = None
         self._sticky: dict[str, int] = {}
         self._last_used: dict[str, float] = {}
+        self._clocks: dict[str, MaintenanceClock] = {}  # of released topics: their cleanup and vacuum stay due
+        self._closed = False
         self._flush_pool = FlushPool(settings.writer.flush_threads)
         self._maintenance_scheduler = MaintenanceScheduler(settings.maintenance.threads)
 
@@ -67,15 +70,14 @@ class TopicRegistry:
     def reader(self, topic: str) -> TopicReader:
         """Raises: InvalidTopicError, TopicNotFoundError."""
         validate_topic_name(topic)
-        now = time.monotonic()
         with self._lock:
             r = self._readers.get(topic)
-            self._last_used[topic] = now
-        if r is not None:
-            return r
-        fresh = TopicReader(self.storage, topic, self.settings.reader)
+            if r is not None:
+                self._last_used[topic] = time.monotonic()
+                return r
+        fresh = TopicReader(self.storage, topic, self.settings.reader)  # raises for a missing topic
         with self._lock:
-            self._last_used[topic] = now
+            self._last_used[topic] = time.monotonic()
             return self._readers.setdefault(topic, fresh)
 
     def partitions(self, topic: str) -> int:
@@ -83,12 +85,15 @@ class TopicRegistry:
         return self.reader(topic).config.partitions
 
     def committer(self, topic: str) -> GroupCommitter:
-        """Raises: InvalidTopicError, TopicNotFoundError."""
+        """Raises: InvalidTopicError, TopicNotFoundError, WriterClosedError (the process is closing)."""
         reader = self.reader(topic)
         with self._lock:
+            if self._closed:
+                raise WriterClosedError("This gateway is shutting down; retry through another.")
             c = self._committers.get(topic)
             if c is not None:
                 return c
+            carried = self._clocks.pop(topic, None)
         maintenance = TopicMaintenance(
             self.storage,
             topic,
@@ -96,6 +101,7 @@ class TopicRegistry:
             self.settings.writer,
             lowest_committed=self.lowest_committed,
             scheduler=self._maintenance_scheduler,
+            carried=carried,
         )
         writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, maintenance))
         w = self.settings.writer
@@ -182,6 +188,7 @@ class TopicRegistry:
             self._readers.pop(topic, None)
             self._sticky.pop(topic, None)
             self._last_used.pop(topic, None)
+            self._clocks.pop(topic, None)
         if c is not None:
             c.close()
         if m is not None:
@@ -207,22 +214,27 @@ class TopicRegistry:
                 released.append((topic, self._committers.pop(topic, None), self._maintenance.pop(topic, None)))
                 self._readers.pop(topic, None)
                 self._last_used.pop(topic, None)
-        for _, committer, loop in released:
+        for topic, committer, loop in released:
             if committer is not None:
                 committer.close()
             if loop is not None:
                 loop.close()
+                with self._lock:
+                    self._clocks[topic] = loop.clock()
         if released:
             log.debug("released %d idle topics", len(released))
         return [t for t, _, _ in released]
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             committers = list(self._committers.values())
             loops = list(self._maintenance.values())
             self._committers.clear()
             self._maintenance.clear()
             self._readers.clear()
+        for m in loops:
+            m.stop()  # all at once: then each close waits only for its running pass
         for c in committers:
             c.close()
         for m in loops:

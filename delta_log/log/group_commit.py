@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from delta_log.errors import BackPressureError, WriterClosedError
@@ -37,6 +37,24 @@ class FlushStats:
     bytes: int
     seconds: float
     ok: bool
+
+
+def _resolve(
+    fut: Future[AppendResult], *, result: AppendResult | None = None, error: BaseException | None = None
+) -> None:
+    """Answer one request; a request whose caller gave up (its Future cancelled) is skipped, never
+    allowed to stop the answers to the others of its flush."""
+    if fut.done():
+        return
+    if error is None and result is not None and result.error is not None:
+        error = result.error
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]
+    except InvalidStateError:  # cancelled meanwhile
+        pass
 
 
 class FlushPool:
@@ -107,9 +125,26 @@ class GroupCommitter:
             self._cond.notify_all()  # a flush lingering for more
             schedule = not self._scheduled
             self._scheduled = True
-        if schedule:
-            self._pool.submit(self._flush_next)
+        if schedule and not self._schedule():
+            raise WriterClosedError(f"The writer of topic {self.writer.topic!r} is closed.")
         return fut
+
+    def _schedule(self) -> bool:
+        """Queue this topic's next flush on the pool; if the pool is shut down, fail what waits."""
+        try:
+            self._pool.submit(self._flush_next)
+            return True
+        except RuntimeError:  # the process is shutting down
+            with self._cond:
+                left = list(self._queue)
+                self._queue.clear()
+                self._queued_bytes = 0
+                self._scheduled = False
+                self._closed = True
+                self._cond.notify_all()
+            for _, _, fut, _ in left:
+                _resolve(fut, error=WriterClosedError(f"The writer of topic {self.writer.topic!r} is closed."))
+            return False
 
     @property
     def busy(self) -> bool:
@@ -141,13 +176,15 @@ class GroupCommitter:
             taken = self._take()
             if taken:
                 self._flush(taken)
+        except Exception:  # the pool drops a task's exception: say it here
+            log.exception("group commit of topic %s failed", self.writer.topic)
         finally:
             with self._cond:
                 again = bool(self._queue)
                 self._scheduled = again
                 self._cond.notify_all()  # close() waits for the last flush
             if again:
-                self._pool.submit(self._flush_next)
+                self._schedule()
 
     def _flush(self, taken: list[tuple[AppendRequest, int, Future[AppendResult], float]]) -> None:
         requests = [t[0] for t in taken]
@@ -157,14 +194,11 @@ class GroupCommitter:
             results = self.writer.append_many(requests)
         except BaseException as exc:  # resolve every future; the pool thread must survive
             for _, _, fut, _ in taken:
-                fut.set_exception(exc)
+                _resolve(fut, error=exc)
             self._report(requests, nbytes, start, ok=False)
             return
         for (_, _, fut, _), result in zip(taken, results, strict=True):
-            if result.error is not None:
-                fut.set_exception(result.error)
-            else:
-                fut.set_result(result)
+            _resolve(fut, result=result)
         self._report(requests, nbytes, start, ok=True)
 
     def _report(self, requests: list[AppendRequest], nbytes: int, start: float, *, ok: bool) -> None:

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from deltalake import DeltaTable
@@ -83,6 +84,12 @@ class MaintenanceScheduler:
         self._executor.shutdown(wait=True)
 
 
+@dataclass(frozen=True, slots=True)
+class MaintenanceClock:
+    last_run: dict[Task, float]
+    commits_since_cleanup: int
+
+
 class TopicMaintenance:
     """The maintenance of one topic (see module docstring)."""
 
@@ -96,9 +103,12 @@ class TopicMaintenance:
         lowest_committed: Callable[[str], dict[int, int]] | None = None,
         background: bool = True,
         scheduler: MaintenanceScheduler | None = None,
+        carried: MaintenanceClock | None = None,
     ) -> None:
         """`background`: passes run by themselves, on `scheduler` (one of this topic's own if
-        none); otherwise only when `run_once`/`run_task` are called."""
+        none); otherwise only when `run_once`/`run_task` are called. `carried`: the clock of this
+        topic's previous maintenance in this process (see `clock`), so a topic released as idle
+        and opened again still reaches its log cleanup and vacuum."""
         self.storage = storage
         self.topic = topic
         self.settings = settings
@@ -115,6 +125,9 @@ class TopicMaintenance:
         self._timer_set = False
         self._last_run: dict[Task, float] = {"retention": 0.0, "vacuum": time.monotonic()}
         self._pass_lock = threading.Lock()
+        if carried is not None:
+            self._last_run = dict(carried.last_run)
+            self._commits_since_cleanup = carried.commits_since_cleanup
         self.rollup_reports: list[RollupReport] = []
         self.retention_reports: list[RetentionReport] = []
         self._own_scheduler = background and scheduler is None
@@ -176,7 +189,13 @@ class TopicMaintenance:
 
     @property
     def busy(self) -> bool:
-        return self._queued
+        """A pass is running or due (commits wait for their roll-up)."""
+        return self._scheduler is not None and (self._queued or self._timer_set or self._pending_commits > 0)
+
+    def clock(self) -> MaintenanceClock:
+        """When each task last ran and the commits since the last log cleanup, to carry over."""
+        with self._lock:
+            return MaintenanceClock(last_run=dict(self._last_run), commits_since_cleanup=self._commits_since_cleanup)
 
     def due(self, now: float) -> list[Task]:
         """The tasks a pass runs now, in order (roll-up first: the cleanup counts its commit)."""
@@ -245,6 +264,11 @@ class TopicMaintenance:
         else:
             self._dt.update_incremental()
         return self._dt
+
+    def stop(self) -> None:
+        """No more passes (one running finishes); `close` then waits for it."""
+        with self._lock:
+            self._closed = True
 
     def close(self, timeout: float = 30.0) -> None:
         """No more passes; waits for one that is running."""

@@ -202,7 +202,9 @@ class _Planner:
     def commit_group(self, end: Offsets) -> None:
         """Commit processed offsets for `groupId`, under the group's coordinator epoch: refused
         while the group has HTTP members, and fenced by Delta if a gateway takes the group over
-        (commits `coord-<group>` epoch + 1) between that check and the commit."""
+        (commits `coord-<group>` epoch + 1) between that check and the commit. Not fenced: a member
+        joining, between the check and the commit, through the gateway that already holds the
+        epoch (no new claim); its first fetch then starts from this commit."""
         group = self.options.group_id
         if not group:
             return

@@ -18,3 +18,12 @@ def test_an_s3_root_takes_the_aws_environment_for_what_settings_leave_out(monkey
     s = load_settings(root="s3://b/p", jobs={"replica_root": "s3://r/p"})
     assert s.storage_options["AWS_REGION"] == "eu-west-1"
     assert s.jobs.replica_storage_options["AWS_ACCESS_KEY_ID"] == "from-env"
+
+
+def test_credentials_come_from_settings_or_the_environment_never_mixed(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "env-token")
+    mine = object_store_options("s3://b/p", {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
+    assert "AWS_SESSION_TOKEN" not in mine and mine["AWS_ACCESS_KEY_ID"] == "k"
+    assert object_store_options("s3://b/p", {})["AWS_SESSION_TOKEN"] == "env-token"

@@ -20,14 +20,18 @@ def _request(topic: str):
     return AppendRequest(batch=make_batch(1, topic=topic))
 
 
+def registry_with(settings, section: str, **updates) -> TopicRegistry:
+    """A registry whose settings differ from the fixture's in one section."""
+    changed = getattr(settings, section).model_copy(update=updates)
+    return TopicRegistry(settings.model_copy(update={section: changed}))
+
+
 def thread_names() -> list[str]:
     return [t.name for t in threading.enumerate()]
 
 
 def test_many_topics_share_a_few_threads(settings):
-    registry = TopicRegistry(
-        settings.model_copy(update={"maintenance": settings.maintenance.model_copy(update={"rollup_every_commits": 2})})
-    )
+    registry = registry_with(settings, "maintenance", rollup_every_commits=2)
     try:
         names = [f"idle{i}" for i in range(40)]
         for name in names:
@@ -55,8 +59,7 @@ def quiet(registry: TopicRegistry, topics: list[str]) -> None:
 
 
 def test_idle_topics_give_back_their_handles_and_reopen(settings):
-    fast = settings.maintenance.model_copy(update={"interval_s": 0.05})
-    registry = TopicRegistry(settings.model_copy(update={"maintenance": fast}))
+    registry = registry_with(settings, "maintenance", interval_s=0.05)
     try:
         for i in range(6):
             registry.catalog.create_topic(f"r{i}")
@@ -79,9 +82,7 @@ def test_idle_topics_give_back_their_handles_and_reopen(settings):
 
 
 def test_a_topic_with_waiting_requests_is_kept(settings):
-    registry = TopicRegistry(
-        settings.model_copy(update={"writer": settings.writer.model_copy(update={"linger_ms": 500})})
-    )
+    registry = registry_with(settings, "writer", linger_ms=500)
     try:
         registry.catalog.create_topic("busy")
         future = registry.committer("busy").submit(_request("busy"))  # lingering for 0.5 s
@@ -92,9 +93,7 @@ def test_a_topic_with_waiting_requests_is_kept(settings):
 
 
 def test_a_cancelled_request_does_not_stop_the_answers_to_its_flush(settings):
-    registry = TopicRegistry(
-        settings.model_copy(update={"writer": settings.writer.model_copy(update={"linger_ms": 300})})
-    )
+    registry = registry_with(settings, "writer", linger_ms=300)
     try:
         registry.catalog.create_topic("c")
         committer = registry.committer("c")

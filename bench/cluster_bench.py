@@ -33,7 +33,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from bench.common import median, percentile, print_table, write_results
+from bench.common import median, metric_total, percentile, print_table, write_results
 from bench.serving_bench import _raw_long_poll
 from tests.e2e.server import ServerProcess
 from topiclake import Consumer
@@ -75,10 +75,6 @@ def _busy_seconds() -> float:
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def _metric(text: str, name: str) -> float:
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
 async def _produce_connection(port: int, request: bytes, stop: float, counts: list[int]) -> None:
@@ -150,9 +146,9 @@ def produce_scaling(
         return {
             "records_per_s": records / elapsed,
             "mb_per_s": records * size / elapsed / 1e6,
-            "commits_per_s": _metric(metrics, "topiclake_commits_total") / elapsed,
-            "conflicts_per_s": _metric(metrics, "topiclake_commit_conflicts_total") / elapsed,
-            "forwarded_per_s": _metric(metrics, "topiclake_produce_forwarded_total") / elapsed,
+            "commits_per_s": metric_total(metrics, "topiclake_commits_total") / elapsed,
+            "conflicts_per_s": metric_total(metrics, "topiclake_commit_conflicts_total") / elapsed,
+            "forwarded_per_s": metric_total(metrics, "topiclake_produce_forwarded_total") / elapsed,
             "cpu_cores": busy / elapsed,
         }
     finally:

@@ -33,6 +33,11 @@ class Timer:
         self.seconds = time.perf_counter() - self.start
 
 
+def metric_total(text: str, name: str) -> float:
+    """The sum of a Prometheus counter's series (every label set) in /metrics text."""
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
 def write_results(name: str, rows: list[dict], meta: dict | None = None) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"

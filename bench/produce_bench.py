@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from bench.common import median, percentile, print_table, write_results
+from bench.common import median, metric_total, percentile, print_table, write_results
 from tests.e2e.server import REPO, ServerProcess
 
 ARROW = "application/vnd.apache.arrow.stream"
@@ -250,9 +250,7 @@ def measure(args: argparse.Namespace, repo: Path, label: str) -> list[dict]:
             }
         )
         metrics = httpx.get(srv.url + "/metrics").text
-        commits = sum(
-            float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("topiclake_commits_total{")
-        )
+        commits = metric_total(metrics, "topiclake_commits_total")
         print(f"{label}: Delta commits during the run: {commits:.0f}")
     finally:
         srv.stop()

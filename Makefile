@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Delta's JVM jars: resolved once from Maven Central by Spark's own package resolution (Ivy cache).
-$(JARS_STAMP): $(STAMP)
+$(JARS_STAMP): $(STAMP) delta_log/spark/warmup.py
 	$(PY) -m delta_log.spark.warmup
 	touch $(JARS_STAMP)
 

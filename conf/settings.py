@@ -238,6 +238,14 @@ class SparkSettings(BaseModel):
     app_name: str = "topiclake"
     delta_version: str = "4.4.0"
     ivy_dir: str | None = Field(None, description="spark.jars.ivy: where Delta's jars are cached.")
+    hadoop_aws_version: str = Field(
+        "3.5.0", description="org.apache.hadoop:hadoop-aws (s3a), the Hadoop version pyspark ships with."
+    )
+    s3a: bool | None = Field(
+        None,
+        description="Put hadoop-aws and its AWS SDK on Spark's classpath (about 690 MB, resolved once); "
+        "unset: when the root or the replica root is on S3.",
+    )
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conf import Settings
+from conf.settings import object_store_options
 from delta_log.log.catalog import Catalog
 from delta_log.maintenance.replication import (
     check_replica_target,
@@ -61,6 +62,14 @@ class ReplicationReport:
             "seconds": round(self.seconds, 3),
             "topics": self.topics,
         }
+
+
+def with_replica(settings: Settings, replica_root: str) -> Settings:
+    """`settings` replicating to `replica_root`, its storage options completed from the AWS
+    environment as the settings' own replica root's are."""
+    options = object_store_options(replica_root, dict(settings.jobs.replica_storage_options))
+    jobs = settings.jobs.model_copy(update={"replica_root": replica_root, "replica_storage_options": options})
+    return settings.model_copy(update={"jobs": jobs})
 
 
 def _replica_of(settings: Settings) -> StorageRoot:
@@ -112,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     settings = job_settings(args.root)
     if args.replica:
-        settings = settings.model_copy(update={"jobs": settings.jobs.model_copy(update={"replica_root": args.replica})})
+        settings = with_replica(settings, args.replica)
     with job_spark(settings, "topiclake-replication", local=args.local) as spark:
         report = run(spark, settings, topics=args.topic)
     print(json.dumps(report.to_dict(), indent=2))

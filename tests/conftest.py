@@ -1,10 +1,13 @@
-"""Markers by directory: unit, integration, spark, e2e."""
+"""Markers by directory (unit, integration, spark, e2e; a test using `spark` is marked spark too),
+and the one SparkSession a test run shares."""
 
 from __future__ import annotations
 
 import pathlib
 
 import pytest
+
+from conf import load_settings
 
 _MARKS = {"integration": "integration", "spark": "spark", "e2e": "e2e"}
 
@@ -15,3 +18,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for folder, mark in _MARKS.items():
             if folder in parts:
                 item.add_marker(getattr(pytest.mark, mark))
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One SparkSession with delta-spark (and s3a, for tests/s3) for the whole test run."""
+    from delta_log.spark import get_spark
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    settings = load_settings(
+        spark={"master": "local[2]", "s3a": True, "conf": {"spark.sql.warehouse.dir": str(warehouse)}}
+    )
+    session = get_spark(settings, app_name="topiclake-tests")
+    yield session
+    session.stop()

@@ -347,7 +347,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     settings = load_settings(**({"root": args.root} if args.root else {}))
     spark = get_spark(settings, app_name="topiclake-sql")
     try:
-        tables = register_topics(spark, settings.root)
+        tables = register_topics(spark, settings.root, storage_options=settings.storage_options)
         if not args.query:
             for topic, table in tables.items():
                 print(f"topics.{table}\t<- topic {topic}")

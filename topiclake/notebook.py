@@ -27,7 +27,7 @@ def refresh_topics() -> dict[str, str]:
     """Register topics created since the notebook started; refresh topics._partitions."""
     from delta_log.spark import register_topics
 
-    tables = register_topics(_state["spark"], _state["root"])
+    tables = register_topics(_state["spark"], _state["root"], storage_options=_state["storage_options"])
     _state["tables"] = tables
     return tables
 
@@ -49,7 +49,7 @@ def load_ipython_extension(ipython: Any) -> None:
     settings = load_settings()
     root = StorageRoot(settings.root).root  # a local root made absolute; an object-store URI as is
     spark = get_spark(settings, app_name="topiclake-notebook")
-    _state.update(spark=spark, root=root, ipython=ipython)
+    _state.update(spark=spark, root=root, storage_options=settings.storage_options, ipython=ipython)
     refresh_topics()
     ipython.push(
         {

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from conf.settings import object_store_options
 from delta_log.errors import SourceOptionError
 
 EARLIEST, LATEST = -2, -1
@@ -95,6 +96,20 @@ def _offsets_json(key: str, raw: str, *, allow: tuple[int, ...]) -> Offsets:
 STORAGE_OPTION_PREFIX = "storage."
 
 
+def root_and_storage_options(
+    opts: Mapping[str, str], default_root: str, default_storage_options: Mapping[str, str] | None
+) -> tuple[str, dict[str, str]]:
+    """The `root` (or `path`) option and its storage options (`storage.<key>` options over the
+    defaults); another S3 root than the default is completed from the AWS environment, as the
+    settings' root is. `opts` has lower-cased keys."""
+    root = opts.get("root") or opts.get("path") or default_root
+    storage_options = dict(default_storage_options or {})
+    storage_options.update(
+        {k[len(STORAGE_OPTION_PREFIX) :]: v for k, v in opts.items() if k.startswith(STORAGE_OPTION_PREFIX)}
+    )
+    return root, object_store_options(root, storage_options)
+
+
 def parse_options(
     options: Mapping[str, str],
     *,
@@ -104,10 +119,7 @@ def parse_options(
 ) -> SourceOptions:
     """Raises: SourceOptionError with a message that says what to change."""
     opts = {k.lower(): v for k, v in options.items()}
-    storage_options = dict(default_storage_options or {})
-    storage_options.update(
-        {k[len(STORAGE_OPTION_PREFIX) :]: v for k, v in opts.items() if k.startswith(STORAGE_OPTION_PREFIX)}
-    )
+    root, storage_options = root_and_storage_options(opts, default_root, default_storage_options)
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
     if len(chosen) != 1:
         raise SourceOptionError(
@@ -173,7 +185,7 @@ def parse_options(
         if max_per_trigger <= 0:
             raise SourceOptionError("maxOffsetsPerTrigger must be a positive integer.", option="maxOffsetsPerTrigger")
     return SourceOptions(
-        root=opts.get("root") or opts.get("path") or default_root,
+        root=root,
         storage_options=storage_options,
         subscribe=subscribe,
         subscribe_pattern=pattern,

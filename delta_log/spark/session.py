@@ -4,10 +4,13 @@ Delta's JVM jars come from Maven Central through Spark's own package resolution
 (`spark.jars.packages`, set by delta-spark's `configure_spark_with_delta_pip`), cached in the Ivy
 folder (`spark.jars.ivy`, default ~/.ivy2.5.2). The pip package delta-spark and the jar share one
 version, pinned in pyproject.toml.
+
+S3 roots: see delta_log.spark.s3a (hadoop-aws on the classpath when a root is on S3).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -15,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from conf import Settings
 from conf.settings import SPARK_DEFAULTS
+from delta_log.errors import InvalidConfigError
+from delta_log.spark.s3a import configure_s3a, s3a_jars, wants_s3a
 from delta_log.table.storage import StorageRoot
 
 if TYPE_CHECKING:
@@ -62,9 +67,25 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
             builder = builder.config(key, value)
         if settings.spark.ivy_dir:
             builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
+        if wants_s3a(settings):
+            builder = _with_s3a(builder, settings)
         spark = configure_spark_with_delta_pip(builder).getOrCreate()
     _register_source(spark, settings)
     return spark
+
+
+def _with_s3a(builder: SparkSession.Builder, settings: Settings) -> SparkSession.Builder:
+    """s3a's jars on the class path: in local mode straight from the Ivy cache (no copy); with
+    executors elsewhere as `spark.jars`, which Spark ships to them."""
+    jars = s3a_jars(settings)
+    given = spark_conf_from_file() | settings.spark.conf
+    if not settings.spark.master.startswith("local"):
+        listed = given.get("spark.jars")
+        return builder.config("spark.jars", ",".join([listed, *jars] if listed else jars))
+    for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+        path = ":".join(jars)
+        builder = builder.config(key, f"{given[key]}:{path}" if given.get(key) else path)
+    return builder
 
 
 def _register_source(spark: SparkSession, settings: Settings) -> None:
@@ -72,3 +93,6 @@ def _register_source(spark: SparkSession, settings: Settings) -> None:
     from delta_log.spark.source import bind_source
 
     spark.dataSource.register(bind_source(StorageRoot(settings.root).root, settings.storage_options))
+    # a session without s3a fails later, at the first S3 path given to Spark, with configure_s3a's error
+    with contextlib.suppress(InvalidConfigError):
+        configure_s3a(spark, settings.root, settings.storage_options)

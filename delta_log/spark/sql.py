@@ -3,7 +3,8 @@
 - `topics.<name>`: every topic, a Delta table at its location, `-` and `.` written `_`
   (time travel works: `SELECT * FROM topics.orders VERSION AS OF 3`).
 - `topics._partitions`: topic, partition, log start offset, high watermark, segments, bytes
-  (a snapshot, written to `<root>/_system/partitions` at each registration).
+  (a snapshot, written to `<root>/_system/partitions` at each registration, through delta-rs:
+  on S3 a Spark write would use Delta Spark's single-writer S3 log store).
 - `topics._consumer_lag`: a view over `<root>/_system/consumer_offsets` (live) and `_partitions`:
   group, topic, partition, committed offset, high watermark, log start offset, lag.
 
@@ -16,18 +17,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+from deltalake import write_deltalake
+
 from conf import WriterSettings
 from delta_log.core.lag import lag_sql
 from delta_log.log.catalog import Catalog
 from delta_log.log.reader import TopicReader
+from delta_log.spark.s3a import configure_s3a
 from delta_log.system.offsets import OffsetStore
 from delta_log.table.storage import StorageRoot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PARTITIONS_SCHEMA = (
-    "topic string, partition int, log_start_offset long, high_watermark long, segments int, size_bytes long"
+PARTITIONS_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("log_start_offset", pa.int64()),
+        ("high_watermark", pa.int64()),
+        ("segments", pa.int32()),
+        ("size_bytes", pa.int64()),
+    ]
 )
 
 
@@ -56,6 +68,7 @@ def register_topics(
         settings = load_settings()
         root, storage_options = settings.root, storage_options or settings.storage_options
     storage = StorageRoot(root, storage_options or {})
+    configure_s3a(spark, storage.root, storage.storage_options)
     OffsetStore(storage)  # make sure the offsets table exists, so the lag view always resolves
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {_q(database)}")
     topics = Catalog(storage, WriterSettings()).list_topics()
@@ -71,12 +84,12 @@ def register_topics(
         for p in TopicReader(storage, t).partition_offsets():
             rows.append((t, p.partition, p.log_start_offset, p.high_watermark, p.segments, p.size_bytes))
     partitions_uri = storage.system_uri("partitions")
-    (
-        spark.createDataFrame(rows, PARTITIONS_SCHEMA)
-        .write.format("delta")
-        .mode("overwrite")
-        .option("overwriteSchema", "true")
-        .save(partitions_uri)
+    write_deltalake(
+        partitions_uri,
+        pa.Table.from_pylist([dict(zip(PARTITIONS_SCHEMA.names, r, strict=True)) for r in rows], PARTITIONS_SCHEMA),
+        mode="overwrite",
+        schema_mode="overwrite",
+        storage_options=storage.options(),
     )
     spark.sql(f"CREATE TABLE IF NOT EXISTS {_q(database)}._partitions USING DELTA LOCATION '{partitions_uri}'")
     spark.sql(f"REFRESH TABLE {_q(database)}._partitions")

@@ -35,7 +35,7 @@ def _path_of(uri: str) -> str:
     return uri.split("://", 1)[1].rstrip("/")
 
 
-def _option(options: Mapping[str, str], *names: str) -> str | None:
+def storage_option(options: Mapping[str, str], *names: str) -> str | None:
     """A storage option by any of its names, in any case (delta-rs accepts both)."""
     upper = {k.upper(): v for k, v in options.items()}
     return next((upper[n] for n in names if upper.get(n)), None)
@@ -53,17 +53,17 @@ def _s3_filesystem(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
         "allow_bucket_deletion": False,
         "allow_delayed_open": True,
     }
-    endpoint = _option(opts, "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT")
+    endpoint = storage_option(opts, "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT")
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
         kwargs["scheme"] = parsed.scheme
-    region = _option(opts, "AWS_REGION", "AWS_DEFAULT_REGION")
+    region = storage_option(opts, "AWS_REGION", "AWS_DEFAULT_REGION")
     if region:
         kwargs["region"] = region
-    key, secret = _option(opts, "AWS_ACCESS_KEY_ID"), _option(opts, "AWS_SECRET_ACCESS_KEY")
+    key, secret = storage_option(opts, "AWS_ACCESS_KEY_ID"), storage_option(opts, "AWS_SECRET_ACCESS_KEY")
     if key and secret:
-        kwargs.update(access_key=key, secret_key=secret, session_token=_option(opts, "AWS_SESSION_TOKEN"))
+        kwargs.update(access_key=key, secret_key=secret, session_token=storage_option(opts, "AWS_SESSION_TOKEN"))
     return pafs.S3FileSystem(**kwargs)
 
 

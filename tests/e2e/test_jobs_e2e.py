@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import httpx
 import pytest
@@ -150,11 +151,16 @@ def test_every_job_runs_beside_a_live_producer_and_consumer_group(tmp_path):
 
 
 def test_rebalance_job_reassigns_a_dead_members_partitions_while_the_server_is_down(tmp_path):
+    rebalance_while_the_server_is_down(tmp_path / "data", tmp_path)
+
+
+def rebalance_while_the_server_is_down(root: Path | str, tmp_path: Path) -> None:
+    """Also run by tests/s3 with the root in a bucket."""
     env = {
         "TOPICLAKE_SERVER__HEARTBEAT_PERSIST_INTERVAL_S": "0.2",
         "TOPICLAKE_SERVER__GROUPS_SYNC_INTERVAL_S": "0.2",
     }
-    srv = ServerProcess(tmp_path / "data", env=env).start()
+    srv = ServerProcess(root, env=env).start()
     outs = [tmp_path / "a.txt", tmp_path / "b.txt"]
     procs = []
     try:

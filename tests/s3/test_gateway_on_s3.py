@@ -13,7 +13,10 @@ import time
 import uuid
 
 import httpx
+import pytest
 
+from tests.e2e import test_jobs_e2e as jobs_e2e
+from tests.e2e import test_notebooks as notebooks
 from tests.e2e.server import REPO, ServerProcess
 from tests.s3.minio import SECRET_KEY
 from topiclake import Consumer, Producer
@@ -145,3 +148,18 @@ def test_the_retention_job_on_s3(minio):
         assert offsets["log_start_offset"] == 30 and offsets["high_watermark"] == 31, offsets
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("name", ["quickstart", "consumer_lag"])
+def test_a_notebook_over_an_s3_root(minio, monkeypatch, tmp_path, name):
+    """The notebooks as a user runs them with TOPICLAKE_ROOT=s3://...: the kernel's Spark gets s3a
+    because its root is on S3, and reads the topics the gateway wrote to the bucket."""
+    srv = ServerProcess(minio.root(f"nb-{uuid.uuid4().hex[:8]}")).start()
+    try:
+        notebooks.test_notebook_runs(REPO / "notebooks" / f"{name}.ipynb", srv, monkeypatch, tmp_path)
+    finally:
+        srv.stop()
+
+
+def test_the_rebalance_job_on_s3_while_the_server_is_down(minio, tmp_path):
+    jobs_e2e.rebalance_while_the_server_is_down(minio.root(f"rb-{uuid.uuid4().hex[:8]}"), tmp_path)

@@ -183,6 +183,14 @@ class WriterClosedError(TopiclakeError):
     hint = "The server is shutting down; retry against a running server."
 
 
+class SinkRefusedError(TopiclakeError):
+    """A gateway refused the Spark sink's records; the message carries the gateway's answer (a bad
+    record, no access). Raised on the Spark driver, never answered over HTTP."""
+
+    code = "SINK_REFUSED"
+    hint = "Fix what the gateway's answer names, or write directly with option('gateway', 'none')."
+
+
 def all_error_classes() -> list[type[TopiclakeError]]:
     """Every concrete error class (used to check each has an HTTP status)."""
     seen: list[type[TopiclakeError]] = []

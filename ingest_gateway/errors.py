@@ -57,6 +57,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.GroupNotEmptyError: 409,
     e.ReplicaStateError: 409,
     e.InvalidGroupError: 400,
+    e.SinkRefusedError: 502,
 }
 
 

@@ -21,12 +21,12 @@ import numpy as np
 import pyarrow as pa
 
 from consumer_api.params import DIGITS
+from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
 from delta_log.core.producer import ProducerSequence
-from delta_log.core.records import normalize_batch, offsets_for_rows
+from delta_log.core.records import offsets_for_rows
 from delta_log.errors import InvalidRecordError
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
-from ingest_gateway.partitioner import assign_partitions, idempotent_null_key_partition
 
 
 def producer_from_headers(
@@ -78,28 +78,9 @@ def prepare(
     else:
         mine = [p for p, o in enumerate(owners) if placement is not None and o == placement.me]
         sticky = registry.sticky_partition(topic, n, advance=True, among=mine)
-    explicit = table.column("partition") if "partition" in table.column_names else None
-    if explicit is not None and explicit.null_count == len(explicit):
-        explicit = None
-    parts = assign_partitions(table.column("key"), explicit, n, sticky)
-    keyed = table.set_column(table.schema.get_field_index("partition"), "partition", pa.array(parts, pa.int32()))
-    batch = normalize_batch(
-        keyed,
-        partitions=n,
-        topic=topic,
-        max_message_bytes=config.max_message_bytes,
-        now_us=int(time.time() * 1_000_000),
-        log_append_time=config.log_append_time,
-        timestamp_window=config.timestamp_window,
+    batch, parts, sorted_parts = partitioned_batch(
+        table, config, topic=topic, null_key_partition=sticky, now_us=int(time.time() * 1_000_000)
     )
-    # Group rows by partition and compute the partition array here, in the request's own thread:
-    # the single flusher thread then needs no per-request Arrow work (measured: per-request calls
-    # there, each waiting for the GIL, took half of every flush under load).
-    order = np.argsort(parts, kind="stable")
-    if len(order) > 1 and (np.diff(order) != 1).any():
-        batch = batch.take(pa.array(order))
-    batch = batch.combine_chunks()
-    sorted_parts = parts[order]
     append = AppendRequest(batch=batch, producer=producer, partitions=sorted_parts)
     owner = None
     if placement is not None and len(sorted_parts):

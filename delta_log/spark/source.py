@@ -1,4 +1,5 @@
-"""`spark.readStream.format("topiclake")`: a Kafka-compatible source over topic tables.
+"""`spark.readStream.format("topiclake")`: a Kafka-compatible source over topic tables (and, through
+delta_log.spark.sink, Kafka's sink: `df.write` / `df.writeStream.format("topiclake")`).
 
 Built on pyspark 4.2's Python data source API (DataSourceStreamReader with admission control and
 Trigger.AvailableNow). It emits exactly Spark's Kafka source schema, takes the Kafka source's
@@ -22,7 +23,14 @@ from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
@@ -40,6 +48,14 @@ from delta_log.spark.options import (
     parse_options,
     plan_limited_end,
     to_json_offsets,
+)
+from delta_log.spark.sink import (
+    SinkOptions,
+    TopiclakeBatchWriter,
+    TopiclakeStreamWriter,
+    check_sink_schema,
+    parse_sink_options,
+    refuse_overwrite,
 )
 from delta_log.system.groups import GroupStore
 from delta_log.system.offsets import OffsetCommit, OffsetStore
@@ -259,6 +275,20 @@ class TopiclakeDataSource(DataSource):
     def schema(self) -> str:
         include = str(dict(self.options).get("includeHeaders", self.options.get("includeheaders", "false")))
         return KAFKA_SCHEMA + (HEADERS_SCHEMA if include.lower() == "true" else "")
+
+    def _sink_options(self, schema: StructType, overwrite: bool) -> SinkOptions:
+        refuse_overwrite(overwrite)
+        options = parse_sink_options(
+            dict(self.options), default_root=self.default_root, default_storage_options=self.default_storage_options
+        )
+        check_sink_schema(schema, options.topic)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return TopiclakeBatchWriter(self._sink_options(schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return TopiclakeStreamWriter(self._sink_options(schema, overwrite))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return TopiclakeBatchReader(self._options(streaming=False))

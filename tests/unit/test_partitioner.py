@@ -3,7 +3,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest_gateway.partitioner import assign_partitions, murmur2, partition_for_key
+from delta_log.core.partitioner import assign_partitions, murmur2, partition_for_key
 
 # Kafka's own vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2)
 KAFKA_VECTORS = {

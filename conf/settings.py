@@ -181,6 +181,12 @@ class ServerSettings(BaseModel):
     max_open_topics: int = Field(
         1000, ge=1, description="Beyond this many open topics, the least recently used give theirs back."
     )
+    schema_refresh_s: float = Field(
+        1.0,
+        ge=0,
+        description="Produce checks values against the schema registry as read at most this long ago "
+        "(a version registered through another gateway applies after it).",
+    )
     retry_after_seconds: int = Field(1, ge=1)
     max_body_bytes: int = Field(
         1024 * 1024, gt=0, description="Body limit of every route but produce (which has max_request_bytes)."

@@ -183,6 +183,82 @@ class WriterClosedError(TopiclakeError):
     hint = "The server is shutting down; retry against a running server."
 
 
+# --- value schemas and the schema registry ----------------------------------------------------
+class SchemaRegistryError(TopiclakeError):
+    """An error of the schema registry API; `registry_code` is Confluent Schema Registry's
+    `error_code` for it (its clients branch on that)."""
+
+    code = "SCHEMA_REGISTRY_ERROR"
+    registry_code: ClassVar[int] = 50001
+
+
+class SubjectNotFoundError(SchemaRegistryError):
+    code = "SUBJECT_NOT_FOUND"
+    registry_code = 40401
+    hint = "Register a schema under it first (POST /registry/subjects/<subject>/versions); GET /registry/subjects lists them."
+
+
+class VersionNotFoundError(SchemaRegistryError):
+    code = "VERSION_NOT_FOUND"
+    registry_code = 40402
+    hint = "GET /registry/subjects/<subject>/versions lists the versions there are."
+
+
+class SchemaNotFoundError(SchemaRegistryError):
+    code = "SCHEMA_NOT_FOUND"
+    registry_code = 40403
+    hint = "Register the schema first; ids come from POST /registry/subjects/<subject>/versions."
+
+
+class SubjectNotSoftDeletedError(SchemaRegistryError):
+    code = "SUBJECT_NOT_SOFT_DELETED"
+    registry_code = 40405
+    hint = "Delete it without permanent=true first, then permanently."
+
+
+class VersionNotSoftDeletedError(SchemaRegistryError):
+    code = "VERSION_NOT_SOFT_DELETED"
+    registry_code = 40407
+    hint = "Delete the version without permanent=true first, then permanently."
+
+
+class SubjectConfigNotFoundError(SchemaRegistryError):
+    code = "SUBJECT_CONFIG_NOT_FOUND"
+    registry_code = 40408
+    hint = "The subject uses the global level (GET /registry/config, or defaultToGlobal=true)."
+
+
+class IncompatibleSchemaError(SchemaRegistryError):
+    """A new version breaks the subject's compatibility level; `messages` say where."""
+
+    code = "INCOMPATIBLE_SCHEMA"
+    registry_code = 409
+    hint = "Change the schema as the level allows (e.g. BACKWARD: add fields with defaults), or change the level."
+
+
+class InvalidValueSchemaError(SchemaRegistryError):
+    code = "INVALID_VALUE_SCHEMA"
+    registry_code = 42201
+    hint = "Send {'schema': '<the schema as a JSON string>', 'schemaType': 'AVRO' (default) or 'JSON'}."
+
+
+class InvalidCompatibilityLevelError(SchemaRegistryError):
+    code = "INVALID_COMPATIBILITY_LEVEL"
+    registry_code = 42203
+    hint = "Use NONE, BACKWARD, BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE, FULL or FULL_TRANSITIVE."
+
+
+class SchemaValidationError(InvalidRecordError):
+    """Records of a request do not match the topic's value schema; `records` lists each one's index
+    and reason, and nothing of the request was written."""
+
+    code = "SCHEMA_VALIDATION_FAILED"
+    hint = (
+        "Fix the records listed (or set the topic's errors.tolerance=all to send them to its "
+        "dead-letter topic) and send the request again."
+    )
+
+
 class SinkRefusedError(TopiclakeError):
     """A gateway refused the Spark sink's records; the message carries the gateway's answer (a bad
     record, no access). Raised on the Spark driver, never answered over HTTP."""

@@ -25,6 +25,7 @@ from delta_log.log.reader import TopicReader
 from delta_log.log.writer import CommitInfo, TopicWriter
 from delta_log.maintenance.topic_maintenance import MaintenanceClock, MaintenanceScheduler, TopicMaintenance
 from delta_log.system.offsets import OffsetStore
+from delta_log.system.schemas import SchemaStore
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class TopicRegistry:
         self._readers: dict[str, TopicReader] = {}
         self._listeners: list[Callable[[CommitInfo], None]] = []
         self._offsets: OffsetStore | None = None
+        self._schemas: SchemaStore | None = None
         self._sticky: dict[str, int] = {}
         self._last_used: dict[str, float] = {}
         self._clocks: dict[str, MaintenanceClock] = {}  # of released topics: their cleanup and vacuum stay due
@@ -57,6 +59,14 @@ class TopicRegistry:
             if self._offsets is None:
                 self._offsets = OffsetStore(self.storage)
             return self._offsets
+
+    @property
+    def schemas(self) -> SchemaStore:
+        """The schema registry (opened, or created, on first use)."""
+        with self._lock:
+            if self._schemas is None:
+                self._schemas = SchemaStore(self.storage, max_age_s=self.settings.server.schema_refresh_s)
+            return self._schemas
 
     def lowest_committed(self, topic: str) -> dict[int, int]:
         """Per partition, the lowest offset any consumer group committed (for consumer-aware retention)."""

@@ -32,6 +32,7 @@ from ingest_gateway.errors import error_response, install_error_handlers
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.openapi import install_openapi
 from ingest_gateway.routes import ops, records, topics
+from ingest_gateway.routes import registry as registry_routes
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class AuthenticationMiddleware:
         try:
             principal = authenticate(self.auth, header)
         except AuthenticationError as exc:
-            await error_response(exc, retry_after=self.retry_after)(scope, receive, send)
+            await error_response(exc, retry_after=self.retry_after, path=scope["path"])(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal  # the routes' PrincipalDep reads it
         await self.app(scope, receive, send)
@@ -115,7 +116,9 @@ class BodyLimitMiddleware:
             return
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await error_response(self._too_large(), retry_after=self.retry_after)(scope, receive, send)
+            await error_response(self._too_large(), retry_after=self.retry_after, path=scope["path"])(
+                scope, receive, send
+            )
             return
         received = 0
         answered = False
@@ -131,7 +134,9 @@ class BodyLimitMiddleware:
                 if received > self.limit:
                     answered = True
                     if not started:  # a response under way (a stream) just ends: the client sent too much
-                        await error_response(self._too_large(), retry_after=self.retry_after)(scope, receive, send)
+                        await error_response(self._too_large(), retry_after=self.retry_after, path=scope["path"])(
+                            scope, receive, send
+                        )
                     return {"type": "http.disconnect"}
             return message
 
@@ -173,6 +178,18 @@ async def _release_idle_topics(registry: TopicRegistry, settings: Settings) -> N
             log.exception("releasing idle topics failed; will retry")
 
 
+async def _refresh_schemas(registry: TopicRegistry, settings: Settings) -> None:
+    """Keep the schema registry's snapshot at most `server.schema_refresh_s` old (produce reads it
+    without I/O)."""
+    every = max(settings.server.schema_refresh_s, 0.05)
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await run_in_threadpool(registry.schemas.state, max_age_s=every)
+        except Exception:
+            log.exception("reading the schema registry failed; will retry")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; the registry (writers, readers) lives for the app's lifespan."""
     settings = settings or load_settings()
@@ -190,6 +207,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.notifier = notifier
         store = await run_in_threadpool(GroupStore, registry.storage)
         await run_in_threadpool(lambda: registry.offsets)  # open (or create) the offsets table off the loop
+        await run_in_threadpool(lambda: registry.schemas)  # and the schema registry's
         cluster = None
         if settings.cluster.advertise_url:  # `topiclake serve` sets it: a member of the root's cluster
             cluster = Cluster(GatewayDirectory(registry.storage), settings.cluster, url=settings.cluster.advertise_url)
@@ -213,11 +231,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             cluster.on_change(coordinator.on_membership_change)
         app.state.coordinator = coordinator
         janitor = asyncio.create_task(_release_idle_topics(registry, settings), name="release-idle-topics")
+        schema_reader = asyncio.create_task(_refresh_schemas(registry, settings), name="refresh-schemas")
         log.info("topiclake serving root %s", registry.storage.root)
         try:
             yield
         finally:
             janitor.cancel()
+            schema_reader.cancel()
             if cluster is not None:
                 await cluster.stop()  # first: the others take this gateway's groups at once
                 await app.state.forwarder.aclose()
@@ -247,5 +267,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(topics.router)
     app.include_router(records.router)
     app.include_router(consumer_router)
+    app.include_router(registry_routes.router)
     install_openapi(app, settings)
     return app

@@ -58,6 +58,17 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.ReplicaStateError: 409,
     e.InvalidGroupError: 400,
     e.SinkRefusedError: 502,
+    e.SchemaRegistryError: 500,
+    e.SubjectNotFoundError: 404,
+    e.VersionNotFoundError: 404,
+    e.SchemaNotFoundError: 404,
+    e.SubjectNotSoftDeletedError: 404,
+    e.VersionNotSoftDeletedError: 404,
+    e.SubjectConfigNotFoundError: 404,
+    e.IncompatibleSchemaError: 409,
+    e.InvalidValueSchemaError: 422,
+    e.InvalidCompatibilityLevelError: 422,
+    e.SchemaValidationError: 422,
 }
 
 
@@ -68,14 +79,32 @@ def status_for(exc: e.TopiclakeError) -> int:
     return 500
 
 
-def error_response(exc: e.TopiclakeError, *, retry_after: int = 1) -> JSONResponse:
+#: The schema registry API (Confluent's) lives under this prefix; its errors also carry Confluent's
+#: `error_code` and `message` beside topiclake's envelope, for Confluent's clients.
+REGISTRY_PREFIX = "/registry"
+
+
+def registry_error_code(exc: e.TopiclakeError, status: int) -> int:
+    """Confluent Schema Registry's error_code: its own for registry errors, else status * 100 + 1
+    (40101 unauthorized, 40301 forbidden, 50001...)."""
+    return exc.registry_code if isinstance(exc, e.SchemaRegistryError) else status * 100 + 1
+
+
+def error_response(exc: e.TopiclakeError, *, retry_after: int = 1, path: str = "") -> JSONResponse:
     status = status_for(exc)
+    body: dict[str, object] = {"error": exc.to_dict()}
+    if _is_registry(path):
+        body = {"error_code": registry_error_code(exc, status), "message": exc.message, **body}
     headers = {}
     if status in (429, 503):
         headers["Retry-After"] = str(retry_after)
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _is_registry(path: str) -> bool:
+    return path == REGISTRY_PREFIX or path.startswith(REGISTRY_PREFIX + "/")
 
 
 def envelope(
@@ -85,11 +114,13 @@ def envelope(
     details: dict[str, object] | None = None,
     *,
     headers: Mapping[str, str] | None = None,
+    path: str = "",
 ) -> JSONResponse:
     """The error envelope for answers that are not a TopiclakeError (the router's, the validators')."""
-    return JSONResponse(
-        {"error": {"code": code, "message": message, "details": details or {}}}, status_code=status, headers=headers
-    )
+    body: dict[str, object] = {"error": {"code": code, "message": message, "details": details or {}}}
+    if _is_registry(path):
+        body = {"error_code": status * 100 + 1, "message": message, **body}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def allowed_methods(app: FastAPI, path: str, fallback: str | None) -> list[str]:
@@ -111,7 +142,7 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
             on_error(exc.code)
         if status_for(exc) >= 500:
             log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
-        return error_response(exc, retry_after=retry_after)
+        return error_response(exc, retry_after=retry_after, path=request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -124,9 +155,10 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
                 f"{request.method} is not allowed here; use {', '.join(allow)} (see /docs).",
                 {"allow": allow},
                 headers={"Allow": ", ".join(allow)},
+                path=request.url.path,
             )
         if exc.status_code == 404:
-            return envelope(404, "NOT_FOUND", "No such route; the API is described at /docs.")
+            return envelope(404, "NOT_FOUND", "No such route; the API is described at /docs.", path=request.url.path)
         return envelope(exc.status_code, "HTTP_ERROR", str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(RecursionError)
@@ -148,4 +180,5 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
             "INVALID_REQUEST",
             f"{where}: {first['message']}. Fix the request and send it again.",
             {"problems": problems},
+            path=request.url.path,
         )

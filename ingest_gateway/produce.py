@@ -11,6 +11,7 @@ rule keeps offsets unique whoever appends, so a request spanning several owners 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -21,10 +22,13 @@ import numpy as np
 import pyarrow as pa
 
 from consumer_api.params import DIGITS
+from delta_log.core.dead_letters import Split
 from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
 from delta_log.core.producer import ProducerSequence
 from delta_log.core.records import offsets_for_rows
-from delta_log.errors import InvalidRecordError
+from delta_log.core.topic_config import TopicConfig
+from delta_log.core.value_schemas import subject_for
+from delta_log.errors import InvalidRecordError, TopicExistsError, TopicNotFoundError
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
 
@@ -55,6 +59,11 @@ class Placement:
 
     me: str
     owners_of: Callable[[int], Sequence[str | None]]  # partition count -> owner gateway id per partition
+
+
+def has_value_schema(registry: TopicRegistry, topic: str) -> bool:
+    """Whether `topic` has a value schema, as the registry was last read (no I/O)."""
+    return registry.schemas.cached().subject_schemas(subject_for(topic)) is not None
 
 
 def prepare(
@@ -105,3 +114,47 @@ def record_offset_columns(request: PreparedRequest, result: AppendResult) -> tup
     out = np.empty(len(parts), dtype=np.int64)
     out[order] = offsets
     return parts.tolist(), out.tolist()
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """A request's records that failed the topic's value schema, ready for the dead-letter topic."""
+
+    topic: str
+    split: Split
+    append: PreparedRequest
+
+
+def prepare_dead_letters(
+    registry: TopicRegistry, topic: str, split: Split, config: TopicConfig, producer: ProducerSequence | None
+) -> DeadLetters:
+    """Partition the dead letters for the topic's dead-letter topic, created (with the topic's
+    partition count) on first use. An idempotent producer's retry finds them written once there too.
+
+    Raises: InvalidConfigError (no dead-letter topic name fits), StorageUnavailableError.
+    """
+    dlq = config.dead_letter_topic(topic)
+    assert dlq is not None, "only a topic with errors.tolerance=all splits its requests"
+    try:
+        registry.reader(dlq)
+    except TopicNotFoundError:
+        with contextlib.suppress(TopicExistsError):  # another request (or gateway) created it first
+            registry.catalog.create_topic(dlq, partitions=config.partitions)
+    return DeadLetters(dlq, split, prepare(registry, dlq, split.dead, producer))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    index: int  # in the request
+    partition: int  # of the dead-letter topic
+    offset: int
+    reason: str
+
+
+def dead_letter_entries(dead: DeadLetters, result: AppendResult) -> list[DeadLetter]:
+    """Each dead letter's index in the request, where it went and why, in request order."""
+    parts, offsets = record_offset_columns(dead.append, result)
+    return [
+        DeadLetter(int(i), p, o, why)
+        for i, p, o, why in zip(dead.split.dead_indexes.tolist(), parts, offsets, dead.split.reasons, strict=True)
+    ]

@@ -14,6 +14,7 @@ from delta_log.core.topic_config import (
     MAX_TOPIC_NAME_LENGTH,
     TOPIC_NAME_PATTERN,
 )
+from delta_log.core.value_schemas import COMPATIBILITY_LEVELS, MAX_SCHEMA_CHARS
 
 
 class _Model(BaseModel):
@@ -51,6 +52,13 @@ def _config_schema(nullable: bool) -> dict[str, Any]:
         "cleanup.policy": {"type": "string", "pattern": CLEANUP_POLICY_PATTERN},
         "message.timestamp.type": choice("CreateTime", "LogAppendTime"),
         "retention.protect.unconsumed": {"anyOf": [{"type": "boolean"}, choice("true", "false")]},
+        "errors.tolerance": choice("none", "all"),
+        "errors.deadletterqueue.topic.name": {
+            "anyOf": [
+                {"type": "string", "maxLength": 0},
+                {"type": "string", "pattern": TOPIC_NAME_PATTERN, "maxLength": MAX_TOPIC_NAME_LENGTH},
+            ]
+        },
     }
     assert set(keys) == set(DEFAULT_CONFIG), "document every topic config key"
     if nullable:
@@ -151,3 +159,29 @@ class ProduceRequest(_Model):
     records: list[ProducedRecord] = Field(min_length=1)
     key_format: Literal["json", "string", "binary"] | None = None
     value_format: Literal["json", "string", "binary"] | None = None
+
+
+# --- the schema registry API (Confluent's field names) -----------------------------------------
+class RegisterSchema(BaseModel):
+    """A schema to register, look up or check. Confluent's clients may also send `metadata` and
+    `ruleSet` (data contracts): ignored."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    schema_text: str = Field(
+        alias="schema", min_length=1, max_length=MAX_SCHEMA_CHARS, description="The schema, as a JSON string."
+    )
+    schema_type: Literal["AVRO", "JSON"] | None = Field(
+        None, alias="schemaType", description="AVRO (the default) or JSON (JSON Schema)."
+    )
+    references: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=0, description="Not supported yet: inline referenced types."
+    )
+
+
+class CompatibilityLevel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    compatibility: str = Field(
+        json_schema_extra={"enum": list(COMPATIBILITY_LEVELS)}, description="Confluent's level names."
+    )

@@ -2,7 +2,8 @@
 in, a decision out.
 
 Off while no keys are configured (the embedded default). With keys configured, every request but
-/healthz, /readyz needs `Authorization: Bearer <key>` (one gate for the whole app), and each
+/healthz, /readyz needs `Authorization: Bearer <key>` (or HTTP Basic with the key as password, as
+Confluent's schema registry clients send it; one gate for the whole app), and each
 operation needs its permission on each resource it touches:
 
 - topics: `produce` (Kafka's WRITE), `consume` (READ), `admin` (CREATE, ALTER, DELETE; implies the
@@ -17,6 +18,8 @@ Patterns are names or globs (`*`, `orders-*`). A key file written before groups 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fnmatch
 import hmac
 from collections.abc import Mapping, Sequence
@@ -93,13 +96,31 @@ def principal_of(
     )
 
 
+def _presented_key(authorization: str | None) -> bytes | None:
+    """The API key in an Authorization header: `Bearer <key>`, or HTTP Basic with the key as the
+    password (what Confluent's clients send with basic.auth.user.info = "<name>:<key>")."""
+    if not authorization:
+        return None
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer":
+        return credentials.strip().encode()
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        _user, colon, password = decoded.partition(":")
+        return password.encode() if colon else None
+    return None
+
+
 def authenticate(settings: AuthSettings, authorization: str | None) -> Principal:
     """Raises: AuthenticationError (missing or unknown key)."""
     if not settings.enabled:
         return ANONYMOUS
-    if not authorization or not authorization.lower().startswith("bearer "):
+    token = _presented_key(authorization)
+    if not token:
         raise AuthenticationError("This server requires an API key.")
-    token = authorization[7:].strip().encode()
     for key in settings.api_keys:
         if hmac.compare_digest(key.key.get_secret_value().encode(), token):
             return principal_of(key.principal, key.acls, key.groups)

@@ -36,6 +36,10 @@ DEFAULT_CONFIG: dict[str, str] = {
     "min.compaction.lag.ms": "0",
     "replicas": "1",
     "retention.protect.unconsumed": "false",
+    # records that fail the topic's value schema (Kafka Connect's names): "none" refuses the request,
+    # "all" writes the valid records and sends the others to the dead-letter topic
+    "errors.tolerance": "none",
+    "errors.deadletterqueue.topic.name": "",  # empty: <topic>.dlq
 }
 
 #: cleanup.policy: delete, compact or both (Kafka's list syntax, spaces around items allowed)
@@ -127,6 +131,13 @@ def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
                 )
         elif key == "retention.protect.unconsumed" and value not in {"true", "false"}:
             raise InvalidConfigError(f"{key} must be true or false; got {value!r}.", key=key)
+        elif key == "errors.tolerance" and value not in {"none", "all"}:
+            raise InvalidConfigError(f"{key} must be none or all; got {value!r}.", key=key)
+        elif key == "errors.deadletterqueue.topic.name":
+            if not isinstance(raw, str):
+                raise InvalidConfigError(f"{key} is a topic name (a string); got {value!r}.", key=key)
+            if value:
+                validate_topic_name(value)
         out[key] = value
     return out
 
@@ -164,6 +175,21 @@ class TopicConfig:
     @property
     def log_append_time(self) -> bool:
         return self.values["message.timestamp.type"] == "LogAppendTime"
+
+    def dead_letter_topic(self, topic: str) -> str | None:
+        """Where `topic`'s invalid records go (None: errors.tolerance=none, they are refused).
+
+        Raises: InvalidConfigError when the default name `<topic>.dlq` would be too long.
+        """
+        if self.values.get("errors.tolerance", "none") != "all":
+            return None
+        name = self.values.get("errors.deadletterqueue.topic.name") or f"{topic}.dlq"
+        if len(name) > MAX_TOPIC_NAME_LENGTH:
+            raise InvalidConfigError(
+                f"{name[:40]}... is too long for a topic name; set errors.deadletterqueue.topic.name.",
+                key="errors.deadletterqueue.topic.name",
+            )
+        return name
 
     def to_properties(self) -> dict[str, str]:
         props = {PROPERTY_PREFIX + k: v for k, v in self.values.items()}

@@ -59,11 +59,12 @@ from delta_log.core.partitioner import idempotent_null_key_partition, partitione
 from delta_log.core.producer import ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
 from delta_log.core.topic_config import TopicConfig
-from delta_log.errors import SinkRefusedError, SourceOptionError
+from delta_log.errors import SinkRefusedError, SourceOptionError, TopicExistsError
 from delta_log.log.catalog import Catalog
 from delta_log.log.writer import TopicWriter
 from delta_log.spark.options import root_and_storage_options
 from delta_log.system.gateways import GatewayDirectory
+from delta_log.system.schemas import SchemaStore, check_values
 from delta_log.table.app_transactions import read_producer_state
 from delta_log.table.storage import StorageRoot
 
@@ -186,6 +187,7 @@ class _Stager:
         self.directory = directory
         self.configs: dict[str, TopicConfig] = {}
         self.files: list[tuple[str, str, int]] = []
+        self.schemas = SchemaStore.open_if_exists(self.storage)
 
     def config(self, topic: str) -> TopicConfig:
         if topic not in self.configs:
@@ -196,16 +198,32 @@ class _Stager:
         rows = rows.rename_columns([c.lower() for c in rows.column_names])  # Spark's names are case-insensitive
         for topic, part in self._by_topic(rows).items():
             config = self.config(topic)
-            # records without key or partition: one partition per staged file (Kafka's sticky batches)
-            sticky = idempotent_null_key_partition(self.directory, len(self.files), config.partitions)
-            batch = partitioned_batch(
-                _records(part), config, topic=topic, null_key_partition=sticky, now_us=int(time.time() * 1e6)
-            ).batch
-            path = f"{self.directory}/{len(self.files):05d}-{uuid.uuid4().hex[:8]}.arrow"
-            self.fs.create_dir(self.directory, recursive=True)
-            with self.fs.open_output_stream(path) as f, pa.ipc.new_file(f, batch.schema) as ipc:
-                ipc.write_table(batch)
-            self.files.append((topic, path, batch.num_rows))
+            records = _records(part)
+            # the topic's value schema, as at HTTP produce: a bad value fails the task (and the
+            # write, nothing committed), or, with errors.tolerance=all, goes to the dead-letter topic
+            split = check_values(self.schemas, topic, records, config) if self.schemas is not None else None
+            if split is not None:
+                dlq = config.dead_letter_topic(topic)
+                assert dlq is not None, "only a topic with errors.tolerance=all splits its rows"
+                with contextlib.suppress(TopicExistsError):  # another task, the driver or a gateway did
+                    if not self.storage.is_table(self.storage.topic_uri(dlq)):
+                        self.catalog.create_topic(dlq, partitions=config.partitions)
+                self._stage_one(dlq, split.dead, self.config(dlq))
+                records = split.valid
+            if records.num_rows:
+                self._stage_one(topic, records, config)
+
+    def _stage_one(self, topic: str, records: pa.Table, config: TopicConfig) -> None:
+        # records without key or partition: one partition per staged file (Kafka's sticky batches)
+        sticky = idempotent_null_key_partition(self.directory, len(self.files), config.partitions)
+        batch = partitioned_batch(
+            records, config, topic=topic, null_key_partition=sticky, now_us=int(time.time() * 1e6)
+        ).batch
+        path = f"{self.directory}/{len(self.files):05d}-{uuid.uuid4().hex[:8]}.arrow"
+        self.fs.create_dir(self.directory, recursive=True)
+        with self.fs.open_output_stream(path) as f, pa.ipc.new_file(f, batch.schema) as ipc:
+            ipc.write_table(batch)
+        self.files.append((topic, path, batch.num_rows))
 
     def _by_topic(self, rows: pa.Table) -> dict[str, pa.Table]:
         if self.options.topic is not None:

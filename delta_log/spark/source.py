@@ -297,6 +297,13 @@ class TopiclakeDataSource(DataSource):
         return TopiclakeStreamReader(self._options(streaming=True))
 
 
+def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+    """A planned range's records. With no range to read (an empty topic) Spark still runs one task
+    with a partition of its own: it reads nothing."""
+    if isinstance(partition, TopicPartitionRange):
+        yield from read_range(partition)
+
+
 class TopiclakeBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -313,8 +320,7 @@ class TopiclakeBatchReader(DataSourceReader):
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, TopicPartitionRange)
-        yield from read_range(partition)
+        yield from _read(partition)
 
 
 class TopiclakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -362,8 +368,7 @@ class TopiclakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self.planner.ranges(from_json_offsets(start), from_json_offsets(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, TopicPartitionRange)
-        yield from read_range(partition)
+        yield from _read(partition)
 
     def commit(self, end: dict) -> None:
         self._commit_group(end)

@@ -21,9 +21,22 @@ from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import authorize
 from delta_log.errors import RequestTooLargeError, WriterClosedError
 from delta_log.log.group_commit import GroupCommitter
+from delta_log.log.writer import AppendRequest, AppendResult
+from delta_log.registry import TopicRegistry
+from delta_log.system.schemas import check_values
 from ingest_gateway import decoding
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
-from ingest_gateway.produce import Placement, PreparedRequest, prepare, producer_from_headers, record_offset_columns
+from ingest_gateway.produce import (
+    DeadLetters,
+    Placement,
+    PreparedRequest,
+    dead_letter_entries,
+    has_value_schema,
+    prepare,
+    prepare_dead_letters,
+    producer_from_headers,
+    record_offset_columns,
+)
 from ingest_gateway.produce_forwarding import encode_for_owner, forward_append
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 
@@ -136,23 +149,37 @@ async def produce(
     if cluster is not None and settings.cluster.route_produce and FORWARDED_BY not in request.headers:
         placement = Placement(cluster.me.gateway_id, functools.partial(cluster.partition_owners, topic))
 
-    def decode_and_prepare() -> tuple[PreparedRequest, bytes | None, GroupCommitter | None]:
-        # One worker-thread hop per request: decode, partition, validate, and either encode the
-        # records for their owner gateway or open the topic's committer here.
+    def decode_and_prepare() -> tuple[PreparedRequest | None, bytes | None, GroupCommitter | None, DeadLetters | None]:
+        # One worker-thread hop per request: decode, check values against the topic's schema,
+        # partition, validate, and either encode the records for their owner gateway or open the
+        # topic's committer here.
         table = _DECODERS[media](body, key_format, value_format)
-        prepared = prepare(registry, topic, table, producer, placement)
+        config = registry.reader(topic).config
+        dead = None
+        split = check_values(registry.schemas, topic, table, config)
+        if split is not None:  # errors.tolerance=all: the rest go to the dead-letter topic, from here
+            dead = prepare_dead_letters(registry, topic, split, config, producer)
+            if split.valid.num_rows == 0:
+                return None, None, None, dead
+            table = split.valid
+        prepared = prepare(registry, topic, table, producer, placement if dead is None else None)
         if prepared.owner is not None:
             forward = encode_for_owner(prepared.append.batch)
             if len(forward) <= settings.server.max_request_bytes:
-                return prepared, forward, None
-        return prepared, None, registry.committer(topic)
+                return prepared, forward, None, None
+        return prepared, None, registry.committer(topic), dead
 
-    if len(body) <= INLINE_DECODE_BYTES:
-        prepared, forward, committer = decode_and_prepare()
+    if len(body) <= INLINE_DECODE_BYTES and not has_value_schema(registry, topic):
+        prepared, forward, committer, dead = decode_and_prepare()
     else:
-        prepared, forward, committer = await to_thread.run_sync(decode_and_prepare, limiter=_decode_limiter())
+        prepared, forward, committer, dead = await to_thread.run_sync(decode_and_prepare, limiter=_decode_limiter())
+    dead_result = None
+    if dead is not None:  # first: a failure after it leaves nothing of the valid records written
+        dead_result = await _append_here(registry, dead.topic, dead.append.append, None)
     result = None
-    owner = cluster.member(prepared.owner) if cluster is not None and prepared.owner is not None else None
+    owner = None
+    if cluster is not None and prepared is not None and prepared.owner is not None:
+        owner = cluster.member(prepared.owner)
     if cluster is not None and owner is not None and forward is not None:
         outcome = await forward_append(
             request.app.state.forwarder,
@@ -168,32 +195,62 @@ async def produce(
         if isinstance(outcome, Response):
             return outcome
         result = outcome
-    if result is None:
-        if committer is None:  # the owner could not take it: append here
-            committer = await run_in_threadpool(registry.committer, topic)
-        try:
-            future = committer.submit(prepared.append)
-        except WriterClosedError:  # released as idle between lookup and submit: open it again
-            future = (await run_in_threadpool(registry.committer, topic)).submit(prepared.append)
-        result = await asyncio.wrap_future(future)
-    # Serialized by hand: building a pydantic model per record cost more than the decode.
-    if media == decoding.ARROW_STREAM:
-        payload: dict[str, object] = {
-            "topic": topic,
-            "record_count": prepared.append.batch.num_rows,
-            "partitions": [
-                {"partition": r.partition, "base_offset": r.base_offset, "count": r.count} for r in result.ranges
-            ],
-            "duplicate": result.duplicate,
-        }
-        if record_offsets:
-            payload["record_partitions"], payload["record_offsets"] = record_offset_columns(prepared, result)
-    else:
-        payload = {
-            "topic": topic,
-            "offsets": [
-                {"partition": p, "offset": o} for p, o in zip(*record_offset_columns(prepared, result), strict=True)
-            ],
-            "duplicate": result.duplicate,
-        }
+    if result is None and prepared is not None:
+        result = await _append_here(registry, topic, prepared.append, committer)
+    payload = _answer(topic, media, prepared, result, record_offsets, dead, dead_result)
     return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+
+async def _append_here(
+    registry: TopicRegistry, topic: str, append: AppendRequest, committer: GroupCommitter | None
+) -> AppendResult:
+    """Append through this gateway's committer of `topic` (opened if `committer` is None)."""
+    if committer is None:
+        committer = await run_in_threadpool(registry.committer, topic)
+    try:
+        future = committer.submit(append)
+    except WriterClosedError:  # released as idle between lookup and submit: open it again
+        future = (await run_in_threadpool(registry.committer, topic)).submit(append)
+    return await asyncio.wrap_future(future)
+
+
+def _answer(
+    topic: str,
+    media: str,
+    prepared: PreparedRequest | None,
+    result: AppendResult | None,
+    record_offsets: bool,
+    dead: DeadLetters | None,
+    dead_result: AppendResult | None,
+) -> dict[str, object]:
+    # Serialized by hand: building a pydantic model per record cost more than the decode.
+    parts, offsets = record_offset_columns(prepared, result) if prepared and result else ([], [])
+    letters = dead_letter_entries(dead, dead_result) if dead and dead_result else []
+    duplicate = any(r.duplicate for r in (result, dead_result) if r is not None)
+    payload: dict[str, object] = {"topic": topic}
+    if media == decoding.ARROW_STREAM:
+        payload["record_count"] = prepared.append.batch.num_rows if prepared else 0
+        payload["partitions"] = [
+            {"partition": r.partition, "base_offset": r.base_offset, "count": r.count}
+            for r in (result.ranges if result is not None else [])
+        ]
+        payload["duplicate"] = duplicate
+        if record_offsets:
+            payload["record_partitions"], payload["record_offsets"] = parts, offsets
+    else:
+        entries: list[dict[str, object]] = [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]
+        if dead is not None:  # every record in request order; a dead letter says where it went
+            merged: list[dict[str, object]] = [{} for _ in range(len(entries) + len(letters))]
+            for i, entry in zip(dead.split.valid_indexes.tolist(), entries, strict=True):
+                merged[i] = entry
+            for d in letters:
+                merged[d.index] = {"partition": d.partition, "offset": d.offset, "topic": dead.topic, "error": d.reason}
+            entries = merged
+        payload["offsets"] = entries
+        payload["duplicate"] = duplicate
+    if dead is not None:
+        payload["dead_letter_topic"] = dead.topic
+        payload["dead_letters"] = [
+            {"index": d.index, "partition": d.partition, "offset": d.offset, "reason": d.reason} for d in letters
+        ]
+    return payload

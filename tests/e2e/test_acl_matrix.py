@@ -65,6 +65,29 @@ MATRIX: list[tuple[str, str, str, object, set[str]]] = [
     ("join group", "POST", "/groups/orders-app/members", {"topics": [TOPIC]}, {"admin", "consumer", "legacy"}),
     ("join other group", "POST", "/groups/other-app/members", {"topics": [TOPIC]}, {"admin", "legacy"}),
     ("join with other topic", "POST", "/groups/orders-app/members", {"topics": [OTHER]}, {"admin"}),
+    # the schema registry: subjects are authorized as their topic (<topic>-value, <topic>-key)
+    (
+        "register schema",
+        "POST",
+        f"/registry/subjects/{TOPIC}-value/versions",
+        {"schema": '"string"'},
+        {"admin", "producer"},
+    ),
+    ("register other schema", "POST", f"/registry/subjects/{OTHER}-value/versions", {"schema": '"string"'}, {"admin"}),
+    ("schema versions", "GET", f"/registry/subjects/{TOPIC}-value/versions", None, ALL),
+    ("other schema versions", "GET", f"/registry/subjects/{OTHER}-value/versions", None, {"admin"}),
+    (
+        "check compatibility",
+        "POST",
+        f"/registry/compatibility/subjects/{TOPIC}-value/versions",
+        {"schema": '"string"'},
+        ALL,
+    ),
+    ("set subject level", "PUT", f"/registry/config/{TOPIC}-value", {"compatibility": "FULL"}, {"admin"}),
+    ("delete subject", "DELETE", f"/registry/subjects/{TOPIC}-key", None, {"admin"}),
+    ("global level", "GET", "/registry/config", None, ALL),
+    ("set global level", "PUT", "/registry/config", {"compatibility": "BACKWARD"}, {"admin"}),
+    ("list subjects", "GET", "/registry/subjects", None, ALL),
     ("metrics", "GET", "/metrics", None, ALL),
     ("openapi", "GET", "/openapi.json", None, ALL),
 ]
@@ -177,3 +200,25 @@ def test_a_member_belongs_to_the_key_that_joined_it(server):
         assert hb.status_code == 200 and hb.json()["rebalance"] is False, hb.text
         assert c.post("/groups/orders-app/offsets", json=commit, headers=owner).status_code == 200
         assert c.delete(f"/groups/orders-app/members/{member}", headers=owner).status_code == 204
+
+
+def test_confluents_registry_client_authenticates_with_basic_auth(server):
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    def client(user_info: str) -> SchemaRegistryClient:
+        return SchemaRegistryClient({"url": server.url + "/registry", "basic.auth.user.info": user_info})
+
+    producer = client("svc:k-producer")
+    schema_id = producer.register_schema(f"{TOPIC}-value", Schema('"string"', "AVRO"))
+    assert producer.get_schema(schema_id).schema_str == '"string"'
+    assert OTHER + "-value" not in producer.get_subjects()
+    with pytest.raises(SchemaRegistryError) as no_key:
+        client("svc:not-a-key").get_subjects()
+    assert no_key.value.http_status_code == 401 and no_key.value.error_code == 40101
+    with pytest.raises(SchemaRegistryError) as forbidden:
+        producer.register_schema(f"{OTHER}-value", Schema('"string"', "AVRO"))
+    assert forbidden.value.http_status_code == 403 and forbidden.value.error_code == 40301
+    with pytest.raises(SchemaRegistryError):
+        client("svc:k-monitor").delete_subject(f"{TOPIC}-value")
+    assert f"{TOPIC}-value" in client("svc:k-monitor").get_subjects()

@@ -4,8 +4,10 @@ kept across the hop, and a coordinator killed with kill -9 under a live group.""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
+import json
 import os
 import signal
 import threading
@@ -498,3 +500,49 @@ def test_kill_9_twice_under_load_keeps_every_invariant(gateways):
     for earlier, later in itertools.pairwise(committed_history):
         for key, offset in earlier.items():
             assert later.get(key, offset) >= offset, (key, offset, later.get(key))
+
+
+def test_a_schema_registered_through_one_gateway_guards_produce_on_every_gateway(gateways):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    with httpx.Client(base_url=gateways[0].url, headers=ADMIN, timeout=30) as c:
+        assert c.post("/topics", json={"name": "typed-cluster", "partitions": 2}).status_code == 201
+    r = httpx.post(
+        gateways[1].url + "/registry/subjects/typed-cluster-value/versions",
+        json={"schema": json.dumps(schema), "schemaType": "JSON"},
+        headers=ADMIN,
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    first_id = r.json()["id"]
+
+    def refused_everywhere() -> bool:  # each gateway reads the registry within server.schema_refresh_s
+        answers = [
+            httpx.post(
+                s.url + "/topics/typed-cluster/records",
+                json={"records": [{"value": {"n": "x"}, "partition": 0}]},
+                headers=ADMIN,
+                timeout=30,
+            )
+            for s in gateways
+        ]
+        return all(a.status_code == 422 for a in answers)
+
+    wait_for(refused_everywhere, timeout=5, what="every gateway to refuse a record the schema refuses")
+    # a new version registered on one gateway: a value framed with its id is taken at once elsewhere
+    widened = {**schema, "properties": {"n": {"type": "number"}}}
+    r = httpx.post(
+        gateways[1].url + "/registry/subjects/typed-cluster-value/versions",
+        json={"schema": json.dumps(widened), "schemaType": "JSON"},
+        headers=ADMIN,
+        timeout=30,
+    )
+    second_id = r.json()["id"]
+    assert second_id != first_id
+    framed = b"\0" + second_id.to_bytes(4, "big") + b'{"n": 1.5}'
+    r = httpx.post(
+        gateways[2].url + "/topics/typed-cluster/records?value_format=binary",
+        json={"records": [{"value": base64.b64encode(framed).decode()}]},
+        headers=ADMIN,
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text

@@ -234,3 +234,32 @@ def test_the_sink_beside_a_live_gateway_never_duplicates_an_offset(spark, tmp_pa
     for p in (0, 1):  # unique, contiguous offsets whoever wrote them
         offsets = sorted(r.offset for r in rows if r.partition == p)
         assert offsets == list(range(len(offsets)))
+
+
+def test_the_sink_checks_values_against_the_topics_schema(spark, tmp_path):
+    import json
+
+    from delta_log.core.value_schemas import parse_schema
+    from delta_log.system.schemas import SchemaStore
+
+    root = str(tmp_path / "root")
+    storage = make_topics(root, events=2)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    SchemaStore(storage).register("events-value", parse_schema("JSON", json.dumps(schema)))
+    df = spark.sql("SELECT IF(id = 3, '{\"n\": \"three\"}', to_json(named_struct('n', id))) AS value FROM range(10)")
+    write = df.write.format("topiclake").option("root", root).option("topic", "events").option("gateway", "none")
+    with pytest.raises(Exception, match=r"SCHEMA_VALIDATION_FAILED|do not match the value schema"):
+        write.mode("append").save()
+    assert read_topic(spark, root, "events").count() == 0  # nothing of the write (an empty topic reads)
+
+    Catalog(storage, load_settings(root=root).writer).alter_config("events", {"errors.tolerance": "all"})
+    write.mode("append").save()
+    assert sorted(
+        json.loads(r.v)["n"]
+        for r in read_topic(spark, root, "events").selectExpr("CAST(value AS STRING) AS v").collect()
+    ) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    dlq = spark.read.format("topiclake").option("root", root).option("subscribe", "events.dlq")
+    (letter,) = dlq.option("includeHeaders", "true").load().collect()
+    headers = {h.key: h.value.decode() for h in letter.headers}
+    assert json.loads(letter.value) == {"n": "three"} and headers["__connect.errors.topic"] == "events"
+    assert "integer" in headers["__connect.errors.exception.message"]

@@ -20,13 +20,10 @@ import logging
 from collections.abc import Mapping
 
 import httpx
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 from fastapi import Response
 
 from consumer_api.forwarding import FORWARDED_BY
-from delta_log.core.records import TIMESTAMP_TYPE, PartitionRange
+from delta_log.core.records import PartitionRange
 from delta_log.errors import OwnerNotAvailableError
 from delta_log.log.writer import AppendResult
 from ingest_gateway.decoding import ARROW_STREAM
@@ -37,27 +34,6 @@ log = logging.getLogger(__name__)
 _PASSED = ("authorization", "producer-id", "producer-sequence", "idempotency-key")
 #: the owner's answer headers a refusal keeps
 _KEPT = ("content-type", "retry-after", "www-authenticate", "allow")
-_LOG_APPEND_TIME = 1
-
-
-def encode_for_owner(batch: pa.Table) -> bytes:
-    """A prepared batch (BATCH_SCHEMA) as the owner's Arrow input: explicit partitions, and
-    timestamps only where the client gave them (the owner stamps the others with its own append
-    time, as it would have)."""
-    stamped = pc.equal(batch.column("timestampType"), _LOG_APPEND_TIME)
-    table = pa.table(
-        {
-            "key": batch.column("key"),
-            "value": batch.column("value"),
-            "partition": batch.column("partition").cast(pa.int64()),
-            "timestamp": pc.if_else(stamped, pa.scalar(None, TIMESTAMP_TYPE), batch.column("timestamp")),
-            "headers": batch.column("headers"),
-        }
-    )
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 async def forward_append(
@@ -71,7 +47,7 @@ async def forward_append(
     headers: Mapping[str, str],
     idempotent: bool,
 ) -> AppendResult | Response | None:
-    """Append `body` (encode_for_owner) on the owner at `url`.
+    """Append `body` (delta_log.core.records.producer_arrow_stream) on the owner at `url`.
 
     Returns the owner's result; its refusal, to relay as it is; or None when the request should be
     appended here instead (never sent, or idempotent and lost).

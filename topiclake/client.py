@@ -181,16 +181,22 @@ class RecordMetadata:
 class _BatchResult:
     """The answer to one produce request, shared by the futures of its records."""
 
-    __slots__ = ("callbacks", "done", "error", "offsets", "partitions", "send_callbacks", "topic")
+    __slots__ = ("callbacks", "dead_letters", "done", "error", "offsets", "partitions", "send_callbacks", "topic")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
+        self.dead_letters: dict[int, str] = {}  # index -> the dead-letter topic that took the record
         self.done = threading.Event()
         self.partitions: list[int] = []
         self.offsets: list[int] = []
         self.error: BaseException | None = None
         self.callbacks: list[tuple[int, Callable[[RecordFuture], None]]] = []
         self.send_callbacks: list[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = []
+
+    def metadata(self, index: int) -> RecordMetadata:
+        """Where record `index` went: the topic, or for a value its schema refused on a topic with
+        errors.tolerance=all, the dead-letter topic."""
+        return RecordMetadata(self.dead_letters.get(index, self.topic), self.partitions[index], self.offsets[index])
 
 
 class RecordFuture:
@@ -218,8 +224,7 @@ class RecordFuture:
         error = self.exception(timeout)
         if error is not None:
             raise error
-        b = self._batch
-        return RecordMetadata(b.topic, b.partitions[self._index], b.offsets[self._index])
+        return self._batch.metadata(self._index)
 
     def add_done_callback(self, fn: Callable[[RecordFuture], None]) -> None:
         with _CALLBACKS_LOCK:
@@ -417,6 +422,7 @@ class Producer:
                 raise_for_error(resp)
                 data = resp.json()
                 result.partitions, result.offsets = data["record_partitions"], data["record_offsets"]
+                result.dead_letters = {d["index"]: data["dead_letter_topic"] for d in data.get("dead_letters", ())}
                 error = None
                 break
             except TopiclakeClientError as exc:
@@ -435,7 +441,7 @@ class Producer:
         failure = None if error is None else error if isinstance(error, Exception) else RuntimeError(str(error))
         for index, send_cb in result.send_callbacks:
             if failure is None:
-                send_cb(RecordMetadata(result.topic, result.partitions[index], result.offsets[index]), None)
+                send_cb(result.metadata(index), None)
             else:
                 send_cb(None, failure)
 

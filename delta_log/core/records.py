@@ -285,3 +285,24 @@ def offsets_for_rows(partitions: np.ndarray, high_watermarks: Mapping[int, int])
     )
     offsets = base + (np.arange(n, dtype=np.int64) - group_start)
     return order, offsets
+
+
+def producer_arrow_stream(batch: pa.Table) -> bytes:
+    """A normalized batch (BATCH_SCHEMA) as a producer's Arrow IPC request: explicit partitions, and
+    timestamps only where the producer gave them (the receiving gateway stamps the others with its
+    own append time, as it would have). What a gateway forwards to a partition's owner, and what the
+    Spark sink sends to a gateway."""
+    stamped = pc.equal(batch.column("timestampType"), LOG_APPEND_TIME)
+    table = pa.table(
+        {
+            "key": batch.column("key"),
+            "value": batch.column("value"),
+            "partition": batch.column("partition").cast(pa.int64()),
+            "timestamp": pc.if_else(stamped, pa.scalar(None, TIMESTAMP_TYPE), batch.column("timestamp")),
+            "headers": batch.column("headers"),
+        }
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()

@@ -57,7 +57,7 @@ from pyspark.sql.types import StructType
 from conf import WriterSettings
 from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
 from delta_log.core.producer import ProducerSequence
-from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
+from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE, producer_arrow_stream
 from delta_log.core.topic_config import TopicConfig
 from delta_log.errors import SinkRefusedError, SourceOptionError, TopicExistsError
 from delta_log.log.catalog import Catalog
@@ -382,7 +382,7 @@ class _GatewayRoute:
         gateway's refusal (bad records, no access)."""
         import httpx
 
-        body = _arrow_stream(batch)
+        body = producer_arrow_stream(batch)
         headers = {
             "Content-Type": ARROW_STREAM,
             "Producer-Id": producer.producer_id,
@@ -401,25 +401,6 @@ class _GatewayRoute:
                 continue
             raise SinkRefusedError(f"Gateway {url} refused the sink's records for topic {topic!r}: {resp.text[:2000]}")
         return False
-
-
-def _arrow_stream(batch: pa.Table) -> bytes:
-    """A normalized batch as a producer's Arrow request: explicit partitions, and timestamps only where
-    the producer gave them (the gateway stamps the others with its append time)."""
-    stamped = pc.equal(batch.column("timestampType"), 1)
-    table = pa.table(
-        {
-            "key": batch.column("key"),
-            "value": batch.column("value"),
-            "partition": batch.column("partition").cast(pa.int64()),
-            "timestamp": pc.if_else(stamped, pa.scalar(None, TIMESTAMP_TYPE), batch.column("timestamp")),
-            "headers": batch.column("headers"),
-        }
-    )
-    out = pa.BufferOutputStream()
-    with pa.ipc.new_stream(out, table.schema) as w:
-        w.write_table(table)
-    return out.getvalue().to_pybytes()
 
 
 def _chunks(files: list[tuple[str, int]], limit: int) -> list[list[str]]:

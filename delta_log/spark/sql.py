@@ -5,6 +5,8 @@
 - `topics._partitions`: topic, partition, log start offset, high watermark, segments, bytes
   (a snapshot, written to `<root>/_system/partitions` at each registration, through delta-rs:
   on S3 a Spark write would use Delta Spark's single-writer S3 log store).
+- `topics_typed.<name>`: for a topic with a JSON Schema value schema, the Kafka columns and the
+  value's fields as typed columns (delta_log.spark.typed).
 - `topics._consumer_lag`: a view over `<root>/_system/consumer_offsets` (live) and `_partitions`:
   group, topic, partition, committed offset, high watermark, log start offset, lag.
 
@@ -25,7 +27,9 @@ from delta_log.core.lag import lag_sql
 from delta_log.log.catalog import Catalog
 from delta_log.log.reader import TopicReader
 from delta_log.spark.s3a import configure_s3a
+from delta_log.spark.typed import register_typed_views
 from delta_log.system.offsets import OffsetStore
+from delta_log.system.schemas import SchemaStore
 from delta_log.table.storage import StorageRoot
 
 if TYPE_CHECKING:
@@ -105,4 +109,5 @@ def register_topics(
                {lag_sql(committed="l.committed_offset", log_start_offset="p.log_start_offset", high_watermark="p.high_watermark")} AS lag
         FROM latest l JOIN {_q(database)}._partitions p ON l.topic = p.topic AND l.partition = p.partition
     """)
+    register_typed_views(spark, SchemaStore.open_if_exists(storage), tables, database)
     return tables

@@ -19,6 +19,7 @@ from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
 from consumer_api.forwarding import FORWARDED_BY
 from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import authorize
+from delta_log.core.records import producer_arrow_stream
 from delta_log.errors import RequestTooLargeError, WriterClosedError
 from delta_log.log.group_commit import GroupCommitter
 from delta_log.log.writer import AppendRequest, AppendResult
@@ -27,6 +28,7 @@ from delta_log.system.schemas import check_values
 from ingest_gateway import decoding
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
 from ingest_gateway.produce import (
+    DeadLetter,
     DeadLetters,
     Placement,
     PreparedRequest,
@@ -37,7 +39,7 @@ from ingest_gateway.produce import (
     producer_from_headers,
     record_offset_columns,
 )
-from ingest_gateway.produce_forwarding import encode_for_owner, forward_append
+from ingest_gateway.produce_forwarding import forward_append
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 
 router = APIRouter(tags=["produce"])
@@ -164,7 +166,7 @@ async def produce(
             table = split.valid
         prepared = prepare(registry, topic, table, producer, placement if dead is None else None)
         if prepared.owner is not None:
-            forward = encode_for_owner(prepared.append.batch)
+            forward = producer_arrow_stream(prepared.append.batch)
             if len(forward) <= settings.server.max_request_bytes:
                 return prepared, forward, None, None
         return prepared, None, registry.committer(topic), dead
@@ -226,6 +228,8 @@ def _answer(
     # Serialized by hand: building a pydantic model per record cost more than the decode.
     parts, offsets = record_offset_columns(prepared, result) if prepared and result else ([], [])
     letters = dead_letter_entries(dead, dead_result) if dead and dead_result else []
+    if dead is not None:  # every record in request order: a dead letter where it went
+        parts, offsets = _merged(dead.split.valid_indexes.tolist(), parts, offsets, letters)
     duplicate = any(r.duplicate for r in (result, dead_result) if r is not None)
     payload: dict[str, object] = {"topic": topic}
     if media == decoding.ARROW_STREAM:
@@ -239,13 +243,8 @@ def _answer(
             payload["record_partitions"], payload["record_offsets"] = parts, offsets
     else:
         entries: list[dict[str, object]] = [{"partition": p, "offset": o} for p, o in zip(parts, offsets, strict=True)]
-        if dead is not None:  # every record in request order; a dead letter says where it went
-            merged: list[dict[str, object]] = [{} for _ in range(len(entries) + len(letters))]
-            for i, entry in zip(dead.split.valid_indexes.tolist(), entries, strict=True):
-                merged[i] = entry
-            for d in letters:
-                merged[d.index] = {"partition": d.partition, "offset": d.offset, "topic": dead.topic, "error": d.reason}
-            entries = merged
+        for d in letters:
+            entries[d.index] |= {"topic": dead.topic, "error": d.reason}  # type: ignore[union-attr]
         payload["offsets"] = entries
         payload["duplicate"] = duplicate
     if dead is not None:
@@ -254,3 +253,17 @@ def _answer(
             {"index": d.index, "partition": d.partition, "offset": d.offset, "reason": d.reason} for d in letters
         ]
     return payload
+
+
+def _merged(
+    valid_indexes: list[int], parts: list[int], offsets: list[int], letters: list[DeadLetter]
+) -> tuple[list[int], list[int]]:
+    """Partitions and offsets of every record of a request in its order: the valid records' in the
+    topic, the dead letters' in the dead-letter topic."""
+    n = len(valid_indexes) + len(letters)
+    all_parts, all_offsets = [0] * n, [0] * n
+    for i, p, o in zip(valid_indexes, parts, offsets, strict=True):
+        all_parts[i], all_offsets[i] = p, o
+    for d in letters:
+        all_parts[d.index], all_offsets[d.index] = d.partition, d.offset
+    return all_parts, all_offsets

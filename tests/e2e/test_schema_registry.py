@@ -233,3 +233,22 @@ def test_idempotent_retry_with_dead_letters_writes_once(server, http, fresh_topi
     again = http.post(f"/topics/{fresh_topic}/records", json=records, headers=headers).json()
     assert again["duplicate"] and again["offsets"] == first["offsets"]
     assert len(fetch_all(http, fresh_topic)) == 1 and len(fetch_all(http, f"{fresh_topic}.dlq")) == 1
+
+
+def test_the_python_producer_learns_where_each_record_went(server, http, fresh_topic):
+    from topiclake import Producer
+
+    _register_json_schema(server, fresh_topic)
+    with Producer(server.url) as p:
+        bad = p.send(fresh_topic, {"user": "ada"})
+    with pytest.raises(Exception, match=r"SCHEMA_VALIDATION_FAILED|do not match"):
+        bad.result(30)
+    http.patch(f"/topics/{fresh_topic}/config", json={"config": {"errors.tolerance": "all"}})
+    with Producer(server.url) as p:
+        futures = [p.send(fresh_topic, v) for v in ({"user": "a", "n": 1}, {"user": "b"}, {"user": "c", "n": 3})]
+    got = [f.result(30) for f in futures]
+    assert [m.topic for m in got] == [fresh_topic, f"{fresh_topic}.dlq", fresh_topic]
+    letter = http.get(
+        f"/topics/{fresh_topic}.dlq/partitions/{got[1].partition}/records", params={"offset": got[1].offset}
+    )
+    assert json.loads(base64.b64decode(letter.json()["records"][0]["value"])) == {"user": "b"}

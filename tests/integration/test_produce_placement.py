@@ -11,11 +11,11 @@ import pytest
 from conf import ClusterSettings
 from consumer_api.cluster import Cluster
 from delta_log.core.producer import ProducerSequence
+from delta_log.core.records import producer_arrow_stream
 from delta_log.registry import TopicRegistry
 from delta_log.system.gateways import GatewayDirectory, GatewayRecord
 from ingest_gateway.decoding import decode_arrow
 from ingest_gateway.produce import Placement, prepare
-from ingest_gateway.produce_forwarding import encode_for_owner
 
 OWNERS = ["gw-a", "gw-b", "gw-a", "gw-b"]  # partition -> owner, as a cluster of two would say
 
@@ -79,7 +79,7 @@ def test_the_owner_receives_the_same_records(registry):
     src = src.append_column("timestamp", pa.array([1_700_000_000_000_000, None, None], pa.timestamp("us", tz="UTC")))
     prepared = prepare(registry, "t", src, None, Placement("gw-a", lambda n: OWNERS[:n]))
     assert prepared.owner == "gw-b"
-    received = prepare(registry, "t", decode_arrow(encode_for_owner(prepared.append.batch)), None)
+    received = prepare(registry, "t", decode_arrow(producer_arrow_stream(prepared.append.batch)), None)
     sent, got = prepared.append.batch, received.append.batch
     for column in ("key", "value", "partition", "headers"):
         assert got.column(column).to_pylist() == sent.column(column).to_pylist()

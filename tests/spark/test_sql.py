@@ -44,3 +44,58 @@ def test_topics_partitions_time_travel_and_lag(spark, tmp_path):
     }
     assert lag == {("sql-orders", 0): 7, ("sql-orders", 1): 10}
     assert lag == api  # the SQL view and the consumer API agree
+
+
+def test_typed_views_show_the_values_fields_as_columns(spark, tmp_path):
+    import json
+    import time
+
+    import pyarrow as pa
+
+    from delta_log import normalize_batch
+    from delta_log.core.value_schemas import parse_schema
+    from delta_log.system.schemas import SchemaStore
+
+    root = str(tmp_path / "root")
+    storage = StorageRoot(root)
+    settings = load_settings(root=root)
+    catalog = Catalog(storage, settings.writer)
+    for name in ("typed-orders", "plain"):
+        catalog.create_topic(name, partitions=1)
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "total": {"type": "number"},
+            "offset": {"type": "string"},  # named like a Kafka column: shown as value_offset
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    v1 = SchemaStore(storage).register("typed-orders-value", parse_schema("JSON", json.dumps(schema)))
+    values = [
+        json.dumps({"id": 1, "total": 9.5, "offset": "x", "tags": ["a"]}).encode(),
+        b"\0" + v1.schema_id.to_bytes(4, "big") + json.dumps({"id": 2, "total": 0.5}).encode(),  # framed
+        None,  # a tombstone
+    ]
+    batch = normalize_batch(
+        pa.table({"value": pa.array(values, pa.binary()), "partition": pa.array([0, 0, 0], pa.int32())}),
+        partitions=1,
+        topic="typed-orders",
+        max_message_bytes=1_000_000,
+        now_us=int(time.time() * 1e6),
+        log_append_time=True,
+    )
+    TopicWriter(storage, "typed-orders", settings.writer).append(batch)
+    tables = register_topics(spark, root, database="typedsql")
+    assert tables == {"plain": "plain", "typed-orders": "typed_orders"}
+    views = {r.viewName for r in spark.sql("SHOW VIEWS IN typedsql_typed").collect()}
+    assert views == {"typed_orders"}  # only topics with a (JSON Schema) value schema
+    rows = spark.sql("SELECT offset, id, total, value_offset, tags FROM typedsql_typed.typed_orders ORDER BY offset")
+    assert [tuple(r) for r in rows.collect()] == [
+        (0, 1, 9.5, "x", ["a"]),
+        (1, 2, 0.5, None, None),
+        (2, None, None, None, None),
+    ]
+    fields = {f.name: f.dataType.simpleString() for f in spark.table("typedsql_typed.typed_orders").schema.fields}
+    assert fields["id"] == "bigint" and fields["total"] == "double" and fields["partition"] == "int"
+    assert spark.sql("SELECT sum(total) AS s FROM typedsql_typed.typed_orders").first().s == 10.0

@@ -27,13 +27,23 @@ from bench.common import RESULTS
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "benchmarks"
-BENCHES = ["log_bench", "produce_bench", "consume_bench", "spark_bench", "sink_bench", "jobs_bench", "kafka_bench"]
+BENCHES = [
+    "log_bench",
+    "produce_bench",
+    "consume_bench",
+    "spark_bench",
+    "sink_bench",
+    "schema_bench",
+    "jobs_bench",
+    "kafka_bench",
+]
 QUICK_ARGS = {
     "log_bench": ["--quick"],
     "produce_bench": ["--seconds", "4"],
     "consume_bench": ["--records", "200000", "--cold-mb", "100", "--seconds", "5"],
     "spark_bench": ["--records", "200000"],
     "sink_bench": ["--records", "200000", "--repeats", "1"],
+    "schema_bench": ["--records", "20000", "--repeats", "1"],
     "jobs_bench": ["--quick"],
     "kafka_bench": ["--quick"],
 }
@@ -103,6 +113,7 @@ def summary_markdown() -> str:
         ),
         ("spark_bench", None),
         ("sink_bench", None),
+        ("schema_bench", None),
         ("consume_bench", None),
         ("produce_bench", None),
         ("log_bench", None),

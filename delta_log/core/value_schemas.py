@@ -29,6 +29,7 @@ import fastavro
 import jsonschema
 from jsonschema.exceptions import SchemaError, best_match
 
+from delta_log.core.json_fast_check import Check, compile_check
 from delta_log.errors import InvalidCompatibilityLevelError, InvalidValueSchemaError
 
 AVRO, JSON = "AVRO", "JSON"
@@ -119,7 +120,7 @@ def parse_schema(schema_type: object, text: object) -> ValueSchema:
         validator_cls.check_schema(document)
     except (SchemaError, RecursionError) as exc:
         raise InvalidValueSchemaError(f"Invalid JSON Schema: {_short(exc)}.") from exc
-    return ValueSchema(JSON, text, canonical, document, _json_checker(validator_cls(document)))
+    return ValueSchema(JSON, text, canonical, document, _json_checker(validator_cls(document), compile_check(document)))
 
 
 def _short(exc: BaseException | str) -> str:
@@ -142,12 +143,25 @@ def _avro_checker(parsed: Any) -> Callable[[bytes], str | None]:
     return check
 
 
-def _json_checker(validator: Any) -> Callable[[bytes], str | None]:
+def _not_json_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_checker(validator: Any, fast: Check | None) -> Callable[[bytes], str | None]:
+    """jsonschema's verdict and reason; `fast` (json_fast_check) first, when the schema allows it:
+    a value it finds valid is valid, one it refuses is explained by jsonschema."""
+
     def check(payload: bytes) -> str | None:
         try:
-            document = json.loads(payload)
+            document = json.loads(payload, parse_constant=_not_json_number)
         except (ValueError, RecursionError) as exc:
             return f"not JSON ({_short(exc)})"
+        if fast is not None:
+            try:
+                if fast(document):
+                    return None
+            except RecursionError:
+                return "nested too deeply to validate"
         try:
             error = best_match(validator.iter_errors(document))
         except RecursionError:

@@ -36,6 +36,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     group_id: str | None = None
+    parse_values: bool = False  # add `value_parsed`: the value read by the topic's JSON Schema
 
     def topics(self, existing: list[str]) -> list[str]:
         """The topics this source reads, given the topics that exist now."""
@@ -198,6 +199,7 @@ def parse_options(
         include_headers=_bool(opts, "includeHeaders", False),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         group_id=opts.get("groupid") or None,
+        parse_values=_bool(opts, "parseValues", False),
     )
 
 

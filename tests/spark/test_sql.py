@@ -99,3 +99,57 @@ def test_typed_views_show_the_values_fields_as_columns(spark, tmp_path):
     fields = {f.name: f.dataType.simpleString() for f in spark.table("typedsql_typed.typed_orders").schema.fields}
     assert fields["id"] == "bigint" and fields["total"] == "double" and fields["partition"] == "int"
     assert spark.sql("SELECT sum(total) AS s FROM typedsql_typed.typed_orders").first().s == 10.0
+
+
+def test_the_source_returns_parsed_values_with_parse_values(spark, tmp_path):
+    import json
+    import time
+
+    import pyarrow as pa
+    import pytest
+
+    from delta_log import normalize_batch
+    from delta_log.core.value_schemas import parse_schema
+    from delta_log.system.schemas import SchemaStore
+
+    root = str(tmp_path / "root")
+    storage = StorageRoot(root)
+    settings = load_settings(root=root)
+    for name in ("events", "untyped"):
+        Catalog(storage, settings.writer).create_topic(name, partitions=1)
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "at": {"type": "string", "format": "date-time"}, "o": {}},
+    }
+    SchemaStore(storage).register("events-value", parse_schema("JSON", json.dumps(schema)))
+    values = [b'{"n": 1, "at": "2026-11-23T10:00:00Z", "o": {"k": [1]}}', b'{"n": 2.5}', b"\0\0\0\0\1" + b'{"n": 3}']
+    batch = normalize_batch(
+        pa.table({"value": pa.array(values, pa.binary()), "partition": pa.array([0, 0, 0], pa.int32())}),
+        partitions=1,
+        topic="events",
+        max_message_bytes=1_000_000,
+        now_us=int(time.time() * 1e6),
+        log_append_time=True,
+    )
+    TopicWriter(storage, "events", settings.writer).append(batch)
+
+    def source(topic):
+        return (
+            spark.read.format("topiclake")
+            .option("root", root)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("parseValues", "true")
+        )
+
+    df = source("events").load()
+    assert df.schema["value_parsed"].dataType.simpleString() == "struct<n:bigint,at:timestamp,o:string>"
+    assert df.columns[:7] == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    rows = df.selectExpr(
+        "offset", "value_parsed.n AS n", "CAST(value_parsed.at AS STRING) AS at", "value_parsed.o AS o"
+    )
+    got = sorted(tuple(r) for r in rows.collect())
+    assert got[0][:2] == (0, 1) and got[0][2].startswith("2026-11-23") and got[0][3] == '{"k":[1]}'
+    assert got[1:] == [(1, None, None, None), (2, 3, None, None)]  # 2.5 is no integer: null, as from_json
+    with pytest.raises(Exception, match="parseValues needs a JSON Schema"):
+        source("untyped").load()

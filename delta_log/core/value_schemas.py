@@ -108,7 +108,7 @@ def parse_schema(schema_type: object, text: object) -> ValueSchema:
     if kind == AVRO:
         try:
             parsed = fastavro.parse_schema(document)
-            _AvroNames(document)  # the shapes compatibility checks walk (fastavro lets some pass)
+            AvroNames(document)  # the shapes compatibility checks walk (fastavro lets some pass)
         except Exception as exc:  # fastavro raises SchemaParseException, KeyError, TypeError...
             why = f"{exc.args[0]!r} is missing" if isinstance(exc, KeyError) else _short(exc)
             raise InvalidValueSchemaError(f"Invalid Avro schema: {why}.") from exc
@@ -237,7 +237,7 @@ def compatibility_messages(level: str, new: ValueSchema, live: Sequence[ValueSch
 def _reads(reader: ValueSchema, writer: ValueSchema) -> list[str]:
     """Why data written with `writer` cannot be read with `reader`."""
     if reader.schema_type == AVRO:
-        r, w = _AvroNames(reader.document), _AvroNames(writer.document)
+        r, w = AvroNames(reader.document), AvroNames(writer.document)
         return _avro_reads(r, r.root, w, w.root, "$", set())
     return _json_reads(reader.document, writer.document, "$")
 
@@ -258,7 +258,7 @@ _AVRO_PROMOTIONS = frozenset(
 )
 
 
-class _AvroNames:
+class AvroNames:
     """An Avro schema normalized for resolution: every node a dict with a `type`; named types
     (record, enum, fixed) declared once in `names` by full name and referenced as `ref`."""
 
@@ -283,7 +283,7 @@ class _AvroNames:
         ):
             return self._norm(t, ns)
         if t in _AVRO_PRIMITIVES:
-            return {"type": t}
+            return {"type": t, "logical": s.get("logicalType")}
         if t == "array":
             return {"type": "array", "items": self._norm(s["items"], ns)}
         if t == "map":
@@ -322,7 +322,7 @@ def _short_name(full: str) -> str:
 
 
 def _avro_reads(
-    rn: _AvroNames, r: dict[str, Any], wn: _AvroNames, w: dict[str, Any], path: str, seen: set[tuple[str, str]]
+    rn: AvroNames, r: dict[str, Any], wn: AvroNames, w: dict[str, Any], path: str, seen: set[tuple[str, str]]
 ) -> list[str]:
     r, w = rn.deref(r), wn.deref(w)
     if w["type"] == "union":

@@ -57,7 +57,7 @@ from delta_log.spark.sink import (
     parse_sink_options,
     refuse_overwrite,
 )
-from delta_log.spark.typed import parsed_values, spark_ddl, value_type
+from delta_log.spark.typed import ValueParser, spark_ddl, value_parser
 from delta_log.system.groups import GroupStore
 from delta_log.system.offsets import OffsetCommit, OffsetStore
 from delta_log.system.schemas import SchemaStore
@@ -86,13 +86,13 @@ class TopicPartitionRange(InputPartition):
         storage_options: Mapping[str, str],
         headers: bool,
         fail_on_data_loss: bool,
-        parsed: pa.DataType | None = None,
+        parsed: ValueParser | None = None,
     ) -> None:
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
         self.root, self.storage_options = root, dict(storage_options)
         self.headers, self.fail_on_data_loss = headers, fail_on_data_loss
-        self.parsed = parsed  # parseValues: the type of `value_parsed`
+        self.parsed = parsed  # parseValues: how `value_parsed` is read
 
 
 def read_range(part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
@@ -121,17 +121,17 @@ def read_range(part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
             table = table.filter(pc.less(table.column("offset"), part.end))
         table = table.select(columns)
         if part.parsed is not None:
-            table = table.append_column("value_parsed", parsed_values(table.column("value"), part.parsed))
+            table = table.append_column("value_parsed", part.parsed.column(table.column("value")))
         yield from table.to_batches()
         cur = res.next_offset
 
 
-def _value_type(options: SourceOptions, storage: StorageRoot) -> pa.DataType | None:
-    """parseValues: the type of `value_parsed` (None without the option)."""
+def _value_parser(options: SourceOptions, storage: StorageRoot) -> ValueParser | None:
+    """parseValues: how `value_parsed` is read (None without the option)."""
     if not options.parse_values:
         return None
     topics = options.topics(Catalog(storage, WriterSettings()).list_topics())
-    return value_type(SchemaStore.open_if_exists(storage), topics)
+    return value_parser(SchemaStore.open_if_exists(storage), topics)
 
 
 class _Planner:
@@ -141,7 +141,7 @@ class _Planner:
         self.options = options
         self.storage = StorageRoot(options.root, options.storage_options)
         self._readers: dict[str, TopicReader] = {}
-        self.value_type = _value_type(options, self.storage) if options.parse_values else None
+        self.value_parser = _value_parser(options, self.storage)
 
     def topics(self) -> list[str]:
         existing = Catalog(self.storage, WriterSettings()).list_topics()
@@ -227,7 +227,7 @@ class _Planner:
                             storage_options=self.options.storage_options,
                             headers=self.options.include_headers,
                             fail_on_data_loss=self.options.fail_on_data_loss,
-                            parsed=self.value_type,
+                            parsed=self.value_parser,
                         )
                     )
         return out
@@ -295,9 +295,9 @@ class TopiclakeDataSource(DataSource):
         if given.get("parsevalues") != "true":  # the Kafka schema (writes never get further)
             return KAFKA_SCHEMA + headers
         options = self._options(streaming=False)
-        parsed = _value_type(options, StorageRoot(options.root, options.storage_options))
-        assert parsed is not None, "parseValues is set"
-        return f"{KAFKA_SCHEMA}{headers}, value_parsed {spark_ddl(parsed)}"
+        parser = _value_parser(options, StorageRoot(options.root, options.storage_options))
+        assert parser is not None, "parseValues is set"
+        return f"{KAFKA_SCHEMA}{headers}, value_parsed {spark_ddl(parser.arrow)}"
 
     def _sink_options(self, schema: StructType, overwrite: bool) -> SinkOptions:
         refuse_overwrite(overwrite)

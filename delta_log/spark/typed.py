@@ -9,18 +9,24 @@ written with older versions read with null for the fields they lack. A field nam
 a schema whose root is not an object gives one column, `value_typed`.
 
 Avro topics get no view yet: Spark's `from_avro` ships in spark-avro, which has no release for this
-Spark version in the package index (docs/SPARK.md).
+Spark version in the package index (docs/SPARK.md). The source's parseValues option reads both kinds
+(`ValueParser`): JSON as above, Avro decoded per value with its id's version and resolved to the
+latest, in the Python tasks.
 """
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
+import fastavro
 import pyarrow as pa
 
-from delta_log.core.value_schemas import JSON, subject_for
+from delta_log.core.value_schemas import AVRO, FRAME_BYTES, JSON, MAGIC_BYTE, AvroNames, SubjectSchemas, subject_for
 from delta_log.errors import SourceOptionError
 from delta_log.system.schemas import SchemaStore
 
@@ -32,11 +38,15 @@ _MAX_DEPTH = 32
 _SCALARS: dict[str, pa.DataType] = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 _STRING_FORMATS: dict[str, pa.DataType] = {"date-time": pa.timestamp("us", tz="UTC"), "date": pa.date32()}
 _DDL = {
+    "int32": "INT",
+    "float": "FLOAT",
+    "binary": "BINARY",
     "int64": "BIGINT",
     "double": "DOUBLE",
     "bool": "BOOLEAN",
     "string": "STRING",
     "timestamp[us, tz=UTC]": "TIMESTAMP",
+    "timestamp[ms, tz=UTC]": "TIMESTAMP",
     "date32[day]": "DATE",
 }
 
@@ -65,12 +75,60 @@ def arrow_type(schema: Any, depth: int = 0) -> pa.DataType:
     return _SCALARS.get(str(kind), pa.string())
 
 
+_AVRO_TYPES: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "string": pa.string(),
+}
+_AVRO_LOGICAL: dict[str, pa.DataType] = {
+    "timestamp-millis": pa.timestamp("ms", tz="UTC"),  # its ints (defaults) in its unit; read as us
+    "timestamp-micros": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
+    "decimal": pa.string(),
+    "uuid": pa.string(),
+    "time-millis": pa.string(),
+    "time-micros": pa.string(),
+}
+
+
+def avro_arrow_type(names: AvroNames, node: dict[str, Any], depth: int = 0) -> pa.DataType:
+    """The type an Avro schema's values are read into (records struct, arrays list, maps map,
+    enums string, fixed binary, [null, T] unions T; other unions and recursion beyond 32 levels a
+    string holding the value's JSON text)."""
+    node = names.deref(node)
+    kind = node["type"]
+    if depth > _MAX_DEPTH or kind == "ref":
+        return pa.string()
+    if kind == "union":
+        branches = [b for b in node["branches"] if b["type"] != "null"]
+        return avro_arrow_type(names, branches[0], depth) if len(branches) == 1 else pa.string()
+    if node.get("logical") in _AVRO_LOGICAL:
+        return _AVRO_LOGICAL[node["logical"]]
+    if kind in _AVRO_TYPES:
+        return _AVRO_TYPES[kind]
+    if kind == "record":
+        return pa.struct([pa.field(f["name"], avro_arrow_type(names, f["type"], depth + 1)) for f in node["fields"]])
+    if kind == "array":
+        return pa.list_(avro_arrow_type(names, node["items"], depth + 1))
+    if kind == "map":
+        return pa.map_(pa.string(), avro_arrow_type(names, node["values"], depth + 1))
+    if kind == "fixed":
+        return pa.binary()
+    return pa.string()  # enum, null
+
+
 def spark_ddl(t: pa.DataType) -> str:
     """Spark SQL's name for an arrow_type()."""
     if pa.types.is_struct(t):
         return "STRUCT<" + ", ".join(f"{_q(f.name)}: {spark_ddl(f.type)}" for f in t) + ">"
     if pa.types.is_list(t):
         return f"ARRAY<{spark_ddl(t.value_type)}>"
+    if pa.types.is_map(t):
+        return f"MAP<{spark_ddl(t.key_type)}, {spark_ddl(t.item_type)}>"
     return _DDL[str(t)]
 
 
@@ -79,25 +137,39 @@ def spark_type(schema: Any) -> str:
     return spark_ddl(arrow_type(schema))
 
 
-def coerce(value: Any, t: pa.DataType) -> Any:
-    """A parsed JSON value as `t` holds it, as Spark's from_json reads it: what does not fit is null."""
+def coerce(value: Any, t: pa.DataType, *, avro: bool = False) -> Any:
+    """A parsed value as `t` holds it, as Spark's from_json reads JSON: what does not fit is null.
+    `avro`: fastavro's values, where a logical type's default stays an int in its own unit."""
     if value is None:
         return None
     if pa.types.is_struct(t):
-        return {f.name: coerce(value.get(f.name), f.type) for f in t} if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            return None
+        return {f.name: coerce(value.get(f.name), f.type, avro=avro) for f in t}
     if pa.types.is_list(t):
-        return [coerce(v, t.value_type) for v in value] if isinstance(value, list) else None
+        return [coerce(v, t.value_type, avro=avro) for v in value] if isinstance(value, list) else None
+    if pa.types.is_map(t):
+        if not isinstance(value, dict):
+            return None
+        return [(str(k), coerce(v, t.item_type, avro=avro)) for k, v in value.items()]
+    if avro and isinstance(value, int) and not isinstance(value, bool) and pa.types.is_temporal(t):
+        return value
     if pa.types.is_string(t):
-        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    if pa.types.is_binary(t):
+        return value if isinstance(value, bytes) else None
+    if isinstance(value, datetime | date) and (pa.types.is_timestamp(t) or pa.types.is_date(t)):
+        return value
     if pa.types.is_boolean(t):
         return value if isinstance(value, bool) else None
     if isinstance(value, bool):
         return None
-    if pa.types.is_int64(t):
+    if pa.types.is_integer(t):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        return value if isinstance(value, int) and -(2**63) <= value < 2**63 else None
-    if pa.types.is_float64(t):
+        bits = t.bit_width - 1
+        return value if isinstance(value, int) and -(2**bits) <= value < 2**bits else None
+    if pa.types.is_floating(t):
         return float(value) if isinstance(value, int | float) else None
     if not isinstance(value, str):
         return None
@@ -110,20 +182,69 @@ def coerce(value: Any, t: pa.DataType) -> Any:
         return None
 
 
-def parsed_values(values: pa.Array | pa.ChunkedArray, t: pa.DataType) -> pa.Array:
-    """A batch's `value_parsed` column: each value (framed by Confluent's serializers, or plain
-    JSON) parsed and read as `t`; null where it is not JSON."""
-    out: list[Any] = []
-    for raw in values.to_pylist():
-        if raw is None:
-            out.append(None)
-            continue
-        payload = raw[5:] if len(raw) >= 5 and raw[0] == 0 else raw
-        try:
-            out.append(coerce(json.loads(payload), t))
-        except (ValueError, RecursionError, OverflowError):
-            out.append(None)
-    return pa.array(out, t)
+@dataclass(frozen=True, slots=True)
+class ValueParser:
+    """How a topic's values become `value_parsed` (picklable: it travels with each Spark task).
+    JSON: framed or plain JSON text read as `arrow`. AVRO: framed values decoded with the schema of
+    their id (`writers`, id -> schema JSON) and resolved to the latest version (`reader`)."""
+
+    arrow: pa.DataType
+    kind: str = JSON
+    reader: str = ""
+    writers: tuple[tuple[int, str], ...] = ()
+
+    def column(self, values: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """The parsed column of a batch's values; null where a value does not parse."""
+        decode = self._avro_decoder() if self.kind == AVRO else _json_decode
+        out: list[Any] = []
+        avro = self.kind == AVRO
+        for raw in values.to_pylist():
+            try:
+                out.append(None if raw is None else coerce(decode(raw), self.arrow, avro=avro))
+            except Exception:  # a value its schema does not read (corrupt, truncated, unknown id)
+                out.append(None)
+        column = pa.array(out, self.arrow)
+        spark = _microseconds(self.arrow)
+        return column if spark == self.arrow else column.cast(spark)
+
+    def _avro_decoder(self) -> Callable[[bytes], Any]:
+        reader = fastavro.parse_schema(json.loads(self.reader))
+        writers = {i: fastavro.parse_schema(json.loads(text)) for i, text in self.writers}
+
+        def decode(raw: bytes) -> Any:
+            if len(raw) < FRAME_BYTES or raw[0] != MAGIC_BYTE:
+                return None
+            writer = writers.get(int.from_bytes(raw[1:FRAME_BYTES], "big"))
+            return None if writer is None else fastavro.schemaless_reader(io.BytesIO(raw[FRAME_BYTES:]), writer, reader)
+
+        return decode
+
+
+def _microseconds(t: pa.DataType) -> pa.DataType:
+    """`t` with every timestamp in microseconds (Spark's TIMESTAMP)."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _microseconds(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(_microseconds(t.value_type))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, _microseconds(t.item_type))
+    return t
+
+
+def _json_decode(raw: bytes) -> Any:
+    return json.loads(raw[FRAME_BYTES:] if len(raw) >= FRAME_BYTES and raw[0] == MAGIC_BYTE else raw)
+
+
+def parser_for(schemas: SubjectSchemas) -> ValueParser:
+    """The parser of a topic's values, from its registry subject."""
+    latest = schemas.latest
+    if latest.schema_type == JSON:
+        return ValueParser(arrow_type(latest.document))
+    names = AvroNames(latest.document)
+    writers = tuple(sorted((i, s.text) for i, s in schemas.by_id.items() if s.schema_type == AVRO))
+    return ValueParser(avro_arrow_type(names, names.root), AVRO, latest.text, writers)
 
 
 def _literal(text: str) -> str:
@@ -149,32 +270,32 @@ def typed_view_sql(view: str, table: str, schema: Any) -> str:
     )
 
 
-def value_type(store: SchemaStore | None, topics: list[str]) -> pa.DataType:
-    """The one type the values of `topics` are parsed into (the source's parseValues option): each
-    topic needs a JSON Schema value schema, all of the same shape.
+def value_parser(store: SchemaStore | None, topics: list[str]) -> ValueParser:
+    """How the source's parseValues option reads `topics`: each needs a value schema (JSON Schema
+    or Avro), all read into the same type.
 
     Raises: SourceOptionError that names the topic in the way.
     """
     state = store.state(max_age_s=0) if store is not None else None
-    types: dict[str, pa.DataType] = {}
+    parsers: dict[str, ValueParser] = {}
     for topic in topics:
         schemas = state.subject_schemas(subject_for(topic)) if state is not None else None
-        if schemas is None or schemas.latest.schema_type != JSON:
+        if schemas is None:
             raise SourceOptionError(
-                f"parseValues needs a JSON Schema value schema for topic {topic!r} (registry subject "
+                f"parseValues needs a value schema for topic {topic!r} (registry subject "
                 f"{subject_for(topic)!r}); register one, or drop the option and parse `value` yourself.",
                 option="parseValues",
             )
-        types[topic] = arrow_type(schemas.latest.document)
-    if len(set(types.values())) > 1:
+        parsers[topic] = parser_for(schemas)
+    if len({p.arrow for p in parsers.values()}) > 1:
         raise SourceOptionError(
-            f"parseValues reads topics whose value schemas differ ({', '.join(sorted(types))}); "
+            f"parseValues reads topics whose value schemas differ ({', '.join(sorted(parsers))}); "
             "read them in separate queries.",
             option="parseValues",
         )
-    if not types:
+    if not parsers:
         raise SourceOptionError("parseValues: no topic matches the subscription yet.", option="parseValues")
-    return next(iter(types.values()))
+    return next(iter(parsers.values()))
 
 
 def register_typed_views(

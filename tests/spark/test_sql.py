@@ -151,5 +151,75 @@ def test_the_source_returns_parsed_values_with_parse_values(spark, tmp_path):
     got = sorted(tuple(r) for r in rows.collect())
     assert got[0][:2] == (0, 1) and got[0][2].startswith("2026-11-23") and got[0][3] == '{"k":[1]}'
     assert got[1:] == [(1, None, None, None), (2, 3, None, None)]  # 2.5 is no integer: null, as from_json
-    with pytest.raises(Exception, match="parseValues needs a JSON Schema"):
+    with pytest.raises(Exception, match="parseValues needs a value schema"):
         source("untyped").load()
+
+
+def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
+    import io
+    import json
+    import time
+
+    import fastavro
+    import pyarrow as pa
+
+    from delta_log import normalize_batch
+    from delta_log.core.value_schemas import parse_schema
+    from delta_log.system.schemas import SchemaStore
+
+    root = str(tmp_path / "root")
+    storage = StorageRoot(root)
+    settings = load_settings(root=root)
+    Catalog(storage, settings.writer).create_topic("orders", partitions=1)
+    v1 = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+    v2 = {
+        **v1,
+        "fields": [
+            *v1["fields"],
+            {"name": "currency", "type": "string", "default": "EUR"},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}, "default": 0},
+            {"name": "tags", "type": {"type": "map", "values": "int"}, "default": {}},
+        ],
+    }
+    store = SchemaStore(storage)
+    ids = [store.register("orders-value", parse_schema("AVRO", json.dumps(v))).schema_id for v in (v1, v2)]
+
+    def framed(schema, schema_id, record):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
+        return b"\0" + schema_id.to_bytes(4, "big") + buf.getvalue()
+
+    values = [
+        framed(v1, ids[0], {"id": 1}),  # an older version: read with v2's defaults
+        framed(v2, ids[1], {"id": 2, "currency": "USD", "at": 1_700_000_000_000, "tags": {"a": 1}}),
+        b"\0\0\0\0\x63garbage",  # an id the subject does not have: null
+    ]
+    batch = normalize_batch(
+        pa.table({"value": pa.array(values, pa.binary()), "partition": pa.array([0, 0, 0], pa.int32())}),
+        partitions=1,
+        topic="orders",
+        max_message_bytes=1_000_000,
+        now_us=int(time.time() * 1e6),
+        log_append_time=True,
+    )
+    TopicWriter(storage, "orders", settings.writer).append(batch)
+    df = (
+        spark.read.format("topiclake")
+        .option("root", root)
+        .option("subscribe", "orders")
+        .option("startingOffsets", "earliest")
+        .option("parseValues", "true")
+        .load()
+    )
+    assert (
+        df.schema["value_parsed"].dataType.simpleString()
+        == "struct<id:bigint,currency:string,at:timestamp,tags:map<string,int>>"
+    )
+    rows = df.orderBy("offset").selectExpr(
+        "value_parsed.id", "value_parsed.currency", "unix_millis(value_parsed.at) AS at", "value_parsed.tags"
+    )
+    assert [tuple(r) for r in rows.collect()] == [
+        (1, "EUR", 0, {}),
+        (2, "USD", 1_700_000_000_000, {"a": 1}),
+        (None, None, None, None),
+    ]

@@ -165,7 +165,9 @@ def install_error_handlers(app: FastAPI, *, retry_after: int, on_error: Callable
     async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
         # A JSON body nested beyond the parser's recursion guard (FastAPI-parsed bodies).
         return error_response(
-            JsonTooDeepError("The body nests objects and arrays too deeply."), retry_after=retry_after
+            JsonTooDeepError("The body nests objects and arrays too deeply."),
+            retry_after=retry_after,
+            path=request.url.path,
         )
 
     @app.exception_handler(RequestValidationError)

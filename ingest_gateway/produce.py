@@ -140,7 +140,13 @@ def prepare_dead_letters(
     except TopicNotFoundError:
         with contextlib.suppress(TopicExistsError):  # another request (or gateway) created it first
             registry.catalog.create_topic(dlq, partitions=config.partitions)
-    return DeadLetters(dlq, split, prepare(registry, dlq, split.dead, producer))
+    # the dead letters' own producer: sequences are per source topic, and two topics may share a
+    # dead-letter topic (their producers' sequence 7 are different requests)
+    own = None
+    if producer is not None:
+        digest = hashlib.sha256(f"{producer.producer_id}\0{topic}".encode()).hexdigest()[:40]
+        own = ProducerSequence(producer_id=f"dlq.{digest}", sequence=producer.sequence)
+    return DeadLetters(dlq, split, prepare(registry, dlq, split.dead, own))
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,9 @@ class Split:
     dead_indexes: np.ndarray
     reasons: list[str]  # in dead_indexes' order
 
+    def reasons_by_index(self) -> dict[int, str]:
+        return dict(zip(self.dead_indexes.tolist(), self.reasons, strict=True))
+
 
 def split_invalid(table: pa.Table, reasons: Mapping[int, str], *, topic: str, subject: str) -> Split:
     """Split `table` (a decoded request: key, value, headers...) by `reasons` (index -> why)."""

@@ -81,6 +81,8 @@ def _compile(schema: Any, depth: int) -> Check | None:
         return lambda v: False
     if not isinstance(schema, dict) or depth > _MAX_DEPTH or set(schema) - _KEYWORDS:
         return None
+    if depth > 0 and "$schema" in schema:  # a subschema of another dialect: jsonschema's rules
+        return None
     checks: list[Check] = []
     if "type" in schema:
         kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]

@@ -184,6 +184,11 @@ class TopicConfig:
         if self.values.get("errors.tolerance", "none") != "all":
             return None
         name = self.values.get("errors.deadletterqueue.topic.name") or f"{topic}.dlq"
+        if name == topic:
+            raise InvalidConfigError(
+                f"Topic {topic!r} cannot be its own dead-letter topic; set errors.deadletterqueue.topic.name.",
+                key="errors.deadletterqueue.topic.name",
+            )
         if len(name) > MAX_TOPIC_NAME_LENGTH:
             raise InvalidConfigError(
                 f"{name[:40]}... is too long for a topic name; set errors.deadletterqueue.topic.name.",

@@ -28,6 +28,7 @@ from typing import Any
 import fastavro
 import jsonschema
 from jsonschema.exceptions import SchemaError, best_match
+from referencing import Registry
 
 from delta_log.core.json_fast_check import Check, compile_check
 from delta_log.errors import InvalidCompatibilityLevelError, InvalidValueSchemaError
@@ -115,12 +116,41 @@ def parse_schema(schema_type: object, text: object) -> ValueSchema:
         return ValueSchema(AVRO, text, canonical, document, _avro_checker(parsed))
     if not isinstance(document, dict | bool):
         raise InvalidValueSchemaError("A JSON Schema is an object (or true/false).")
+    _refuse_remote_refs(document)
     try:
         validator_cls = jsonschema.validators.validator_for(document)
         validator_cls.check_schema(document)
+        # an empty registry: a $ref is resolved inside the schema, never fetched (no URL, no file)
+        validator = validator_cls(document, registry=Registry())
     except (SchemaError, RecursionError) as exc:
         raise InvalidValueSchemaError(f"Invalid JSON Schema: {_short(exc)}.") from exc
-    return ValueSchema(JSON, text, canonical, document, _json_checker(validator_cls(document), compile_check(document)))
+    except Exception as exc:  # e.g. a $schema that is not a string
+        raise InvalidValueSchemaError(f"Invalid JSON Schema: {_short(exc)}.") from exc
+    return ValueSchema(JSON, text, canonical, document, _json_checker(validator, compile_check(document)))
+
+
+def _refuse_remote_refs(document: Any, depth: int = 0) -> None:
+    """A schema refers only inside itself (`#...`): the gateway fetches nothing a schema names.
+
+    Raises: InvalidValueSchemaError.
+    """
+    if depth > 256:
+        raise InvalidValueSchemaError("The schema nests too deeply.")
+    if isinstance(document, dict):
+        for key, value in document.items():
+            if key in ("$ref", "$dynamicRef", "$recursiveRef") and not (
+                isinstance(value, str) and value.startswith("#")
+            ):
+                raise InvalidValueSchemaError(
+                    f"{key} {str(value)[:80]!r} points outside the schema; only local references (#/...) are "
+                    "supported: inline the referenced schema."
+                )
+            if key == "$schema" and not isinstance(value, str):
+                raise InvalidValueSchemaError("$schema must be a string (a JSON Schema dialect URI).")
+            _refuse_remote_refs(value, depth + 1)
+    elif isinstance(document, list):
+        for value in document:
+            _refuse_remote_refs(value, depth + 1)
 
 
 def _short(exc: BaseException | str) -> str:
@@ -166,7 +196,7 @@ def _json_checker(validator: Any, fast: Check | None) -> Callable[[bytes], str |
             error = best_match(validator.iter_errors(document))
         except RecursionError:
             return "nested too deeply to validate"
-        except Exception as exc:  # e.g. a $ref the schema cannot resolve (remote ones are never fetched)
+        except Exception as exc:  # e.g. a $ref the schema cannot resolve (nothing is ever fetched)
             return f"cannot be checked against this schema ({_short(exc)})"
         if error is None:
             return None
@@ -228,17 +258,30 @@ def compatibility_messages(level: str, new: ValueSchema, live: Sequence[ValueSch
             messages.append(f"the schema type changed from {old.schema_type} to {new.schema_type}")
             continue
         if level.startswith(("BACKWARD", "FULL")):
-            messages += [f"backward: {m}" for m in _reads(new, old)]
+            messages += [f"backward: {m}" for m in _safe_reads(new, old)]
         if level.startswith(("FORWARD", "FULL")):
-            messages += [f"forward: {m}" for m in _reads(old, new)]
-    return messages
+            messages += [f"forward: {m}" for m in _safe_reads(old, new)]
+        if len(messages) > _MAX_MESSAGES:
+            break
+    return messages[:_MAX_MESSAGES]
+
+
+_MAX_MESSAGES = 50
+
+
+def _safe_reads(reader: ValueSchema, writer: ValueSchema) -> list[str]:
+    """_reads, where a shape the rules do not know counts as a change (never compatible by accident)."""
+    try:
+        return _reads(reader, writer)
+    except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as exc:
+        return [f"$: the schemas cannot be compared ({_short(exc)}); treated as incompatible"]
 
 
 def _reads(reader: ValueSchema, writer: ValueSchema) -> list[str]:
     """Why data written with `writer` cannot be read with `reader`."""
     if reader.schema_type == AVRO:
         r, w = AvroNames(reader.document), AvroNames(writer.document)
-        return _avro_reads(r, r.root, w, w.root, "$", set())
+        return _avro_reads(r, r.root, w, w.root, "$", {})
     return _json_reads(reader.document, writer.document, "$")
 
 
@@ -264,7 +307,22 @@ class AvroNames:
 
     def __init__(self, document: Any) -> None:
         self.names: dict[str, dict[str, Any]] = {}
+        self._repeated: list[dict[str, Any]] = []  # array items and map values
         self.root = self._norm(document, "")
+        for node in self._repeated:
+            if self._zero_size(node, set()):
+                # a count of such items costs no bytes: a tiny value could declare billions of them
+                raise ValueError("array items and map values must not encode to zero bytes (null, an empty record)")
+
+    def _zero_size(self, node: dict[str, Any], seen: set[str]) -> bool:
+        node = self.deref(node)
+        if node["type"] == "null":
+            return True
+        if node["type"] == "fixed":
+            return bool(node["size"] == 0)
+        if node["type"] != "record" or node["name"] in seen:
+            return False
+        return all(self._zero_size(f["type"], seen | {node["name"]}) for f in node["fields"])
 
     def _full(self, name: str, namespace: str) -> str:
         return name if "." in name or not namespace else f"{namespace}.{name}"
@@ -276,7 +334,11 @@ class AvroNames:
             full = self._full(s, ns)
             return {"type": "ref", "name": full if full in self.names else s}
         if isinstance(s, list):
-            return {"type": "union", "branches": [self._norm(b, ns) for b in s]}
+            branches = [self._norm(b, ns) for b in s]
+            kinds = [b.get("name", b["type"]) for b in branches]
+            if "union" in kinds or len(set(kinds)) != len(kinds):
+                raise ValueError("a union holds no union and no type twice (Avro specification)")
+            return {"type": "union", "branches": branches}
         t = s["type"]
         if isinstance(t, dict | list) or (
             isinstance(t, str) and t not in _AVRO_PRIMITIVES and t not in _NAMED_OR_NESTED
@@ -285,15 +347,20 @@ class AvroNames:
         if t in _AVRO_PRIMITIVES:
             return {"type": t, "logical": s.get("logicalType")}
         if t == "array":
-            return {"type": "array", "items": self._norm(s["items"], ns)}
+            self._repeated.append(items := self._norm(s["items"], ns))
+            return {"type": "array", "items": items}
         if t == "map":
-            return {"type": "map", "values": self._norm(s["values"], ns)}
+            self._repeated.append(values := self._norm(s["values"], ns))
+            return {"type": "map", "values": values}
         full = self._full(s["name"], s.get("namespace", ns))
         inner = full.rpartition(".")[0]
         node: dict[str, Any] = {"type": "record" if t == "error" else t, "name": full}
         node["aliases"] = {a.rpartition(".")[2] for a in s.get("aliases", [])}
         self.names[full] = node
         if t in ("record", "error"):
+            names = [f["name"] for f in s["fields"]]
+            if len(set(names)) != len(names):
+                raise ValueError(f"record {full} names a field twice")
             node["fields"] = [
                 {
                     "name": f["name"],
@@ -307,6 +374,8 @@ class AvroNames:
             node["symbols"] = list(s["symbols"])
             node["default"] = s.get("default")
         else:
+            if not isinstance(s["size"], int) or isinstance(s["size"], bool) or s["size"] < 0:
+                raise ValueError(f"fixed {full} needs a size of 0 or more bytes")
             node["size"] = s["size"]
         return node
 
@@ -322,8 +391,15 @@ def _short_name(full: str) -> str:
 
 
 def _avro_reads(
-    rn: AvroNames, r: dict[str, Any], wn: AvroNames, w: dict[str, Any], path: str, seen: set[tuple[str, str]]
+    rn: AvroNames,
+    r: dict[str, Any],
+    wn: AvroNames,
+    w: dict[str, Any],
+    path: str,
+    seen: dict[tuple[str, str], list[str] | None],
 ) -> list[str]:
+    """`seen` memoizes named pairs for the whole check (None while one is being compared: a
+    recursive type reads itself), so each pair of named types is compared once."""
     r, w = rn.deref(r), wn.deref(w)
     if w["type"] == "union":
         return [m for b in w["branches"] for m in _avro_reads(rn, r, wn, b, path, seen)]
@@ -345,9 +421,23 @@ def _avro_reads(
     rname, wname = _short_name(r["name"]), _short_name(w["name"])
     if rname != wname and wname not in r["aliases"]:
         return [f"{path}: the writer's {kind} {wname} has another name than the reader's {rname}"]
-    if (r["name"], w["name"]) in seen:  # a recursive type already being compared
-        return []
-    seen = seen | {(r["name"], w["name"])}
+    pair = (r["name"], w["name"])
+    if pair in seen:
+        return seen[pair] or []
+    seen[pair] = None
+    seen[pair] = result = _avro_named_reads(rn, r, wn, w, path, seen)
+    return result
+
+
+def _avro_named_reads(
+    rn: AvroNames,
+    r: dict[str, Any],
+    wn: AvroNames,
+    w: dict[str, Any],
+    path: str,
+    seen: dict[tuple[str, str], list[str] | None],
+) -> list[str]:
+    kind, rname = r["type"], _short_name(r["name"])
     if kind == "fixed":
         return [] if r["size"] == w["size"] else [f"{path}: fixed {rname} changed size"]
     if kind == "enum":
@@ -387,7 +477,8 @@ _CHECKED_KEYWORDS = frozenset(
         *_EQUAL_KEYWORDS,
     }
 )
-_ANNOTATIONS = frozenset({"$schema", "$id", "title", "description", "default", "examples", "$comment", "deprecated"})
+#: keywords that change no document's validity ($schema does: a dialect changes what keywords mean)
+_ANNOTATIONS = frozenset({"$id", "title", "description", "default", "examples", "$comment", "deprecated"})
 
 
 def _json_types(schema: Mapping[str, Any]) -> set[str] | None:
@@ -397,8 +488,17 @@ def _json_types(schema: Mapping[str, Any]) -> set[str] | None:
     return {t} if isinstance(t, str) else set(t)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality, type-strict (Python's says 1 == True == 1.0)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _is_bound(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def _json_reads(r: Any, w: Any, path: str) -> list[str]:
-    if r is True or r == {} or r == w:
+    if r is True or r == {} or _same(r, w):
         return []
     if w is False:
         return []  # nothing was ever written
@@ -417,23 +517,30 @@ def _json_reads(r: Any, w: Any, path: str) -> list[str]:
                     messages.append(f"{path}: the writer's {t} is not a type the reader accepts")
     if "enum" in r:
         written = w.get("enum", [w["const"]] if "const" in w else None)
-        if written is None or any(v not in r["enum"] for v in written):
+        allowed = {json.dumps(v, sort_keys=True) for v in r["enum"]}
+        if written is None or any(json.dumps(v, sort_keys=True) not in allowed for v in written):
             messages.append(f"{path}: the reader's enum does not cover every value the writer allowed")
-    for kw in _MIN_KEYWORDS:
-        if kw in r and (kw not in w or w[kw] < r[kw]):
-            messages.append(f"{path}: {kw} is stricter in the reader")
-    for kw in _MAX_KEYWORDS:
-        if kw in r and (kw not in w or w[kw] > r[kw]):
+    for kw in (*_MIN_KEYWORDS, *_MAX_KEYWORDS):
+        if kw not in r:
+            continue
+        if not (_is_bound(r[kw]) and _is_bound(w.get(kw))):
+            if not _same(r[kw], w.get(kw)):
+                messages.append(f"{path}: {kw} changed")
+        elif (w[kw] < r[kw]) if kw in _MIN_KEYWORDS else (w[kw] > r[kw]):
             messages.append(f"{path}: {kw} is stricter in the reader")
     for kw in _EQUAL_KEYWORDS:
-        if kw in r and r[kw] != w.get(kw):
+        if kw in r and not _same(r[kw], w.get(kw)):
             messages.append(f"{path}: {kw} changed")
     for kw in sorted((set(r) | set(w)) - _CHECKED_KEYWORDS - _ANNOTATIONS):
-        if r.get(kw) != w.get(kw):
+        if not _same(r.get(kw), w.get(kw)):
             messages.append(f"{path}: {kw} changed (topiclake compares it only for equality)")
     messages += _json_object_reads(r, w, path)
-    if isinstance(r.get("items"), dict | bool):
-        messages += _json_reads(r["items"], w.get("items", {}), f"{path}[]")
+    ritems, witems = r.get("items"), w.get("items", {})
+    if isinstance(ritems, list) or isinstance(witems, list):  # tuple validation: compared as a whole
+        if not _same(ritems, witems):
+            messages.append(f"{path}: items changed (tuple items are compared only for equality)")
+    elif isinstance(ritems, dict | bool):
+        messages += _json_reads(ritems, witems, f"{path}[]")
     return messages
 
 

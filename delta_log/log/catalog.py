@@ -92,6 +92,7 @@ class Catalog:
         validate_partitions(partitions)
         values = dict(DEFAULT_CONFIG)
         values.update(validate_config(config or {}))
+        _refuse_self_dead_letters(name, values)
         topic_config = TopicConfig(partitions=partitions, values=values)
         uri = self.storage.topic_uri(name)
         if self.storage.is_table(uri):
@@ -152,6 +153,7 @@ class Catalog:
             raise InvalidConfigError(f"Unknown topic config {sorted(unknown)[0]!r}.", key=sorted(unknown)[0])
         values = validate_config({k: v for k, v in updates.items() if v is not None})
         values.update({k: DEFAULT_CONFIG[k] for k in resets})
+        _refuse_self_dead_letters(name, values)
         dt = self.open_topic(name)
         self._set_properties(dt, {f"topiclake.{k}": v for k, v in values.items()})
         return self.describe_topic(name, dt)
@@ -202,3 +204,12 @@ class Catalog:
             except (DeltaError, OSError) as exc:
                 raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
         raise CommitConflictError("Could not change the topic's properties: too many concurrent commits.")
+
+
+def _refuse_self_dead_letters(name: str, values: Mapping[str, str]) -> None:
+    """Raises: InvalidConfigError when a topic would send its invalid records to itself."""
+    if values.get("errors.deadletterqueue.topic.name") == name:
+        raise InvalidConfigError(
+            f"Topic {name!r} cannot be its own dead-letter topic; name another (default: {name}.dlq).",
+            key="errors.deadletterqueue.topic.name",
+        )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -33,6 +34,7 @@ from delta_log.system.schemas import SchemaStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 _MAX_DEPTH = 32
 _SCALARS: dict[str, pa.DataType] = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
@@ -176,9 +178,9 @@ def coerce(value: Any, t: pa.DataType, *, avro: bool = False) -> Any:
     try:
         if pa.types.is_timestamp(t):
             parsed = datetime.fromisoformat(value)
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+            return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
         return date.fromisoformat(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -203,7 +205,10 @@ class ValueParser:
                 out.append(None if raw is None else coerce(decode(raw), self.arrow, avro=avro))
             except Exception:  # a value its schema does not read (corrupt, truncated, unknown id)
                 out.append(None)
-        column = pa.array(out, self.arrow)
+        try:
+            column = pa.array(out, self.arrow)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError):  # a value Arrow cannot hold
+            column = pa.array([v if _fits(v, self.arrow) else None for v in out], self.arrow)
         spark = _microseconds(self.arrow)
         return column if spark == self.arrow else column.cast(spark)
 
@@ -218,6 +223,14 @@ class ValueParser:
             return None if writer is None else fastavro.schemaless_reader(io.BytesIO(raw[FRAME_BYTES:]), writer, reader)
 
         return decode
+
+
+def _fits(value: Any, t: pa.DataType) -> bool:
+    try:
+        pa.array([value], t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError):
+        return False
+    return True
 
 
 def _microseconds(t: pa.DataType) -> pa.DataType:
@@ -257,11 +270,15 @@ def typed_view_sql(view: str, table: str, schema: Any) -> str:
     payload = "CAST(IF(length(value) >= 5 AND substring(value, 1, 1) = X'00', substring(value, 6), value) AS STRING)"
     kafka = ", ".join(_q(c) for c in KAFKA_COLUMNS)
     if ddl.startswith("STRUCT<"):
-        names = list(schema["properties"])
-        typed = ", ".join(
-            f"__v.{_q(n)} AS {_q('value_' + n if n.lower() in {c.lower() for c in KAFKA_COLUMNS} else n)}"
-            for n in names
-        )
+        taken = {c.lower() for c in KAFKA_COLUMNS}
+        columns = []
+        for n in schema["properties"]:
+            column = f"value_{n}" if n.lower() in taken else n
+            while column.lower() in taken:  # Spark's names are case-insensitive: Id and id collide
+                column += "_"
+            taken.add(column.lower())
+            columns.append(f"__v.{_q(n)} AS {_q(column)}")
+        typed = ", ".join(columns)
     else:
         typed = "__v AS value_typed"
     return (
@@ -313,6 +330,10 @@ def register_typed_views(
         if schemas is None or schemas.latest.schema_type != JSON:
             spark.sql(f"DROP VIEW IF EXISTS {view}")
             continue
-        spark.sql(typed_view_sql(view, f"{_q(database)}.{_q(name)}", schemas.latest.document))
+        try:
+            spark.sql(typed_view_sql(view, f"{_q(database)}.{_q(name)}", schemas.latest.document))
+        except Exception as exc:  # one topic's schema Spark cannot express must not stop the others
+            log.warning("no typed view for topic %s: %s", topic, str(exc)[:500])
+            continue
         views[topic] = f"{typed_db}.{name}"
     return views

@@ -18,6 +18,7 @@ refreshes it in the background, so produce reads it without I/O.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from delta_log.core.value_schemas import (
 from delta_log.errors import (
     CommitConflictError,
     IncompatibleSchemaError,
+    InvalidValueSchemaError,
     SchemaNotFoundError,
     StorageUnavailableError,
     SubjectConfigNotFoundError,
@@ -54,6 +56,8 @@ SCHEMAS_TABLE = "schemas"
 REGISTRY_APP_ID = "schema-registry"
 VERSION, DELETE, CONFIG = "version", "delete", "config"
 ALL_VERSIONS = -1
+MAX_VERSIONS_PER_SUBJECT = 1000
+log = logging.getLogger(__name__)
 _HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 SCHEMAS_SCHEMA = pa.schema(
@@ -119,7 +123,14 @@ class RegistryState:
         self.seq = max(self.seq, seq)
         if event.kind == VERSION:
             if event.schema_id not in self.schemas:
-                schema = parse_schema(event.schema_type, event.schema)
+                try:
+                    schema = parse_schema(event.schema_type, event.schema)
+                except InvalidValueSchemaError as exc:  # stored by a version whose rules were looser
+                    log.warning(
+                        "schema id %s of %s is unreadable now (%s); skipped", event.schema_id, event.subject, exc
+                    )
+                    self.next_id = max(self.next_id, event.schema_id + 1)
+                    return
                 self.schemas[event.schema_id] = schema
                 self.ids[(schema.schema_type, schema.canonical)] = event.schema_id
             self.subjects.setdefault(event.subject, []).append(SubjectVersion(event.version, event.schema_id))
@@ -299,6 +310,11 @@ class SchemaStore:
                     f"{'; '.join(messages[:10])}.",
                     subject=subject,
                     messages=messages[:50],
+                )
+            if len(state.subjects.get(subject, [])) >= MAX_VERSIONS_PER_SUBJECT:
+                raise InvalidValueSchemaError(
+                    f"Subject {subject!r} has {MAX_VERSIONS_PER_SUBJECT} versions, the limit; delete old ones "
+                    "(soft, then permanently) first."
                 )
             schema_id = state.ids.get((schema.schema_type, schema.canonical), state.next_id)
             version = max((v.version for v in state.subjects.get(subject, [])), default=0) + 1

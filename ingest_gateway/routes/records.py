@@ -19,8 +19,11 @@ from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
 from consumer_api.forwarding import FORWARDED_BY
 from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import authorize
+from delta_log.core.dead_letters import validation_error
+from delta_log.core.producer import ProducerSequence
 from delta_log.core.records import producer_arrow_stream
-from delta_log.errors import RequestTooLargeError, WriterClosedError
+from delta_log.core.value_schemas import subject_for
+from delta_log.errors import RequestTooLargeError, SchemaValidationError, WriterClosedError
 from delta_log.log.group_commit import GroupCommitter
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
@@ -151,7 +154,10 @@ async def produce(
     if cluster is not None and settings.cluster.route_produce and FORWARDED_BY not in request.headers:
         placement = Placement(cluster.me.gateway_id, functools.partial(cluster.partition_owners, topic))
 
-    def decode_and_prepare() -> tuple[PreparedRequest | None, bytes | None, GroupCommitter | None, DeadLetters | None]:
+    forwarded = FORWARDED_BY in request.headers
+    Prepared = tuple[PreparedRequest | None, bytes | None, GroupCommitter | None, DeadLetters | None]
+
+    def decode_and_prepare(route: bool = True) -> Prepared:
         # One worker-thread hop per request: decode, check values against the topic's schema,
         # partition, validate, and either encode the records for their owner gateway or open the
         # topic's committer here.
@@ -160,24 +166,29 @@ async def produce(
         dead = None
         split = check_values(registry.schemas, topic, table, config)
         if split is not None:  # errors.tolerance=all: the rest go to the dead-letter topic, from here
+            if forwarded:  # the first gateway read an older registry: it reads it again and splits
+                raise validation_error(topic, subject_for(topic), table.num_rows, split.reasons_by_index())
+            dlq = config.dead_letter_topic(topic)
+            authorize(principal, "produce", dlq)  # as if the client had sent them there
+            prepare(registry, topic, table, _CHECK_ONLY)  # the records' own errors, with the request's indexes
             dead = prepare_dead_letters(registry, topic, split, config, producer)
             if split.valid.num_rows == 0:
                 return None, None, None, dead
             table = split.valid
-        prepared = prepare(registry, topic, table, producer, placement if dead is None else None)
+        prepared = prepare(registry, topic, table, producer, placement if route and dead is None else None)
         if prepared.owner is not None:
             forward = producer_arrow_stream(prepared.append.batch)
             if len(forward) <= settings.server.max_request_bytes:
                 return prepared, forward, None, None
         return prepared, None, registry.committer(topic), dead
 
+    async def in_thread(route: bool = True) -> Prepared:
+        return await to_thread.run_sync(functools.partial(decode_and_prepare, route), limiter=_decode_limiter())
+
     if len(body) <= INLINE_DECODE_BYTES and not has_value_schema(registry, topic):
         prepared, forward, committer, dead = decode_and_prepare()
     else:
-        prepared, forward, committer, dead = await to_thread.run_sync(decode_and_prepare, limiter=_decode_limiter())
-    dead_result = None
-    if dead is not None:  # first: a failure after it leaves nothing of the valid records written
-        dead_result = await _append_here(registry, dead.topic, dead.append.append, None)
+        prepared, forward, committer, dead = await in_thread()
     result = None
     owner = None
     if cluster is not None and prepared is not None and prepared.owner is not None:
@@ -194,13 +205,35 @@ async def produce(
             idempotent=producer is not None,
         )
         request.app.state.metrics.on_forward(topic, appended_here=outcome is None)
-        if isinstance(outcome, Response):
+        if isinstance(outcome, Response) and _schema_refusal(outcome):
+            # the owner read a newer registry than this gateway: read it too, and decide here
+            await run_in_threadpool(registry.schemas.state, max_age_s=0)
+            prepared, forward, committer, dead = await in_thread(route=False)
+        elif isinstance(outcome, Response):
             return outcome
-        result = outcome
+        else:
+            result = outcome
+    dead_result = None
+    if dead is not None:  # first: a failure after it leaves nothing of the valid records written
+        dead_result = await _append_here(registry, dead.topic, dead.append.append, None)
     if result is None and prepared is not None:
         result = await _append_here(registry, topic, prepared.append, committer)
     payload = _answer(topic, media, prepared, result, record_offsets, dead, dead_result)
     return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+
+#: prepare() as a check of a whole request: an idempotent producer's partition choice has no side effect
+_CHECK_ONLY = ProducerSequence(producer_id="check", sequence=0)
+
+
+def _schema_refusal(response: Response) -> bool:
+    """Whether an owner gateway refused a forwarded request for its values."""
+    if response.status_code != 422:
+        return False
+    try:
+        return bool(json.loads(bytes(response.body))["error"]["code"] == SchemaValidationError.code)
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 async def _append_here(

@@ -66,8 +66,9 @@ def _version_number(raw: str) -> int | None:
     return None if raw in ("latest", "-1") else int(raw)
 
 
-def _schema(body: RegisterSchema) -> ValueSchema:
-    return parse_schema(body.schema_type, body.schema_text)
+async def _schema(body: RegisterSchema) -> ValueSchema:
+    """The body's schema, parsed off the event loop (a schema may be up to 256 KiB)."""
+    return await run_in_threadpool(parse_schema, body.schema_type, body.schema_text)
 
 
 def _versions(state: RegistryState, subject: str, *, deleted: bool = False) -> list[SubjectVersion]:
@@ -179,7 +180,7 @@ async def register(
     """Register a schema under a subject: its id (the same schema has the same id everywhere).
     A new version must pass the subject's compatibility level (409 INCOMPATIBLE_SCHEMA says why)."""
     authorize(principal, "produce", topic_of_subject(subject))
-    schema = _schema(body)
+    schema = await _schema(body)
     v = await run_in_threadpool(lambda: registry.schemas.register(subject, schema))
     return _answer({"id": v.schema_id, "version": v.version, "subject": subject})
 
@@ -195,7 +196,7 @@ async def lookup(
 ) -> Response:
     """Is this schema registered under the subject? Its version and id if so."""
     _describe(principal, subject)
-    schema = _schema(body)
+    schema = await _schema(body)
     state = await _state(registry)
     return _answer(_registered(state, subject, find_version(state, subject, schema, deleted=deleted)))
 
@@ -223,7 +224,7 @@ async def delete_version(
 async def _compatibility(
     subject: str, version: str | None, body: RegisterSchema, registry: TopicRegistry, verbose: bool
 ) -> Response:
-    schema = _schema(body)
+    schema = await _schema(body)
     state = await _state(registry)
     level = state.level_of(subject)
     if version is None:
@@ -231,7 +232,7 @@ async def _compatibility(
     else:
         against = [state.schemas[version_of(state, subject, _version_number(version)).schema_id]]
         level = level.removesuffix("_TRANSITIVE")
-    messages = compatibility_messages(level, schema, against)
+    messages = await run_in_threadpool(compatibility_messages, level, schema, against)
     out: dict[str, Any] = {"is_compatible": not messages}
     if verbose:
         out["messages"] = messages[:50]

@@ -222,3 +222,19 @@ def test_confluents_registry_client_authenticates_with_basic_auth(server):
     with pytest.raises(SchemaRegistryError):
         client("svc:k-monitor").delete_subject(f"{TOPIC}-value")
     assert f"{TOPIC}-value" in client("svc:k-monitor").get_subjects()
+
+
+def test_dead_letters_need_produce_on_the_dead_letter_topic(server):
+    import json
+
+    admin = bearer("admin")
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        assert c.post("/topics", json={"name": "orders-typed", "partitions": 1}, headers=admin).status_code == 201
+        schema = {"schemaType": "JSON", "schema": json.dumps({"required": ["n"]})}
+        assert c.post("/registry/subjects/orders-typed-value/versions", json=schema, headers=admin).status_code == 200
+        config = {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": OTHER}  # outside the producer's ACL
+        assert c.patch("/topics/orders-typed/config", json={"config": config}, headers=admin).status_code == 200
+        body = {"records": [{"value": {"n": 1}}, {"value": {"x": 1}}]}
+        r = c.post("/topics/orders-typed/records", json=body, headers=bearer("producer"))
+        assert refused(r, 403, "FORBIDDEN") and OTHER in r.json()["error"]["message"], r.text
+        assert c.post("/topics/orders-typed/records", json=body, headers=admin).status_code == 200

@@ -546,3 +546,29 @@ def test_a_schema_registered_through_one_gateway_guards_produce_on_every_gateway
         timeout=30,
     )
     assert r.status_code == 200, r.text
+
+
+def test_an_owner_that_knows_a_newer_schema_makes_the_first_gateway_check_again(tmp_path):
+    env = {**FAST_MEMBERSHIP, "TOPICLAKE_SERVER__SCHEMA_REFRESH_S": "600"}  # stale registry snapshots
+    a, b = (ServerProcess(tmp_path / "data", env=env).start() for _ in range(2))
+    try:
+        wait_for(lambda: all(len(cluster_view(s.url)["gateways"]) == 2 for s in (a, b)), what="2 gateways")
+        assert httpx.post(a.url + "/topics", json={"name": "fw", "partitions": 6}, timeout=30).status_code == 201
+        view = httpx.get(a.url + "/cluster", params={"topic": "fw"}, timeout=10).json()
+        b_id = next(g["gateway_id"] for g in view["gateways"] if g["url"] == b.url)
+        b_parts = sorted(row["partition"] for row in view["partitions"] if row["owner"] == b_id)
+        assert b_parts, view
+        schema = {"schemaType": "JSON", "schema": json.dumps({"type": "object", "required": ["n"]})}
+        # registered through b: b's snapshot is fresh, a's (read at start) has no schema for fw
+        assert httpx.post(b.url + "/registry/subjects/fw-value/versions", json=schema, timeout=30).status_code == 200
+        # b's partitions in descending order: the batch forwarded to b is sorted by partition
+        parts = [b_parts[-1], b_parts[0]]
+        records = [{"value": {"n": 1}, "partition": parts[0]}, {"value": {"x": 1}, "partition": parts[1]}]
+        r = httpx.post(a.url + "/topics/fw/records", json={"records": records}, timeout=30)
+        assert r.status_code == 422, r.text
+        assert [rec["index"] for rec in r.json()["error"]["details"]["records"]] == [1]  # the client's order
+        r = httpx.post(a.url + "/topics/fw/records", json={"records": records[:1]}, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        a.stop()
+        b.stop()

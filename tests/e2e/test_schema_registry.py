@@ -252,3 +252,17 @@ def test_the_python_producer_learns_where_each_record_went(server, http, fresh_t
         f"/topics/{fresh_topic}.dlq/partitions/{got[1].partition}/records", params={"offset": got[1].offset}
     )
     assert json.loads(base64.b64decode(letter.json()["records"][0]["value"])) == {"user": "b"}
+
+
+def test_dead_letter_config_and_errors_keep_the_requests_indexes(server, http, fresh_topic):
+    _register_json_schema(server, fresh_topic)
+    r = http.patch(f"/topics/{fresh_topic}/config", json={"config": {"errors.deadletterqueue.topic.name": fresh_topic}})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_CONFIG"
+    config = {"errors.tolerance": "all", "max.message.bytes": "300"}
+    assert http.patch(f"/topics/{fresh_topic}/config", json={"config": config}).status_code == 200
+    big = {"user": "x" * 400, "n": 1}
+    r = http.post(
+        f"/topics/{fresh_topic}/records", json={"records": [{"value": {"n": 1}}, {"value": {"n": 2}}, {"value": big}]}
+    )
+    assert r.status_code == 413 and r.json()["error"]["details"]["index"] == 2, r.text  # the request's index
+    assert sum(hw(http, fresh_topic).values()) == 0

@@ -90,3 +90,8 @@ def test_reasons_come_from_jsonschema_whichever_path_checked():
         3: "'n' is a required property (schema id 1)",
         4: "not JSON (NaN is not a JSON number) (schema id 1)",
     }
+
+
+def test_a_subschema_of_another_dialect_is_left_to_jsonschema():
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}
+    assert compile_check({"type": "object", "properties": {"a": draft4}}) is None

@@ -151,3 +151,72 @@ def test_names():
     assert validate_level("full_transitive") == "FULL_TRANSITIVE"
     with pytest.raises(InvalidCompatibilityLevelError):
         validate_level("SIDEWAYS")
+
+
+@pytest.mark.parametrize(
+    ("kind", "document", "why"),
+    [
+        ("JSON", {"properties": {"a": {"$ref": "http://169.254.169.254/latest"}}}, "outside the schema"),
+        ("JSON", {"$ref": "file:///etc/passwd"}, "outside the schema"),
+        ("JSON", {"$schema": 5}, "must be a string"),
+        ("AVRO", {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}] * 2}, "twice"),
+        ("AVRO", ["int", "int"], "twice"),
+        ("AVRO", ["null", ["int", "string"]], "union"),
+        ("AVRO", {"type": "fixed", "name": "F", "size": -1}, "size"),
+        ("AVRO", {"type": "array", "items": "null"}, "zero bytes"),
+        ("AVRO", {"type": "map", "values": {"type": "record", "name": "E", "fields": []}}, "zero bytes"),
+    ],
+)
+def test_schemas_that_would_hurt_are_refused(kind, document, why):
+    with pytest.raises(InvalidValueSchemaError, match=why):
+        parse_schema(kind, json.dumps(document))
+
+
+def test_local_refs_are_resolved_and_nothing_is_fetched():
+    schema = jsonschema({"$defs": {"n": {"type": "integer"}}, "properties": {"n": {"$ref": "#/$defs/n"}}})
+    checker = SubjectSchemas("t-value", 1, {1: schema})
+    assert checker.invalid([b'{"n": 1}', b'{"n": "x"}']).keys() == {1}
+
+
+D7 = "http://json-schema.org/draft-07/schema#"
+D4 = "http://json-schema.org/draft-04/schema#"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ({"enum": [1, 2]}, {"enum": [True, 2]}),  # Python says 1 == True; JSON does not
+        ({"const": 0}, {"const": False}),
+        ({"$schema": D7, "items": [{"type": "string"}]}, {"$schema": D7, "items": [{"type": "integer"}]}),  # tuples
+        ({"$schema": D7, "items": [{"type": "string"}]}, {"$schema": D7, "items": {"type": "string"}}),
+        ({"type": "integer"}, {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}),
+        (  # draft 4: exclusiveMinimum is a flag, not a bound
+            {"$schema": D4, "minimum": 1, "exclusiveMinimum": False},
+            {"$schema": D4, "minimum": 1, "exclusiveMinimum": True},
+        ),
+    ],
+)
+def test_json_schema_changes_compared_strictly_never_crash(old, new):
+    messages = compatibility_messages("FULL", jsonschema(new), [jsonschema(old)])
+    assert messages, (old, new)
+
+
+def test_avro_compatibility_of_deep_named_types_is_fast():
+    # each record has 12 fields referring to the next: without memoizing named pairs the check
+    # walked 12^depth paths (minutes at depth 7)
+    def nested(depth: int) -> dict:
+        node: dict = {"type": "record", "name": f"R{depth}", "fields": [{"name": "leaf", "type": "int"}]}
+        for d in range(depth - 1, -1, -1):
+            node = {
+                "type": "record",
+                "name": f"R{d}",
+                "fields": [{"name": f"f{i}", "type": node if i == 0 else f"R{d + 1}"} for i in range(12)],
+            }
+        return node
+
+    import time
+
+    old = parse_schema("AVRO", json.dumps(nested(8)))
+    start = time.perf_counter()
+    assert compatibility_messages("FULL_TRANSITIVE", old, [old]) == []
+    assert time.perf_counter() - start < 5

@@ -47,7 +47,8 @@ COMPATIBILITY_LEVELS = (
 DEFAULT_COMPATIBILITY = "BACKWARD"
 MAGIC_BYTE = 0
 FRAME_BYTES = 5
-MAX_SCHEMA_CHARS = 256 * 1024
+#: a schema-valid body of the longest schema (each character escaped, 6 bytes) fits server.max_body_bytes (1 MiB)
+MAX_SCHEMA_CHARS = 128 * 1024
 MAX_SCHEMA_ID = 2**31 - 1
 _MAX_REASON_CHARS = 300
 

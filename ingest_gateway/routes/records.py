@@ -150,14 +150,12 @@ async def produce(
         raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not supported.", content_type=media)
 
     cluster: Cluster | None = request.app.state.cluster
+    forwarded = FORWARDED_BY in request.headers
     placement = None
-    if cluster is not None and settings.cluster.route_produce and FORWARDED_BY not in request.headers:
+    if cluster is not None and settings.cluster.route_produce and not forwarded:
         placement = Placement(cluster.me.gateway_id, functools.partial(cluster.partition_owners, topic))
 
-    forwarded = FORWARDED_BY in request.headers
-    Prepared = tuple[PreparedRequest | None, bytes | None, GroupCommitter | None, DeadLetters | None]
-
-    def decode_and_prepare(route: bool = True) -> Prepared:
+    def decode_and_prepare(route: bool = True) -> _Prepared:
         # One worker-thread hop per request: decode, check values against the topic's schema,
         # partition, validate, and either encode the records for their owner gateway or open the
         # topic's committer here.
@@ -182,7 +180,7 @@ async def produce(
                 return prepared, forward, None, None
         return prepared, None, registry.committer(topic), dead
 
-    async def in_thread(route: bool = True) -> Prepared:
+    async def in_thread(route: bool = True) -> _Prepared:
         return await to_thread.run_sync(functools.partial(decode_and_prepare, route), limiter=_decode_limiter())
 
     if len(body) <= INLINE_DECODE_BYTES and not has_value_schema(registry, topic):
@@ -221,6 +219,10 @@ async def produce(
     payload = _answer(topic, media, prepared, result, record_offsets, dead, dead_result)
     return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
+
+#: a decoded request: prepared for this gateway or its owner, the owner's Arrow body, this gateway's
+#: committer, and the dead letters
+_Prepared = tuple[PreparedRequest | None, bytes | None, GroupCommitter | None, DeadLetters | None]
 
 #: prepare() as a check of a whole request: an idempotent producer's partition choice has no side effect
 _CHECK_ONLY = ProducerSequence(producer_id="check", sequence=0)

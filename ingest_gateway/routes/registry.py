@@ -67,7 +67,7 @@ def _version_number(raw: str) -> int | None:
 
 
 async def _schema(body: RegisterSchema) -> ValueSchema:
-    """The body's schema, parsed off the event loop (a schema may be up to 256 KiB)."""
+    """The body's schema, parsed off the event loop (a schema may be 128 Ki characters)."""
     return await run_in_threadpool(parse_schema, body.schema_type, body.schema_text)
 
 

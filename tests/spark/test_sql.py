@@ -48,11 +48,7 @@ def test_topics_partitions_time_travel_and_lag(spark, tmp_path):
 
 def test_typed_views_show_the_values_fields_as_columns(spark, tmp_path):
     import json
-    import time
 
-    import pyarrow as pa
-
-    from delta_log import normalize_batch
     from delta_log.core.value_schemas import parse_schema
     from delta_log.system.schemas import SchemaStore
 
@@ -77,15 +73,7 @@ def test_typed_views_show_the_values_fields_as_columns(spark, tmp_path):
         b"\0" + v1.schema_id.to_bytes(4, "big") + json.dumps({"id": 2, "total": 0.5}).encode(),  # framed
         None,  # a tombstone
     ]
-    batch = normalize_batch(
-        pa.table({"value": pa.array(values, pa.binary()), "partition": pa.array([0, 0, 0], pa.int32())}),
-        partitions=1,
-        topic="typed-orders",
-        max_message_bytes=1_000_000,
-        now_us=int(time.time() * 1e6),
-        log_append_time=True,
-    )
-    TopicWriter(storage, "typed-orders", settings.writer).append(batch)
+    write_values(storage, "typed-orders", values)
     tables = register_topics(spark, root, database="typedsql")
     assert tables == {"plain": "plain", "typed-orders": "typed_orders"}
     views = {r.viewName for r in spark.sql("SHOW VIEWS IN typedsql_typed").collect() if not r.isTemporary}
@@ -103,12 +91,9 @@ def test_typed_views_show_the_values_fields_as_columns(spark, tmp_path):
 
 def test_the_source_returns_parsed_values_with_parse_values(spark, tmp_path):
     import json
-    import time
 
-    import pyarrow as pa
     import pytest
 
-    from delta_log import normalize_batch
     from delta_log.core.value_schemas import parse_schema
     from delta_log.system.schemas import SchemaStore
 
@@ -123,15 +108,7 @@ def test_the_source_returns_parsed_values_with_parse_values(spark, tmp_path):
     }
     SchemaStore(storage).register("events-value", parse_schema("JSON", json.dumps(schema)))
     values = [b'{"n": 1, "at": "2026-11-23T10:00:00Z", "o": {"k": [1]}}', b'{"n": 2.5}', b"\0\0\0\0\1" + b'{"n": 3}']
-    batch = normalize_batch(
-        pa.table({"value": pa.array(values, pa.binary()), "partition": pa.array([0, 0, 0], pa.int32())}),
-        partitions=1,
-        topic="events",
-        max_message_bytes=1_000_000,
-        now_us=int(time.time() * 1e6),
-        log_append_time=True,
-    )
-    TopicWriter(storage, "events", settings.writer).append(batch)
+    write_values(storage, "events", values)
 
     def source(topic):
         return (
@@ -158,12 +135,9 @@ def test_the_source_returns_parsed_values_with_parse_values(spark, tmp_path):
 def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
     import io
     import json
-    import time
 
     import fastavro
-    import pyarrow as pa
 
-    from delta_log import normalize_batch
     from delta_log.core.value_schemas import parse_schema
     from delta_log.system.schemas import SchemaStore
 
@@ -194,15 +168,7 @@ def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
         framed(v2, ids[1], {"id": 2, "currency": "USD", "at": 1_700_000_000_000, "tags": {"a": 1}}),
         b"\0\0\0\0\x63garbage",  # an id the subject does not have: null
     ]
-    batch = normalize_batch(
-        pa.table({"value": pa.array(values, pa.binary()), "partition": pa.array([0, 0, 0], pa.int32())}),
-        partitions=1,
-        topic="orders",
-        max_message_bytes=1_000_000,
-        now_us=int(time.time() * 1e6),
-        log_append_time=True,
-    )
-    TopicWriter(storage, "orders", settings.writer).append(batch)
+    write_values(storage, "orders", values)
     df = (
         spark.read.format("topiclake")
         .option("root", root)
@@ -223,3 +189,23 @@ def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
         (2, "USD", 1_700_000_000_000, {"a": 1}),
         (None, None, None, None),
     ]
+
+
+def write_values(storage, topic, values):
+    """Append raw values to partition 0 of a one-partition topic."""
+    import time
+
+    import pyarrow as pa
+
+    from delta_log import normalize_batch
+
+    table = pa.table({"value": pa.array(values, pa.binary()), "partition": pa.array([0] * len(values), pa.int32())})
+    batch = normalize_batch(
+        table,
+        partitions=1,
+        topic=topic,
+        max_message_bytes=1_000_000,
+        now_us=int(time.time() * 1e6),
+        log_append_time=True,
+    )
+    TopicWriter(storage, topic, load_settings(root=storage.root).writer).append(batch)

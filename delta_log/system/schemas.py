@@ -116,6 +116,16 @@ class RegistryState:
     def level_of(self, subject: str) -> str:
         return self.levels.get(subject, self.global_level)
 
+    def versions(self, subject: str, *, deleted: bool = False) -> list[SubjectVersion]:
+        """A subject's versions, oldest first (soft-deleted ones too with `deleted`).
+
+        Raises: SubjectNotFoundError when there are none.
+        """
+        versions = [v for v in self.subjects.get(subject, []) if deleted or not v.deleted]
+        if not versions:
+            raise SubjectNotFoundError(f"Subject {subject!r} not found.", subject=subject)
+        return versions
+
     def live(self, subject: str) -> list[SubjectVersion]:
         return [v for v in self.subjects.get(subject, []) if not v.deleted]
 
@@ -185,10 +195,7 @@ def _same(state: RegistryState, v: SubjectVersion, schema: ValueSchema) -> bool:
 
 def find_version(state: RegistryState, subject: str, schema: ValueSchema, *, deleted: bool = False) -> SubjectVersion:
     """The subject's version holding `schema`. Raises: SubjectNotFoundError, SchemaNotFoundError."""
-    versions = [v for v in state.subjects.get(subject, []) if deleted or not v.deleted]
-    if not versions:
-        raise SubjectNotFoundError(f"Subject {subject!r} not found.", subject=subject)
-    for v in versions:
+    for v in state.versions(subject, deleted=deleted):
         if _same(state, v, schema):
             return v
     raise SchemaNotFoundError(f"The schema is not registered under subject {subject!r}.", subject=subject)
@@ -199,9 +206,7 @@ def version_of(state: RegistryState, subject: str, version: int | None, *, delet
 
     Raises: SubjectNotFoundError, VersionNotFoundError.
     """
-    versions = [v for v in state.subjects.get(subject, []) if deleted or not v.deleted]
-    if not versions:
-        raise SubjectNotFoundError(f"Subject {subject!r} not found.", subject=subject)
+    versions = state.versions(subject, deleted=deleted)
     if version is None:
         return versions[-1]
     for v in versions:

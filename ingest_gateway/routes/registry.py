@@ -30,7 +30,6 @@ from delta_log.core.value_schemas import (
 from delta_log.errors import (
     SchemaNotFoundError,
     SubjectConfigNotFoundError,
-    SubjectNotFoundError,
 )
 from delta_log.registry import TopicRegistry
 from delta_log.system.schemas import RegistryState, SubjectVersion, find_version, version_of
@@ -69,13 +68,6 @@ def _version_number(raw: str) -> int | None:
 async def _schema(body: RegisterSchema) -> ValueSchema:
     """The body's schema, parsed off the event loop (a schema may be 128 Ki characters)."""
     return await run_in_threadpool(parse_schema, body.schema_type, body.schema_text)
-
-
-def _versions(state: RegistryState, subject: str, *, deleted: bool = False) -> list[SubjectVersion]:
-    versions = [v for v in state.subjects.get(subject, []) if deleted or not v.deleted]
-    if not versions:
-        raise SubjectNotFoundError(f"Subject {subject!r} not found.", subject=subject)
-    return versions
 
 
 def _registered(state: RegistryState, subject: str, v: SubjectVersion) -> dict[str, Any]:
@@ -150,7 +142,7 @@ async def subject_versions(
 ) -> Response:
     _describe(principal, subject)
     state = await _state(registry)
-    return _answer([v.version for v in _versions(state, subject, deleted=deleted)])
+    return _answer([v.version for v in state.versions(subject, deleted=deleted)])
 
 
 @router.get("/subjects/{subject}/versions/{version}")

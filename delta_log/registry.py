@@ -136,7 +136,7 @@ class TopicRegistry:
     def _fanout(self, reader: TopicReader, maintenance: TopicMaintenance) -> Callable[[CommitInfo], None]:
         def on_commit(info: CommitInfo) -> None:
             reader.on_commit(info)
-            maintenance.notify_commit()
+            maintenance.notify_commit(info)
             for listener in self._listeners:
                 try:
                     listener(info)

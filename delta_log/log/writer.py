@@ -50,6 +50,7 @@ from delta_log.errors import (
     TopicNotFoundError,
 )
 from delta_log.table.app_transactions import (
+    TransactionCache,
     append_transactions,
     read_high_watermark,
     read_high_watermarks,
@@ -128,6 +129,8 @@ class TopicWriter:
             ("check", "assemble", "parquet", "commit", "refresh", "listeners"), 0.0
         )
         self._dt = self._open()
+        # High watermarks and producer state as of self._dt, kept across this writer's own commits.
+        self._txns = TransactionCache(lambda: self._dt, lambda versions: storage.read_log_entries(self.uri, versions))
 
     def _open(self) -> DeltaTable:
         return self.storage.open_topic(self.topic)
@@ -147,7 +150,7 @@ class TopicWriter:
 
     def high_watermark(self, partition: int) -> int:
         """Next offset to assign in `partition`, as of this writer's table version."""
-        return read_high_watermark(self._dt, partition)
+        return read_high_watermark(self._txns, partition)
 
     def append(self, batch: pa.Table, producer: ProducerSequence | None = None) -> AppendResult:
         """Append one request; raise its error instead of returning it."""
@@ -204,7 +207,7 @@ class TopicWriter:
             for pr, part_counts in zip(producers, counts, strict=True)
             if pr is not None
             for p in part_counts
-            if (st := read_producer_state(self._dt, pr.producer_id, p)) is not None
+            if (st := read_producer_state(self._txns, pr.producer_id, p)) is not None
         }
         plan = plan_flush(producers, counts, state)
         results: dict[int, AppendResult] = {i: AppendResult(error=err) for i, err in plan.refused.items()}
@@ -213,7 +216,7 @@ class TopicWriter:
         pending = list(plan.append)
         if pending:
             touched = sorted({p for i in pending for p in counts[i]})
-            hws = read_high_watermarks(self._dt, touched)
+            hws = read_high_watermarks(self._txns, touched)
             plans, new_hws = plan_offsets([counts[i] for i in pending], hws)
             records = _assemble([requests[i].batch for i in pending], [arrays[i] for i in pending], hws, self.topic)
             self._tick("assemble")
@@ -245,6 +248,7 @@ class TopicWriter:
         """
         files = write_segments(self.storage, self.uri, records, self._parquet_options)
         self._tick("parquet")
+        read_version = self._dt.version()
         try:
             self._dt.create_write_transaction(
                 [f.action for f in files],
@@ -261,6 +265,7 @@ class TopicWriter:
         # create_write_transaction does not advance the table object; the next read of the high
         # watermarks must see this commit, or it would conflict with itself.
         self._dt.update_incremental()
+        self._txns.committed(read_version, self._dt.version(), txns)
         self._tick("refresh")
 
     def _tick(self, phase: str) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -61,8 +61,10 @@ def roll_up(
     parquet: ParquetOptions,
     attempts: int,
     closing: Callable[[], bool] = lambda: False,
+    partitions: Collection[int] | None = None,
 ) -> RollupReport:
-    """Plan every due run, write the merged files, commit them all in ONE commit.
+    """Plan every due run (of `partitions` only, when given), write the merged files, commit them
+    all in ONE commit.
 
     One commit per pass, not per run: each roll-up commit makes the writer's next commit
     rebase past it (measured: per-run commits every 8 writer commits hurt produce latency).
@@ -71,6 +73,7 @@ def roll_up(
     plan = [
         (partition, run)
         for partition, segments in sorted(segments_of(dt).items())
+        if partitions is None or partition in partitions
         for run in plan_rollup(
             segments,
             fanout=settings.rollup_fanout,

@@ -24,7 +24,8 @@ written only inside the commit that carries the data it describes, never on its 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from deltalake import DeltaTable, Transaction
 
@@ -53,7 +54,13 @@ def coordinator_app_id(group: str) -> str:
     return f"coord-{group}"
 
 
-def read_coordinator_epoch(dt: DeltaTable, group: str) -> int:
+class TxnSource(Protocol):
+    """What the readers below need: a DeltaTable, or a TransactionCache over one."""
+
+    def transaction_version(self, app_id: str) -> int | None: ...
+
+
+def read_coordinator_epoch(dt: TxnSource, group: str) -> int:
     """Group's coordinator epoch as of `dt`'s snapshot (0: never claimed)."""
     version = dt.transaction_version(coordinator_app_id(group))
     return int(version) if version is not None else 0
@@ -63,34 +70,99 @@ def coordinator_transactions(group: str, epoch: int) -> list[Transaction]:
     return [Transaction(coordinator_app_id(group), epoch)]
 
 
-def read_high_watermark(dt: DeltaTable, partition: int) -> int:
+def read_high_watermark(dt: TxnSource, partition: int) -> int:
     """Next offset to assign in `partition` as of `dt`'s snapshot (0 for a partition never written)."""
     version = dt.transaction_version(hw_app_id(partition))
     return int(version) if version is not None else 0
 
 
-def read_high_watermarks(dt: DeltaTable, partitions: int | Iterable[int]) -> dict[int, int]:
+def read_high_watermarks(dt: TxnSource, partitions: int | Iterable[int]) -> dict[int, int]:
     """High watermarks of `range(partitions)` (an int) or of the given partitions."""
     which = range(partitions) if isinstance(partitions, int) else partitions
     return {p: read_high_watermark(dt, p) for p in which}
 
 
-def high_watermarks_written(log_entries: Iterable[str]) -> dict[int, int]:
-    """The `hw-<p>` txns in Delta commit entries (JSON lines), in commit order: the high
-    watermarks those commits set. A reader applies them to the snapshot it had, instead of
-    asking the table for every partition (one call per partition: seconds at 10,000)."""
-    out: dict[int, int] = {}
+def transactions_written(log_entries: Iterable[str]) -> dict[str, int]:
+    """Every txn in Delta commit entries (JSON lines), in commit order: app id -> the last version
+    those commits set."""
+    out: dict[str, int] = {}
     for entry in log_entries:
         for line in entry.splitlines():
             if '"txn"' not in line:
                 continue
             txn = json.loads(line).get("txn")
-            if txn and str(txn.get("appId", "")).startswith(_HW_PREFIX):
-                out[int(txn["appId"][len(_HW_PREFIX) :])] = int(txn["version"])
+            if txn and "appId" in txn:
+                out[str(txn["appId"])] = int(txn["version"])
     return out
 
 
-def read_producer_state(dt: DeltaTable, producer_id: str, partition: int) -> ProducerState | None:
+def high_watermarks_written(log_entries: Iterable[str]) -> dict[int, int]:
+    """The `hw-<p>` txns in Delta commit entries, in commit order: the high watermarks those
+    commits set. A reader applies them to the snapshot it had, instead of asking the table for
+    every partition (one call per partition: seconds at 10,000)."""
+    return {
+        int(app_id[len(_HW_PREFIX) :]): version
+        for app_id, version in transactions_written(log_entries).items()
+        if app_id.startswith(_HW_PREFIX)
+    }
+
+
+class TransactionCache:
+    """`transaction_version` of a table object, remembered across its versions.
+
+    Each `DeltaTable.transaction_version` call replays the snapshot's txns: about 0.2 ms alone,
+    and on a loaded gateway every call also gives the GIL away and waits to get it back (measured:
+    a third of the flush thread's time went to the 8 high watermarks of one topic). Versions read
+    once are kept; when the table object moves, the txns of the commits in between are applied from
+    their log entries (`read_entries`, as the reader's snapshots do), and everything is forgotten
+    when those are gone (log cleanup) or more than `max_versions`.
+
+    Concurrency contract: one thread at a time, like the table object it follows. `table` returns
+    the current object (its owner may re-open it).
+    """
+
+    def __init__(
+        self,
+        table: Callable[[], DeltaTable],
+        read_entries: Callable[[range], list[str] | None],
+        *,
+        max_versions: int = 64,
+    ) -> None:
+        self._table = table
+        self._read_entries = read_entries
+        self._max_versions = max_versions
+        self._version: int | None = None
+        self._known: dict[str, int | None] = {}
+
+    def transaction_version(self, app_id: str) -> int | None:
+        dt = self._table()
+        self._catch_up(dt.version())
+        if app_id not in self._known:
+            version = dt.transaction_version(app_id)
+            self._known[app_id] = None if version is None else int(version)
+        return self._known[app_id]
+
+    def committed(self, read_version: int, version: int, txns: Iterable[Transaction]) -> None:
+        """The table object moved from `read_version` to `version` by one commit of ours that
+        wrote `txns`: no entry needs reading when nothing else committed in between."""
+        if self._version == read_version and version == read_version + 1:
+            self._known.update({t.app_id: int(t.version) for t in txns})
+            self._version = version
+
+    def _catch_up(self, version: int) -> None:
+        if self._version == version:
+            return
+        if self._version is not None and 0 < version - self._version <= self._max_versions:
+            entries = self._read_entries(range(self._version + 1, version + 1))
+            if entries is not None:
+                self._known.update(transactions_written(entries))
+                self._version = version
+                return
+        self._known.clear()
+        self._version = version
+
+
+def read_producer_state(dt: TxnSource, producer_id: str, partition: int) -> ProducerState | None:
     """What the log holds for one producer on one partition, or None if it never committed there."""
     last = dt.transaction_version(sequence_app_id(producer_id, partition))
     if last is None:

@@ -111,3 +111,26 @@ def test_log_stays_small_and_stale_readers_recover(tmp_path):
     stale.refresh()
     assert stale.fetch(0, 0, max_records=1000).records.column("offset").to_pylist() == list(range(300))
     assert TopicWriter(storage, "small-log", settings.writer).append(make_batch(1)).ranges[0].base_offset == 300
+
+
+def test_a_server_rolls_up_only_the_partitions_it_appends_to(storage, settings, topic_factory):
+    """With several gateways each partition's owner keeps it compact: a maintenance loop told of its
+    writer's commits rolls up those partitions only; run by hand (told of none) it rolls up all."""
+    topic = topic_factory(partitions=2)
+    mine = TopicWriter(storage, topic, settings.writer)
+    other = TopicWriter(storage, topic, settings.writer)  # another gateway's writer
+    roller = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False)
+    mine.on_commit = roller.notify_commit
+    for _ in range(16):
+        mine.append(make_batch(4, partition_of=lambda i: 0))
+        other.append(make_batch(4, partition_of=lambda i: 1))
+    try:
+        assert roller.run_task("rollup").files_removed == 16
+        files = {p: len(s) for p, s in segments_of(storage.open_topic(topic)).items()}
+        assert files == {0: 2, 1: 16}
+        by_hand = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False)
+        assert by_hand.run_task("rollup").files_removed == 16
+        assert {p: len(s) for p, s in segments_of(storage.open_topic(topic)).items()} == {0: 2, 1: 2}
+    finally:
+        roller.close()
+    assert snapshot(storage, topic).column("offset").to_pylist() == list(range(64)) + list(range(64))

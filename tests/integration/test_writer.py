@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -6,7 +7,8 @@ from deltalake import DeltaTable
 
 from delta_log import AppendRequest, ProducerSequence, TopicReader, TopicWriter
 from delta_log.errors import DuplicateSequenceError, InvalidRecordError, TopicNotFoundError
-from delta_log.table.app_transactions import read_high_watermark, read_producer_state
+from delta_log.maintenance.topic_maintenance import TopicMaintenance
+from delta_log.table.app_transactions import read_high_watermark, read_high_watermarks, read_producer_state
 from tests.integration.conftest import make_batch
 
 
@@ -173,3 +175,42 @@ def test_one_producer_several_sequences_in_one_flush(storage, settings, topic_fa
     with pytest.raises(DuplicateSequenceError):
         w.append(make_batch(2), p5)
     assert all_offsets(storage, topic) == {0: [0, 1, 2, 3]}
+
+
+def test_cached_transactions_follow_other_writers_and_a_cleaned_log(storage, settings, topic_factory):
+    """The writer keeps high watermarks and producer state across its commits (TransactionCache);
+    after other writers' commits, a roll-up's, and log entries deleted by cleanup, what it uses must
+    still be what the table says, partition by partition."""
+    topic = topic_factory(partitions=4)
+    a = TopicWriter(storage, topic, settings.writer)
+    b = TopicWriter(storage, topic, settings.writer)
+    only = lambda p: make_batch(3, partitions=4, partition_of=lambda i: p)  # noqa: E731
+
+    def agrees(w: TopicWriter) -> None:
+        w.refresh()
+        table = storage.open_topic(topic)
+        assert read_high_watermarks(w._txns, 4) == read_high_watermarks(table, 4)
+        for p in range(4):
+            assert read_producer_state(w._txns, "prod-b", p) == read_producer_state(table, "prod-b", p)
+
+    for i in range(6):
+        a.append(only(0))
+        b.append(only(1 + i % 3), ProducerSequence(producer_id="prod-b", sequence=i))
+        agrees(a)
+    assert a.append(only(1)).ranges[0].base_offset == 6  # b wrote 3 records to partition 1 twice
+    roller = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False)
+    roller.run_task("rollup")
+    roller.close()
+    b.append(only(2), ProducerSequence(producer_id="prod-b", sequence=6))
+    agrees(a)
+    # entries since a's version gone: a falls back to the table
+    version = a.table.version()
+    for _ in range(3):
+        b.append(only(3), ProducerSequence(producer_id="prod-b", sequence=7 + _))
+    b.table.create_checkpoint()
+    log_dir = Path(storage.fs_path(storage.topic_uri(topic))) / "_delta_log"
+    for v in range(version + 1, b.table.version()):  # as log cleanup would: never the newest
+        (log_dir / f"{v:020d}.json").unlink()
+    agrees(a)
+    assert a.append(only(3)).ranges[0].base_offset == 15
+    assert all_offsets(storage, topic) == {0: list(range(18)), 1: list(range(9)), 2: list(range(9)), 3: list(range(18))}

@@ -252,6 +252,12 @@ class SparkSettings(BaseModel):
         description="Put hadoop-aws and its AWS SDK on Spark's classpath (about 690 MB, resolved once); "
         "unset: when the root or the replica root is on S3.",
     )
+    avro_package: str = Field(
+        "org.apache.spark:spark-avro_2.13:4.1.1",
+        description="Maven coordinates of Spark's from_avro (the typed views of Avro topics); empty: none. "
+        "Since Spark 4.1 Avro's core is inside spark-sql and this module is only the expressions; "
+        "4.1.1 is the newest the package index serves, and the suite checks it on this Spark.",
+    )
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -8,10 +8,13 @@ written with older versions read with null for the fields they lack. A field nam
 (key, value, topic, partition, offset, timestamp, timestampType, headers) is shown as `value_<name>`;
 a schema whose root is not an object gives one column, `value_typed`.
 
-Avro topics get no view yet: Spark's `from_avro` ships in spark-avro, which has no release for this
-Spark version in the package index (docs/SPARK.md). The source's parseValues option reads both kinds
-(`ValueParser`): JSON as above, Avro decoded per value with its id's version and resolved to the
-latest, in the Python tasks.
+For Avro topics: values are framed (Confluent's wire format); each is decoded by Spark's own
+`from_avro` with the writer version its id names, resolved to the latest version (so every row has
+the latest's type, as Spark maps Avro types: records struct, enums string, fixed binary, decimals
+DECIMAL, logical timestamps TIMESTAMP). `from_avro` is in the spark-avro module, which get_spark
+loads (`spark.avro_package`; docs/SPARK.md says why that version).
+
+The source's parseValues option reads both kinds in its Python tasks (`ValueParser`), for streams.
 """
 
 from __future__ import annotations
@@ -264,15 +267,23 @@ def _literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def typed_view_sql(view: str, table: str, schema: Any) -> str:
-    """CREATE OR REPLACE VIEW `view` over `table` (both qualified) for a JSON Schema `schema`."""
-    ddl = spark_type(schema)
-    payload = "CAST(IF(length(value) >= 5 AND substring(value, 1, 1) = X'00', substring(value, 6), value) AS STRING)"
+#: A framed value's payload (after byte 0 and the 4-byte schema id), and that id.
+_PAYLOAD = "substring(value, 6)"
+_FRAMED = "length(value) >= 5 AND substring(value, 1, 1) = X'00'"
+_SCHEMA_ID = "CAST(conv(hex(substring(value, 2, 4)), 16, 10) AS BIGINT)"
+#: The newest writer versions an Avro view decodes (each is a branch of the view's SQL).
+MAX_AVRO_VIEW_VERSIONS = 100
+
+
+def _view_sql(view: str, table: str, parsed: str, fields: list[str] | None) -> str:
+    """CREATE OR REPLACE VIEW `view`: the Kafka columns of `table`, then the struct `parsed` spread
+    into its `fields` (a field named like a Kafka column is `value_<name>`), or, with no fields,
+    one column `value_typed`."""
     kafka = ", ".join(_q(c) for c in KAFKA_COLUMNS)
-    if ddl.startswith("STRUCT<"):
+    if fields:
         taken = {c.lower() for c in KAFKA_COLUMNS}
         columns = []
-        for n in schema["properties"]:
+        for n in fields:
             column = f"value_{n}" if n.lower() in taken else n
             while column.lower() in taken:  # Spark's names are case-insensitive: Id and id collide
                 column += "_"
@@ -281,10 +292,35 @@ def typed_view_sql(view: str, table: str, schema: Any) -> str:
         typed = ", ".join(columns)
     else:
         typed = "__v AS value_typed"
-    return (
-        f"CREATE OR REPLACE VIEW {view} AS SELECT {kafka}, {typed} "
-        f"FROM (SELECT *, from_json({payload}, {_literal(ddl)}) AS __v FROM {table})"
+    return f"CREATE OR REPLACE VIEW {view} AS SELECT {kafka}, {typed} FROM (SELECT *, {parsed} AS __v FROM {table})"
+
+
+def typed_view_sql(view: str, table: str, schema: Any) -> str:
+    """CREATE OR REPLACE VIEW `view` over `table` (both qualified) for a JSON Schema `schema`."""
+    ddl = spark_type(schema)
+    payload = f"CAST(IF({_FRAMED}, {_PAYLOAD}, value) AS STRING)"
+    fields = list(schema["properties"]) if ddl.startswith("STRUCT<") else None
+    return _view_sql(view, table, f"from_json({payload}, {_literal(ddl)})", fields)
+
+
+def avro_view_sql(view: str, table: str, schemas: SubjectSchemas) -> str:
+    """CREATE OR REPLACE VIEW `view` over `table` for an Avro subject: each framed value decoded by
+    Spark's `from_avro` with the version its id names and resolved to the latest (the `avroSchema`
+    option: new fields get their defaults), so every row has the latest version's type, as Spark
+    maps Avro types. A value not framed, framed with an id this subject does not know (or one older
+    than its newest MAX_AVRO_VIEW_VERSIONS versions), or that does not decode (PERMISSIVE) is null."""
+    latest = schemas.latest
+    writers = sorted(((i, s) for i, s in schemas.by_id.items() if s.schema_type == AVRO), reverse=True)
+    options = f"map('mode', 'PERMISSIVE', 'avroSchema', {_literal(latest.text)})"
+    branches = " ".join(
+        f"WHEN {i} THEN from_avro({_PAYLOAD}, {_literal(s.text)}, {options})"
+        for i, s in writers[:MAX_AVRO_VIEW_VERSIONS]
     )
+    parsed = f"CASE WHEN {_FRAMED} THEN CASE {_SCHEMA_ID} {branches} END END"
+    names = AvroNames(latest.document)
+    root = names.deref(names.root)
+    fields = [f["name"] for f in root["fields"]] if root["type"] == "record" and root["fields"] else None
+    return _view_sql(view, table, parsed, fields)
 
 
 def value_parser(store: SchemaStore | None, topics: list[str]) -> ValueParser:
@@ -318,8 +354,10 @@ def value_parser(store: SchemaStore | None, topics: list[str]) -> ValueParser:
 def register_typed_views(
     spark: SparkSession, store: SchemaStore | None, tables: dict[str, str], database: str
 ) -> dict[str, str]:
-    """A typed view per topic whose value schema is JSON Schema, in `<database>_typed`; views of
-    topics that no longer have one are dropped. Returns {topic: view}."""
+    """A typed view per topic whose value schema is JSON Schema or Avro, in `<database>_typed`;
+    views of topics that no longer have one are dropped. Returns {topic: view}. An Avro topic needs
+    Spark's from_avro (`spark.avro_package`, which get_spark loads); without it its view is left out
+    with a warning that says so."""
     typed_db = f"{database}_typed"
     state = store.state(max_age_s=0) if store is not None else None
     views: dict[str, str] = {}
@@ -327,13 +365,24 @@ def register_typed_views(
     for topic, name in tables.items():
         view = f"{_q(typed_db)}.{_q(name)}"
         schemas = state.subject_schemas(subject_for(topic)) if state is not None else None
-        if schemas is None or schemas.latest.schema_type != JSON:
+        if schemas is None or schemas.latest.schema_type not in (JSON, AVRO):
             spark.sql(f"DROP VIEW IF EXISTS {view}")
             continue
+        table = f"{_q(database)}.{_q(name)}"
         try:
-            spark.sql(typed_view_sql(view, f"{_q(database)}.{_q(name)}", schemas.latest.document))
+            if schemas.latest.schema_type == AVRO:
+                spark.sql(avro_view_sql(view, table, schemas))
+            else:
+                spark.sql(typed_view_sql(view, table, schemas.latest.document))
         except Exception as exc:  # one topic's schema Spark cannot express must not stop the others
-            log.warning("no typed view for topic %s: %s", topic, str(exc)[:500])
+            spark.sql(f"DROP VIEW IF EXISTS {view}")  # never leave an older version's view behind
+            hint = (
+                " (Spark's from_avro is not loaded: build the session with delta_log.spark.get_spark, "
+                "or add the spark.avro_package coordinates to --packages)"
+                if "AVRO_NOT_LOADED" in str(exc)
+                else ""
+            )
+            log.warning("no typed view for topic %s%s: %s", topic, hint, str(exc)[:500])
             continue
         views[topic] = f"{typed_db}.{name}"
     return views

@@ -132,11 +132,19 @@ def test_the_source_returns_parsed_values_with_parse_values(spark, tmp_path):
         source("untyped").load()
 
 
-def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
+def framed(schema, schema_id, record):
+    """An Avro value as Confluent's serializers write it: byte 0, the 4-byte schema id, the binary."""
     import io
-    import json
 
     import fastavro
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
+    return b"\0" + schema_id.to_bytes(4, "big") + buf.getvalue()
+
+
+def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
+    import json
 
     from delta_log.core.value_schemas import parse_schema
     from delta_log.system.schemas import SchemaStore
@@ -157,11 +165,6 @@ def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
     }
     store = SchemaStore(storage)
     ids = [store.register("orders-value", parse_schema("AVRO", json.dumps(v))).schema_id for v in (v1, v2)]
-
-    def framed(schema, schema_id, record):
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
-        return b"\0" + schema_id.to_bytes(4, "big") + buf.getvalue()
 
     values = [
         framed(v1, ids[0], {"id": 1}),  # an older version: read with v2's defaults
@@ -189,6 +192,66 @@ def test_parse_values_reads_avro_by_each_values_schema_id(spark, tmp_path):
         (2, "USD", 1_700_000_000_000, {"a": 1}),
         (None, None, None, None),
     ]
+
+
+def test_avro_topics_get_typed_views_decoded_by_each_values_schema_id(spark, tmp_path):
+    """topics_typed.<name> for an Avro topic: Spark's from_avro reads each framed value with the
+    version its id names, resolved to the latest (defaults fill new fields); what does not decode,
+    is not framed, or names an id the subject lacks reads null; the Kafka columns stay."""
+    import json
+
+    from delta_log.core.value_schemas import parse_schema
+    from delta_log.system.schemas import SchemaStore
+
+    root = str(tmp_path / "root")
+    storage = StorageRoot(root)
+    Catalog(storage, load_settings(root=root).writer).create_topic("avro-orders", partitions=1)
+    v1 = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+    v2 = {
+        **v1,
+        "fields": [
+            *v1["fields"],
+            {"name": "currency", "type": {"type": "enum", "name": "Cur", "symbols": ["EUR", "USD"]}, "default": "EUR"},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}, "default": 0},
+            {"name": "tags", "type": {"type": "map", "values": "int"}, "default": {}},
+            {"name": "partition", "type": ["null", "string"], "default": None},  # named like a Kafka column
+        ],
+    }
+    store = SchemaStore(storage)
+    ids = [store.register("avro-orders-value", parse_schema("AVRO", json.dumps(v))).schema_id for v in (v1, v2)]
+    values = [
+        framed(v1, ids[0], {"id": 1}),  # an older version: read with v2's defaults
+        framed(v2, ids[1], {"id": 2, "currency": "USD", "at": 1_700_000_000_000, "tags": {"a": 1}, "partition": "x"}),
+        b"\0\0\0\0\x63garbage",  # an id the subject does not have
+        b"\0" + ids[1].to_bytes(4, "big") + b"\xff",  # a known id, a value that does not decode
+        b'{"id": 5}',  # not framed
+        None,  # a tombstone
+    ]
+    write_values(storage, "avro-orders", values)
+    assert register_topics(spark, root, database="avrosql") == {"avro-orders": "avro_orders"}
+    view = spark.table("avrosql_typed.avro_orders")
+    assert view.columns[:8] == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    types = {f.name: f.dataType.simpleString() for f in view.schema.fields[8:]}
+    assert types == {
+        "id": "bigint",
+        "currency": "string",
+        "at": "timestamp",
+        "tags": "map<string,int>",
+        "value_partition": "string",
+    }
+    rows = spark.sql(
+        "SELECT offset, partition, id, currency, unix_millis(at), tags, value_partition "
+        "FROM avrosql_typed.avro_orders ORDER BY offset"
+    ).collect()
+    assert [tuple(r) for r in rows] == [
+        (0, 0, 1, "EUR", 0, {}, None),
+        (1, 0, 2, "USD", 1_700_000_000_000, {"a": 1}, "x"),
+        (2, 0, None, None, None, None, None),
+        (3, 0, None, None, None, None, None),
+        (4, 0, None, None, None, None, None),
+        (5, 0, None, None, None, None, None),
+    ]
+    assert spark.sql("SELECT count(*) AS n FROM avrosql_typed.avro_orders WHERE currency = 'USD'").first().n == 1
 
 
 def write_values(storage, topic, values):

@@ -66,6 +66,23 @@ def _config_schema(nullable: bool) -> dict[str, Any]:
     return {"type": "object", "properties": keys, "additionalProperties": False}
 
 
+class RegisterSchema(BaseModel):
+    """A schema to register, look up or check. Confluent's clients may also send `metadata` and
+    `ruleSet` (data contracts): ignored."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    schema_text: str = Field(
+        alias="schema", min_length=1, max_length=MAX_SCHEMA_CHARS, description="The schema, as a JSON string."
+    )
+    schema_type: Literal["AVRO", "JSON"] | None = Field(
+        None, alias="schemaType", description="AVRO (the default) or JSON (JSON Schema)."
+    )
+    references: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=0, description="Not supported yet: inline referenced types."
+    )
+
+
 class CreateTopic(_Model):
     name: str = Field(
         description="Topic name: 1-249 characters from [a-zA-Z0-9._-], not '.' or '..'.",
@@ -78,6 +95,13 @@ class CreateTopic(_Model):
     )
     config: dict[str, str | int | bool] = Field(
         default_factory=dict, description="Kafka-style topic config.", json_schema_extra=_config_schema(False)
+    )
+    value_schema: RegisterSchema | None = Field(
+        None,
+        description="A value schema (`schema`, `schemaType` AVRO or JSON, as the registry takes them) "
+        "registered under subject `<name>-value` with the topic, so produce is checked from the first "
+        "record (on other gateways within server.schema_refresh_s). A schema the registry refuses "
+        "refuses the request, and no topic is left behind.",
     )
 
 
@@ -102,12 +126,19 @@ class PartitionInfo(_Model):
     size_bytes: int
 
 
+class RegisteredSchema(_Model):
+    subject: str
+    version: int
+    id: int
+
+
 class TopicInfo(_Model):
     name: str
     partitions: int
     config: dict[str, str]
     table_version: int
     partition_offsets: list[PartitionInfo] | None = None
+    value_schema: RegisteredSchema | None = Field(None, description="The value schema registered at creation.")
 
 
 class TopicList(_Model):
@@ -162,23 +193,6 @@ class ProduceRequest(_Model):
 
 
 # --- the schema registry API (Confluent's field names) -----------------------------------------
-class RegisterSchema(BaseModel):
-    """A schema to register, look up or check. Confluent's clients may also send `metadata` and
-    `ruleSet` (data contracts): ignored."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    schema_text: str = Field(
-        alias="schema", min_length=1, max_length=MAX_SCHEMA_CHARS, description="The schema, as a JSON string."
-    )
-    schema_type: Literal["AVRO", "JSON"] | None = Field(
-        None, alias="schemaType", description="AVRO (the default) or JSON (JSON Schema)."
-    )
-    references: list[dict[str, Any]] = Field(
-        default_factory=list, max_length=0, description="Not supported yet: inline referenced types."
-    )
-
-
 class CompatibilityLevel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from topiclake.client import DEFAULT_URL, AdminClient, TopiclakeClientError
@@ -113,12 +114,27 @@ def _parse_config(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _read_schema(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"--value-schema: cannot read {path}: {exc}") from exc
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     with AdminClient(_url(args), api_key=_api_key(args), **_tls(args)) as admin:
         if args.action == "create":
             print(
                 json.dumps(
-                    admin.create_topic(args.name, partitions=args.partitions, config=_parse_config(args.config)),
+                    admin.create_topic(
+                        args.name,
+                        partitions=args.partitions,
+                        config=_parse_config(args.config),
+                        value_schema=_read_schema(args.value_schema),
+                        schema_type=args.schema_type,
+                    ),
                     indent=2,
                 )
             )
@@ -507,6 +523,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--partitions", type=int, default=1)
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument(
+        "--value-schema", metavar="FILE", help="a value schema (.avsc, or JSON Schema) registered with the topic"
+    )
+    c.add_argument("--schema-type", choices=["AVRO", "JSON"], default="AVRO", help="of --value-schema (default AVRO)")
     tsub.add_parser("list")
     d = tsub.add_parser("describe")
     d.add_argument("name")

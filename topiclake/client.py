@@ -143,8 +143,22 @@ class AdminClient:
         raise_for_error(resp)
         return resp.json() if resp.content else None
 
-    def create_topic(self, name: str, *, partitions: int = 1, config: dict[str, Any] | None = None) -> dict:
-        return self._call("POST", "/topics", json={"name": name, "partitions": partitions, "config": config or {}})
+    def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int = 1,
+        config: dict[str, Any] | None = None,
+        value_schema: str | dict | None = None,
+        schema_type: str = "AVRO",
+    ) -> dict:
+        """Create a topic; `value_schema` (Avro, or JSON Schema with schema_type="JSON"; text or a
+        dict) is registered under `<name>-value` with it, or nothing is created."""
+        body: dict[str, Any] = {"name": name, "partitions": partitions, "config": config or {}}
+        if value_schema is not None:
+            text = value_schema if isinstance(value_schema, str) else json.dumps(value_schema)
+            body["value_schema"] = {"schema": text, "schemaType": schema_type}
+        return self._call("POST", "/topics", json=body)
 
     def list_topics(self) -> list[str]:
         return self._call("GET", "/topics")["topics"]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
 from consumer_api.params import TopicPath
 from delta_log.core.acl import authorize
+from delta_log.core.value_schemas import parse_schema, subject_for
 from delta_log.log.catalog import TopicDescription
 from delta_log.log.reader import TopicReader
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep
@@ -15,10 +18,12 @@ from ingest_gateway.schemas import (
     AlterConfig,
     CreateTopic,
     PartitionInfo,
+    RegisteredSchema,
     TopicInfo,
     TopicList,
 )
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/topics", tags=["topics"])
 
 
@@ -46,10 +51,27 @@ def _info(d: TopicDescription, reader: TopicReader | None = None) -> TopicInfo:
 
 @router.post("", status_code=201, response_model=TopicInfo, response_model_exclude_none=True)
 def create_topic(body: CreateTopic, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
-    """Create a topic (a Delta table partitioned by `partition`)."""
+    """Create a topic (a Delta table partitioned by `partition`), with its value schema if given."""
     authorize(principal, "admin", body.name)
+    schema = None
+    if body.value_schema is not None:  # refused before anything is created
+        schema = parse_schema(body.value_schema.schema_type, body.value_schema.schema_text)
     d = registry.catalog.create_topic(body.name, partitions=body.partitions, config=body.config)
-    return _info(d)
+    if schema is None:
+        return _info(d)
+    subject = subject_for(body.name)
+    try:
+        v = registry.schemas.register(subject, schema)
+    except BaseException:
+        # e.g. incompatible with what an earlier topic of this name left under the subject
+        try:
+            registry.delete_topic(body.name)
+        except Exception:
+            log.exception("could not delete topic %s after its value schema was refused", body.name)
+        raise
+    return _info(d).model_copy(
+        update={"value_schema": RegisteredSchema(subject=subject, version=v.version, id=v.schema_id)}
+    )
 
 
 @router.get("", response_model=TopicList)

@@ -266,3 +266,45 @@ def test_dead_letter_config_and_errors_keep_the_requests_indexes(server, http, f
     )
     assert r.status_code == 413 and r.json()["error"]["details"]["index"] == 2, r.text  # the request's index
     assert sum(hw(http, fresh_topic).values()) == 0
+
+
+def test_a_topic_declares_its_value_schema_at_creation(server, http, tmp_path):
+    """POST /topics with value_schema (AdminClient, the CLI): the schema is registered under
+    `<topic>-value` with the topic and checks the first produce; a schema the registry refuses
+    creates nothing."""
+    from tests.e2e.test_clients import run_cli
+    from topiclake import AdminClient
+
+    name = f"declared-{next(_ids)}"
+    with AdminClient(server.url) as admin:
+        info = admin.create_topic(name, partitions=2, value_schema=ORDER_V1)
+    assert info["value_schema"]["subject"] == f"{name}-value" and info["value_schema"]["version"] == 1
+    latest = http.get(f"/registry/subjects/{name}-value/versions/latest").json()
+    assert latest["id"] == info["value_schema"]["id"] and json.loads(latest["schema"])["name"] == "Order"
+    r = http.post(f"/topics/{name}/records", json={"records": [{"value": {"id": 1}}]})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "SCHEMA_VALIDATION_FAILED"
+    serialize = AvroSerializer(registry_client(server), json.dumps(ORDER_V1))
+    good = serialize({"id": 1, "total": 2.5}, SerializationContext(name, MessageField.VALUE))
+    r = http.post(
+        f"/topics/{name}/records",
+        json={"records": [{"value": base64.b64encode(good).decode()}]},
+        params={"value_format": "binary"},
+    )
+    assert r.status_code == 200, r.text
+
+    # refused schemas leave no topic: one the registry cannot parse, one incompatible with what an
+    # earlier topic of the same name left under the subject
+    bad = http.post("/topics", json={"name": f"{name}-x", "value_schema": {"schema": '{"type": "nope"}'}})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "INVALID_VALUE_SCHEMA"
+    assert http.delete(f"/topics/{name}").status_code == 204
+    again = http.post("/topics", json={"name": name, "value_schema": {"schema": json.dumps(ORDER_BAD)}})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "INCOMPATIBLE_SCHEMA"
+    assert {f"{name}-x", name}.isdisjoint(http.get("/topics").json()["topics"])
+
+    schema_file = tmp_path / "event.json"
+    schema_file.write_text(json.dumps(EVENT_SCHEMA))
+    r = run_cli(server, "topics", "create", f"{name}-cli", "--value-schema", str(schema_file), "--schema-type", "JSON")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["value_schema"]["subject"] == f"{name}-cli-value"
+    r = http.post(f"/topics/{name}-cli/records", json={"records": [{"value": {"user": "a", "n": -1}}]})
+    assert r.status_code == 422

@@ -367,6 +367,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if not args.query:
             for topic, table in tables.items():
                 print(f"topics.{table}\t<- topic {topic}")
+            for view in spark.sql("SHOW VIEWS IN topics_typed").collect():
+                if not view.isTemporary:
+                    print(f"topics_typed.{view.viewName}\t<- its value's fields as columns")
             print("topics._partitions\ntopics._consumer_lag")
             return 0
         spark.sql(args.query).show(args.limit, truncate=False)

@@ -115,7 +115,7 @@ class TransactionCache:
     a third of the flush thread's time went to the 8 high watermarks of one topic). Versions read
     once are kept; when the table object moves, the txns of the commits in between are applied from
     their log entries (`read_entries`, as the reader's snapshots do), and everything is forgotten
-    when those are gone (log cleanup) or more than `max_versions`.
+    when those are gone (log cleanup) or more than `max_versions`, or when it holds `max_entries`.
 
     Concurrency contract: one thread at a time, like the table object it follows. `table` returns
     the current object (its owner may re-open it).
@@ -127,10 +127,12 @@ class TransactionCache:
         read_entries: Callable[[range], list[str] | None],
         *,
         max_versions: int = 64,
+        max_entries: int = 65_536,
     ) -> None:
         self._table = table
         self._read_entries = read_entries
         self._max_versions = max_versions
+        self._max_entries = max_entries  # idempotent producers come and go: start over past this
         self._version: int | None = None
         self._known: dict[str, int | None] = {}
 
@@ -138,6 +140,8 @@ class TransactionCache:
         dt = self._table()
         self._catch_up(dt.version())
         if app_id not in self._known:
+            if len(self._known) >= self._max_entries:
+                self._known.clear()
             version = dt.transaction_version(app_id)
             self._known[app_id] = None if version is None else int(version)
         return self._known[app_id]
@@ -154,7 +158,7 @@ class TransactionCache:
             return
         if self._version is not None and 0 < version - self._version <= self._max_versions:
             entries = self._read_entries(range(self._version + 1, version + 1))
-            if entries is not None:
+            if entries is not None and len(self._known) < self._max_entries:
                 self._known.update(transactions_written(entries))
                 self._version = version
                 return

@@ -1,7 +1,10 @@
 import threading
 
+import pyarrow as pa
+
 from conf import ReaderSettings
 from delta_log import TopicReader, TopicWriter
+from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.maintenance.topic_maintenance import TopicMaintenance
 from delta_log.table.segment_files import segments_of
 from tests.integration.conftest import make_batch
@@ -134,3 +137,41 @@ def test_a_server_rolls_up_only_the_partitions_it_appends_to(storage, settings, 
     finally:
         roller.close()
     assert snapshot(storage, topic).column("offset").to_pylist() == list(range(64)) + list(range(64))
+
+
+def test_rollup_sorts_a_run_holding_a_file_out_of_order(storage, settings, topic_factory):
+    """Our writer's files are sorted, and a run of adjacent ones merges without sorting; a file
+    another engine wrote out of order (Spark's bin-packing OPTIMIZE does) is sorted in the merge."""
+    import time
+
+    import pyarrow.parquet as pq
+    from deltalake.transaction import RemoveAction
+
+    from delta_log.table.file_commit import commit_file_changes
+    from delta_log.table.segment_files import ParquetOptions, write_segments
+
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(8):
+        w.append(make_batch(5))
+    uri = storage.topic_uri(topic)
+    victim = segments_of(storage.open_topic(topic))[0][3]
+    rows = pq.read_table(storage.file_path(uri, victim.path))
+    rows = rows.append_column("partition", pa.array([0] * rows.num_rows, pa.int32())).select(TOPIC_SCHEMA.names)
+    (new,) = write_segments(storage, uri, rows.take([4, 3, 2, 1, 0]).cast(TOPIC_SCHEMA), ParquetOptions())
+    now = int(time.time() * 1000)
+    commit_file_changes(
+        storage.open_topic(topic),
+        [victim.path],
+        [new.action, RemoveAction(victim.path, False, now, victim.size_bytes, {"partition": "0"})],
+        operation="test",
+        attempts=3,
+    )
+    before = snapshot(storage, topic)
+    report = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False).run_task(
+        "rollup"
+    )
+    assert report.runs == 1
+    (merged,) = segments_of(storage.open_topic(topic))[0]
+    assert pq.read_table(storage.file_path(uri, merged.path)).column("offset").to_pylist() == list(range(40))
+    assert snapshot(storage, topic).equals(before)

@@ -24,7 +24,11 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from delta_log.core.segments import SegmentInfo, StatsFallback, epoch_ms
 from delta_log.core.topic_config import TopicConfig
 from delta_log.errors import StorageUnavailableError, TopicNotFoundError
-from delta_log.table.app_transactions import high_watermarks_written, read_high_watermarks
+from delta_log.table.app_transactions import (
+    MAX_INCREMENTAL_VERSIONS,
+    high_watermarks_written,
+    read_high_watermarks,
+)
 from delta_log.table.segment_files import segments_of
 
 
@@ -64,10 +68,6 @@ class TopicSnapshot:
         if index is None or not index.segments:
             return hw
         return min(index.segments[0].first_offset, hw)
-
-
-#: Past this many new versions a snapshot re-reads every high watermark instead of its commits.
-MAX_INCREMENTAL_VERSIONS = 64
 
 
 def build_snapshot(

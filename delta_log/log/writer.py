@@ -8,7 +8,9 @@ Concurrency contract
   writers (threads, processes, gateways) never hand out the same offset: the loser refreshes,
   re-assigns and retries, up to `max_commit_attempts`.
 - The commit goes through the same DeltaTable object the high watermarks were read from; writing
-  by URI would read a newer snapshot and silently duplicate offsets.
+  by URI would read a newer snapshot and silently duplicate offsets. They are read through a
+  TransactionCache whose every value is that object's as of its current version (an older value
+  would not be refused by the txn rule).
 - Conflicts with concurrent DELETE/OPTIMIZE commits (jobs) are retried the same way.
 - Idempotent producers: their state is kept in txns (delta_log.table.app_transactions); which
   requests of a flush to append is planned purely (delta_log.core.producer.plan_flush). A retried
@@ -129,8 +131,12 @@ class TopicWriter:
             ("check", "assemble", "parquet", "commit", "refresh", "listeners"), 0.0
         )
         self._dt = self._open()
-        # High watermarks and producer state as of self._dt, kept across this writer's own commits.
-        self._txns = TransactionCache(lambda: self._dt, lambda versions: storage.read_log_entries(self.uri, versions))
+        # High watermarks and producer state as of self._dt, kept across this writer's own commits
+        # (and, on local disk, other writers' commits, from their log entries).
+        self._txns = TransactionCache(
+            lambda: self._dt,
+            (lambda versions: storage.read_log_entries(self.uri, versions)) if storage.is_local else None,
+        )
 
     def _open(self) -> DeltaTable:
         return self.storage.open_topic(self.topic)

@@ -107,15 +107,26 @@ def high_watermarks_written(log_entries: Iterable[str]) -> dict[int, int]:
     }
 
 
+#: Past this many new versions, catching up re-reads the table instead of the commits in between.
+MAX_INCREMENTAL_VERSIONS = 64
+
+
 class TransactionCache:
     """`transaction_version` of a table object, remembered across its versions.
 
     Each `DeltaTable.transaction_version` call replays the snapshot's txns: about 0.2 ms alone,
     and on a loaded gateway every call also gives the GIL away and waits to get it back (measured:
-    a third of the flush thread's time went to the 8 high watermarks of one topic). Versions read
+    a third of the flush thread's time went to the 8 high watermarks of one topic). Values read
     once are kept; when the table object moves, the txns of the commits in between are applied from
-    their log entries (`read_entries`, as the reader's snapshots do), and everything is forgotten
-    when those are gone (log cleanup) or more than `max_versions`, or when it holds `max_entries`.
+    their log entries (`read_entries`, as the reader's snapshots do). Everything is forgotten when
+    those entries are gone (log cleanup) or more than `max_versions`, when there is no
+    `read_entries` (object stores: the entries are GETs, while the table object holds the txns in
+    memory), when it holds `max_entries`, and when the table object is another one or the table
+    another table (re-opened; deleted and created again: versions start over).
+
+    Invariant (the writer's offsets depend on it): every value kept is the table object's as of
+    `dt.version()`. A value from an OLDER version would not be refused by Delta's txn rule (it only
+    checks commits after the object's own read version): it would hand out offsets twice.
 
     Concurrency contract: one thread at a time, like the table object it follows. `table` returns
     the current object (its owner may re-open it).
@@ -124,9 +135,9 @@ class TransactionCache:
     def __init__(
         self,
         table: Callable[[], DeltaTable],
-        read_entries: Callable[[range], list[str] | None],
+        read_entries: Callable[[range], list[str] | None] | None,
         *,
-        max_versions: int = 64,
+        max_versions: int = MAX_INCREMENTAL_VERSIONS,
         max_entries: int = 65_536,
     ) -> None:
         self._table = table
@@ -134,11 +145,15 @@ class TransactionCache:
         self._max_versions = max_versions
         self._max_entries = max_entries  # idempotent producers come and go: start over past this
         self._version: int | None = None
+        self._object: DeltaTable | None = None
+        self._table_id: str | None = None
         self._known: dict[str, int | None] = {}
 
     def transaction_version(self, app_id: str) -> int | None:
         dt = self._table()
-        self._catch_up(dt.version())
+        if dt is not self._object:
+            self._object, self._version = dt, None
+        self._catch_up(dt)
         if app_id not in self._known:
             if len(self._known) >= self._max_entries:
                 self._known.clear()
@@ -153,12 +168,22 @@ class TransactionCache:
             self._known.update({t.app_id: int(t.version) for t in txns})
             self._version = version
 
-    def _catch_up(self, version: int) -> None:
+    def _catch_up(self, dt: DeltaTable) -> None:
+        version = dt.version()
         if self._version == version:
             return
-        if self._version is not None and 0 < version - self._version <= self._max_versions:
+        table_id = str(dt.metadata().id)
+        same_table = table_id == self._table_id
+        self._table_id = table_id
+        if (
+            same_table
+            and self._read_entries is not None
+            and self._version is not None
+            and 0 < version - self._version <= self._max_versions
+            and len(self._known) < self._max_entries
+        ):
             entries = self._read_entries(range(self._version + 1, version + 1))
-            if entries is not None and len(self._known) < self._max_entries:
+            if entries is not None:
                 self._known.update(transactions_written(entries))
                 self._version = version
                 return

@@ -214,3 +214,22 @@ def test_cached_transactions_follow_other_writers_and_a_cleaned_log(storage, set
     agrees(a)
     assert a.append(only(3)).ranges[0].base_offset == 15
     assert all_offsets(storage, topic) == {0: list(range(18)), 1: list(range(9)), 2: list(range(9)), 3: list(range(18))}
+
+
+def test_the_cache_starts_over_when_the_topic_is_created_again(storage, settings, catalog, topic_factory):
+    """A topic deleted and created again starts its versions over: a writer's cached high
+    watermarks of the old table must not survive into the new one (they would not be refused)."""
+    topic = topic_factory(partitions=2)
+    on_one = lambda n: make_batch(n, partitions=2, partition_of=lambda i: 1)  # noqa: E731
+    a = TopicWriter(storage, topic, settings.writer.model_copy(update={"reopen_every_commits": 1}))
+    for _ in range(5):
+        a.append(on_one(3))  # hw-1 = 15, and a re-opens its table after each commit
+    catalog.delete_topic(topic)
+    catalog.create_topic(topic, partitions=2)
+    b = TopicWriter(storage, topic, settings.writer)
+    for _ in range(5):
+        b.append(on_one(5))  # hw-1 = 25 in the new table, at the version a's cache last saw
+    a.refresh()
+    assert a.table.version() == b.table.version()
+    assert a.append(on_one(1)).ranges[0].base_offset == 25
+    assert all_offsets(storage, topic) == {1: list(range(26))}

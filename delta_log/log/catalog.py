@@ -88,15 +88,8 @@ class Catalog:
             TopicExistsError: a topic of that name exists.
             StorageUnavailableError: the root cannot be written.
         """
-        validate_topic_name(name)
-        validate_partitions(partitions)
-        values = dict(DEFAULT_CONFIG)
-        values.update(validate_config(config or {}))
-        _refuse_self_dead_letters(name, values)
-        topic_config = TopicConfig(partitions=partitions, values=values)
+        topic_config = self.check_new_topic(name, partitions=partitions, config=config)
         uri = self.storage.topic_uri(name)
-        if self.storage.is_table(uri):
-            raise TopicExistsError(name)
         props = table_properties(self.settings) | topic_config.to_properties()
         try:
             with translate_storage_errors():
@@ -115,6 +108,23 @@ class Catalog:
                 raise TopicExistsError(name) from exc
             raise
         return TopicDescription(name=name, uri=uri, config=topic_config, table_version=dt.version())
+
+    def check_new_topic(
+        self, name: str, *, partitions: int = 1, config: Mapping[str, object] | None = None
+    ) -> TopicConfig:
+        """What `create_topic` would create, or the error it would raise, creating nothing (a topic
+        made together with something else checks first).
+
+        Raises: as create_topic.
+        """
+        validate_topic_name(name)
+        validate_partitions(partitions)
+        values = dict(DEFAULT_CONFIG)
+        values.update(validate_config(config or {}))
+        _refuse_self_dead_letters(name, values)
+        if self.storage.is_table(self.storage.topic_uri(name)):
+            raise TopicExistsError(name)
+        return TopicConfig(partitions=partitions, values=values)
 
     def list_topics(self) -> list[str]:
         """Names of every topic under the root, sorted."""

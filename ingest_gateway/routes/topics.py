@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
@@ -23,7 +21,6 @@ from ingest_gateway.schemas import (
     TopicList,
 )
 
-log = logging.getLogger(__name__)
 router = APIRouter(prefix="/topics", tags=["topics"])
 
 
@@ -52,26 +49,18 @@ def _info(d: TopicDescription, reader: TopicReader | None = None) -> TopicInfo:
 @router.post("", status_code=201, response_model=TopicInfo, response_model_exclude_none=True)
 def create_topic(body: CreateTopic, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Create a topic (a Delta table partitioned by `partition`), with its value schema if given."""
-    authorize(principal, "admin", body.name)
-    schema = None
-    if body.value_schema is not None:  # refused before anything is created
+    authorize(principal, "admin", body.name)  # admin implies produce, which registering needs
+    registered = None
+    if body.value_schema is not None:
+        # Schema first, so a refused one leaves nothing behind and no record is ever unchecked;
+        # the topic's own checks first, so a refused topic registers nothing.
         schema = parse_schema(body.value_schema.schema_type, body.value_schema.schema_text)
-    d = registry.catalog.create_topic(body.name, partitions=body.partitions, config=body.config)
-    if schema is None:
-        return _info(d)
-    subject = subject_for(body.name)
-    try:
+        registry.catalog.check_new_topic(body.name, partitions=body.partitions, config=body.config)
+        subject = subject_for(body.name)
         v = registry.schemas.register(subject, schema)
-    except BaseException:
-        # e.g. incompatible with what an earlier topic of this name left under the subject
-        try:
-            registry.delete_topic(body.name)
-        except Exception:
-            log.exception("could not delete topic %s after its value schema was refused", body.name)
-        raise
-    return _info(d).model_copy(
-        update={"value_schema": RegisteredSchema(subject=subject, version=v.version, id=v.schema_id)}
-    )
+        registered = RegisteredSchema(subject=subject, version=v.version, id=v.schema_id)
+    d = registry.catalog.create_topic(body.name, partitions=body.partitions, config=body.config)
+    return _info(d).model_copy(update={"value_schema": registered})
 
 
 @router.get("", response_model=TopicList)

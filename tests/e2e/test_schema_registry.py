@@ -292,6 +292,11 @@ def test_a_topic_declares_its_value_schema_at_creation(server, http, tmp_path):
     )
     assert r.status_code == 200, r.text
 
+    # an existing topic is refused before its subject is touched
+    exists = http.post("/topics", json={"name": name, "value_schema": {"schema": json.dumps(ORDER_V2)}})
+    assert exists.status_code == 409 and exists.json()["error"]["code"] == "TOPIC_ALREADY_EXISTS"
+    assert http.get(f"/registry/subjects/{name}-value/versions").json() == [1]
+
     # refused schemas leave no topic: one the registry cannot parse, one incompatible with what an
     # earlier topic of the same name left under the subject
     bad = http.post("/topics", json={"name": f"{name}-x", "value_schema": {"schema": '{"type": "nope"}'}})

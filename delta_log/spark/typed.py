@@ -264,15 +264,22 @@ def parser_for(schemas: SubjectSchemas) -> ValueParser:
 
 
 def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A SQL string literal of `text`. Spark substitutes `${...}` in SQL text before parsing it
+    (spark.sql.variable.substitute), also when it re-reads a view: a schema's `${env:SECRET}` would
+    become the session's secret. So `${` is written as two adjacent literals, `'$' '{'`, which Spark
+    joins back."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return "'" + escaped.replace("${", "$' '{") + "'"
 
 
 #: A framed value's payload (after byte 0 and the 4-byte schema id), and that id.
 _PAYLOAD = "substring(value, 6)"
 _FRAMED = "length(value) >= 5 AND substring(value, 1, 1) = X'00'"
 _SCHEMA_ID = "CAST(conv(hex(substring(value, 2, 4)), 16, 10) AS BIGINT)"
-#: The newest writer versions an Avro view decodes (each is a branch of the view's SQL).
+#: The writer versions an Avro view decodes (each is a branch of the view's SQL, holding the writer's
+#: and the latest's schema text): the latest, then the newest ids, within both bounds.
 MAX_AVRO_VIEW_VERSIONS = 100
+MAX_AVRO_VIEW_SQL = 8 * 1024 * 1024
 
 
 def _view_sql(view: str, table: str, parsed: str, fields: list[str] | None) -> str:
@@ -280,6 +287,7 @@ def _view_sql(view: str, table: str, parsed: str, fields: list[str] | None) -> s
     into its `fields` (a field named like a Kafka column is `value_<name>`), or, with no fields,
     one column `value_typed`."""
     kafka = ", ".join(_q(c) for c in KAFKA_COLUMNS)
+    fields = [n for n in fields or () if "${" not in n]  # an identifier cannot be split like _literal
     if fields:
         taken = {c.lower() for c in KAFKA_COLUMNS}
         columns = []
@@ -307,16 +315,20 @@ def avro_view_sql(view: str, table: str, schemas: SubjectSchemas) -> str:
     """CREATE OR REPLACE VIEW `view` over `table` for an Avro subject: each framed value decoded by
     Spark's `from_avro` with the version its id names and resolved to the latest (the `avroSchema`
     option: new fields get their defaults), so every row has the latest version's type, as Spark
-    maps Avro types. A value not framed, framed with an id this subject does not know (or one older
-    than its newest MAX_AVRO_VIEW_VERSIONS versions), or that does not decode (PERMISSIVE) is null."""
+    maps Avro types. A value not framed, framed with an id this subject does not know (or one beyond
+    MAX_AVRO_VIEW_VERSIONS / MAX_AVRO_VIEW_SQL), or that does not decode (PERMISSIVE) is null."""
     latest = schemas.latest
-    writers = sorted(((i, s) for i, s in schemas.by_id.items() if s.schema_type == AVRO), reverse=True)
+    others = sorted(((i, s) for i, s in schemas.by_id.items() if s.schema_type == AVRO and i != schemas.latest_id))
     options = f"map('mode', 'PERMISSIVE', 'avroSchema', {_literal(latest.text)})"
-    branches = " ".join(
-        f"WHEN {i} THEN from_avro({_PAYLOAD}, {_literal(s.text)}, {options})"
-        for i, s in writers[:MAX_AVRO_VIEW_VERSIONS]
-    )
-    parsed = f"CASE WHEN {_FRAMED} THEN CASE {_SCHEMA_ID} {branches} END END"
+    branches: list[str] = []
+    size = 0
+    for i, writer in [(schemas.latest_id, latest), *reversed(others)]:  # the latest, then the newest ids
+        branch = f"WHEN {i} THEN from_avro({_PAYLOAD}, {_literal(writer.text)}, {options})"
+        if branches and (len(branches) >= MAX_AVRO_VIEW_VERSIONS or size + len(branch) > MAX_AVRO_VIEW_SQL):
+            break
+        branches.append(branch)
+        size += len(branch)
+    parsed = f"CASE WHEN {_FRAMED} THEN CASE {_SCHEMA_ID} {' '.join(branches)} END END"
     names = AvroNames(latest.document)
     root = names.deref(names.root)
     fields = [f["name"] for f in root["fields"]] if root["type"] == "record" and root["fields"] else None

@@ -215,13 +215,18 @@ def test_avro_topics_get_typed_views_decoded_by_each_values_schema_id(spark, tmp
             {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}, "default": 0},
             {"name": "tags", "type": {"type": "map", "values": "int"}, "default": {}},
             {"name": "partition", "type": ["null", "string"], "default": None},  # named like a Kafka column
+            {"name": "note", "type": "string", "default": "${env:HOME} ${spark.app.name}", "doc": "${x}"},
         ],
     }
     store = SchemaStore(storage)
     ids = [store.register("avro-orders-value", parse_schema("AVRO", json.dumps(v))).schema_id for v in (v1, v2)]
     values = [
         framed(v1, ids[0], {"id": 1}),  # an older version: read with v2's defaults
-        framed(v2, ids[1], {"id": 2, "currency": "USD", "at": 1_700_000_000_000, "tags": {"a": 1}, "partition": "x"}),
+        framed(
+            v2,
+            ids[1],
+            {"id": 2, "currency": "USD", "at": 1_700_000_000_000, "tags": {"a": 1}, "partition": "x", "note": ""},
+        ),
         b"\0\0\0\0\x63garbage",  # an id the subject does not have
         b"\0" + ids[1].to_bytes(4, "big") + b"\xff",  # a known id, a value that does not decode
         b'{"id": 5}',  # not framed
@@ -238,6 +243,7 @@ def test_avro_topics_get_typed_views_decoded_by_each_values_schema_id(spark, tmp
         "at": "timestamp",
         "tags": "map<string,int>",
         "value_partition": "string",
+        "note": "string",
     }
     rows = spark.sql(
         "SELECT offset, partition, id, currency, unix_millis(at), tags, value_partition "
@@ -252,6 +258,11 @@ def test_avro_topics_get_typed_views_decoded_by_each_values_schema_id(spark, tmp
         (5, 0, None, None, None, None, None),
     ]
     assert spark.sql("SELECT count(*) AS n FROM avrosql_typed.avro_orders WHERE currency = 'USD'").first().n == 1
+    # Spark substitutes ${...} in SQL text: a schema's text must reach from_avro as it is, never a
+    # conf value or an environment variable
+    assert spark.sql("SELECT note FROM avrosql_typed.avro_orders WHERE offset = 0").first().note == (
+        "${env:HOME} ${spark.app.name}"
+    )
 
 
 def write_values(storage, topic, values):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from conf import Settings
 from delta_log.core.lag import lowest_committed
@@ -52,6 +52,7 @@ class TopicRegistry:
         self._closed = False
         self._flush_pool = FlushPool(settings.writer.flush_threads)
         self._maintenance_scheduler = MaintenanceScheduler(settings.maintenance.threads)
+        self._rollup_scope: Callable[[str, int], Collection[int]] | None = None
 
     @property
     def offsets(self) -> OffsetStore:
@@ -73,6 +74,15 @@ class TopicRegistry:
         offsets = self.offsets
         offsets.load()
         return lowest_committed(offsets.all_committed(), topic)
+
+    def set_rollup_scope(self, scope: Callable[[str, int], Collection[int]] | None) -> None:
+        """Which partitions of a topic (name, partition count) this process rolls up; None: all.
+        In a cluster that routes produce, the partitions this gateway owns."""
+        self._rollup_scope = scope
+
+    def _rolled_up_here(self, topic: str) -> Collection[int] | None:
+        scope = self._rollup_scope
+        return None if scope is None else scope(topic, self.partitions(topic))
 
     def add_commit_listener(self, listener: Callable[[CommitInfo], None]) -> None:
         self._listeners.append(listener)
@@ -112,6 +122,7 @@ class TopicRegistry:
             lowest_committed=self.lowest_committed,
             scheduler=self._maintenance_scheduler,
             carried=carried,
+            rollup_scope=lambda: self._rolled_up_here(topic),
         )
         writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, maintenance))
         w = self.settings.writer
@@ -136,7 +147,7 @@ class TopicRegistry:
     def _fanout(self, reader: TopicReader, maintenance: TopicMaintenance) -> Callable[[CommitInfo], None]:
         def on_commit(info: CommitInfo) -> None:
             reader.on_commit(info)
-            maintenance.notify_commit(info)
+            maintenance.notify_commit()
             for listener in self._listeners:
                 try:
                     listener(info)

@@ -212,6 +212,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.cluster.advertise_url:  # `topiclake serve` sets it: a member of the root's cluster
             cluster = Cluster(GatewayDirectory(registry.storage), settings.cluster, url=settings.cluster.advertise_url)
             await cluster.start()
+            if settings.cluster.route_produce:  # each partition's owner appends to it and keeps it compact
+                me = cluster.me.gateway_id
+                registry.set_rollup_scope(
+                    lambda topic, n: [p for p, owner in enumerate(cluster.partition_owners(topic, n)) if owner == me]
+                )
             app.state.forwarder = httpx.AsyncClient(
                 # joins wait for their rebalance: no pool limit, so they never starve heartbeats
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),

@@ -1,10 +1,10 @@
 """One maintenance loop per active topic: every task the server runs on a topic, called by name.
 
     rollup       merge small adjacent segments (delta_log.maintenance.rollup), after every
-                 `rollup_every_commits` commits or every `interval_s`; in a server, of the
-                 partitions this process appended to (with several gateways each partition's
-                 owner keeps it compact: measured, every gateway rolling up every partition
-                 doubled the work and lost passes to each other's commits)
+                 `rollup_every_commits` commits or every `interval_s`; of the partitions
+                 `rollup_scope` names, when given (with several gateways each partition's owner
+                 keeps it compact: every gateway rolling up every partition doubled the work and
+                 lost passes to each other's commits)
     log_cleanup  delete old `_delta_log` files (delta_log.maintenance.log_cleanup), every
                  `cleanup_every_commits` commits (the writer's plus the roll-up's)
     retention    drop whole oldest segments (delta_log.maintenance.retention), every
@@ -27,7 +27,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,7 +35,6 @@ from typing import Any, Literal
 from deltalake import DeltaTable
 
 from conf import MaintenanceSettings, WriterSettings
-from delta_log.log.writer import CommitInfo
 from delta_log.maintenance.log_cleanup import cleanup_log
 from delta_log.maintenance.retention import RetentionReport, apply_retention
 from delta_log.maintenance.rollup import RollupReport, roll_up
@@ -108,6 +107,7 @@ class TopicMaintenance:
         background: bool = True,
         scheduler: MaintenanceScheduler | None = None,
         carried: MaintenanceClock | None = None,
+        rollup_scope: Callable[[], Collection[int] | None] | None = None,
     ) -> None:
         """`background`: passes run by themselves, on `scheduler` (one of this topic's own if
         none); otherwise only when `run_once`/`run_task` are called. `carried`: the clock of this
@@ -119,6 +119,7 @@ class TopicMaintenance:
         self.writer = writer
         self.uri = storage.topic_uri(topic)
         self.lowest_committed = lowest_committed
+        self.rollup_scope = rollup_scope  # the partitions to roll up (this gateway's); None: all
         self._parquet = ParquetOptions(row_group_rows=writer.max_row_group_rows, compression=writer.compression.lower())
         self._dt: DeltaTable | None = None
         self._lock = threading.Condition()
@@ -129,7 +130,6 @@ class TopicMaintenance:
         self._timer_set = False
         self._last_run: dict[Task, float] = {"retention": 0.0, "vacuum": time.monotonic()}
         self._pass_lock = threading.Lock()
-        self._written: set[int] = set()  # partitions this process appended to (roll-up's scope)
         if carried is not None:
             self._last_run = dict(carried.last_run)
             self._commits_since_cleanup = carried.commits_since_cleanup
@@ -139,15 +139,13 @@ class TopicMaintenance:
         self._scheduler = scheduler or (MaintenanceScheduler(1, name=f"maintenance-{topic}") if background else None)
 
     # -- scheduling ------------------------------------------------------------------------------
-    def notify_commit(self, info: CommitInfo | None = None) -> None:
-        """Called after each writer commit (a writer's `on_commit`): a pass now after
-        `rollup_every_commits`, else in `interval_s` from the first commit since the last pass."""
+    def notify_commit(self, *_: object) -> None:
+        """Called after each writer commit: a pass now after `rollup_every_commits`, else in
+        `interval_s` from the first commit since the last pass."""
         with self._lock:
             if self._closed:
                 return
             self._pending_commits += 1
-            if info is not None:
-                self._written.update(info.high_watermarks)
             plan = self._plan()
         self._ask(plan)
 
@@ -232,12 +230,6 @@ class TopicMaintenance:
         with self._pass_lock:
             return self._call(task)
 
-    def _rollup_scope(self) -> frozenset[int] | None:
-        """The partitions this process appended to; every partition when told of no commit
-        (run by hand, or by a job)."""
-        with self._lock:
-            return frozenset(self._written) or None
-
     def _call(self, task: Task) -> Any:
         self._last_run[task] = time.monotonic()
         if task == "rollup":
@@ -249,7 +241,7 @@ class TopicMaintenance:
                 parquet=self._parquet,
                 attempts=self.writer.max_commit_attempts,
                 closing=lambda: self._closed,
-                partitions=self._rollup_scope(),
+                partitions=self.rollup_scope() if self.rollup_scope else None,
             )
             self._commits_since_cleanup += report.runs
             self.rollup_reports = [*self.rollup_reports[-_KEEP_REPORTS + 1 :], report]

@@ -116,27 +116,30 @@ def test_log_stays_small_and_stale_readers_recover(tmp_path):
     assert TopicWriter(storage, "small-log", settings.writer).append(make_batch(1)).ranges[0].base_offset == 300
 
 
-def test_a_server_rolls_up_only_the_partitions_it_appends_to(storage, settings, topic_factory):
-    """With several gateways each partition's owner keeps it compact: a maintenance loop told of its
-    writer's commits rolls up those partitions only; run by hand (told of none) it rolls up all."""
-    topic = topic_factory(partitions=2)
-    mine = TopicWriter(storage, topic, settings.writer)
-    other = TopicWriter(storage, topic, settings.writer)  # another gateway's writer
-    roller = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False)
-    mine.on_commit = roller.notify_commit
-    for _ in range(16):
-        mine.append(make_batch(4, partition_of=lambda i: 0))
-        other.append(make_batch(4, partition_of=lambda i: 1))
+def test_a_gateway_rolls_up_the_partitions_it_owns(settings, storage):
+    """With several gateways each partition's owner keeps it compact: the registry's roll-up scope
+    (in a cluster: the partitions this gateway owns) limits its passes, whoever wrote the files;
+    with no scope (one gateway, or run by hand) every partition is rolled up."""
+    from delta_log.registry import TopicRegistry
+
+    registry = TopicRegistry(settings)
     try:
-        assert roller.run_task("rollup").files_removed == 16
-        files = {p: len(s) for p, s in segments_of(storage.open_topic(topic)).items()}
-        assert files == {0: 2, 1: 16}
-        by_hand = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False)
-        assert by_hand.run_task("rollup").files_removed == 16
-        assert {p: len(s) for p, s in segments_of(storage.open_topic(topic)).items()} == {0: 2, 1: 2}
+        registry.catalog.create_topic("owned", partitions=2)
+        other = TopicWriter(storage, "owned", settings.writer)  # another gateway, or the Spark sink
+        for _ in range(16):
+            other.append(make_batch(4, partitions=2, partition_of=lambda i: i % 2))
+        registry.set_rollup_scope(lambda topic, n: [0] if (topic, n) == ("owned", 2) else [])
+        registry.committer("owned")  # opens the topic's writer and maintenance, as produce does
+        maintenance = registry.maintenance("owned")
+        assert maintenance is not None
+        assert maintenance.run_task("rollup").files_removed == 16
+        assert {p: len(s) for p, s in segments_of(storage.open_topic("owned")).items()} == {0: 2, 1: 16}
+        registry.set_rollup_scope(None)
+        assert maintenance.run_task("rollup").files_removed == 16
+        assert {p: len(s) for p, s in segments_of(storage.open_topic("owned")).items()} == {0: 2, 1: 2}
     finally:
-        roller.close()
-    assert snapshot(storage, topic).column("offset").to_pylist() == list(range(64)) + list(range(64))
+        registry.close()
+    assert snapshot(storage, "owned").column("offset").to_pylist() == list(range(32)) + list(range(32))
 
 
 def test_rollup_sorts_a_run_holding_a_file_out_of_order(storage, settings, topic_factory):

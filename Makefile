@@ -7,7 +7,12 @@ JARS_STAMP := $(VENV)/.delta-jars
 
 .PHONY: setup minio run test test-fast lint bench clean
 
-$(STAMP): pyproject.toml
+# The Kafka codec (kafka_gateway/codec, Rust) is compiled by this install (setuptools-rust, cargo);
+# its build directory is cached under ~/.cache, so a fresh clone rebuilds only what changed.
+CODEC_SRC := kafka_gateway/codec/Cargo.toml $(wildcard kafka_gateway/codec/src/*.rs)
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/topiclake/cargo-target
+
+$(STAMP): pyproject.toml $(CODEC_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -237,6 +237,44 @@ class ClusterSettings(BaseModel):
     client_key: str | None = Field(None, description="Its key (default: in client_cert).")
 
 
+class KafkaSettings(BaseModel):
+    """The Kafka protocol listener every gateway serves beside HTTP (kafka_gateway)."""
+
+    model_config = _FROZEN
+
+    enabled: bool = Field(True, description="Serve Kafka's wire protocol beside HTTP.")
+    host: str | None = Field(None, description="Bind address (default: the HTTP server's host).")
+    port: int = Field(9092, ge=0, le=65535, description="0: any free port (tests).")
+    advertised_host: str | None = Field(
+        None, description="The host clients are told to connect to (Metadata). Default: the bind address."
+    )
+    advertised_port: int | None = Field(None, ge=1, le=65535, description="Default: the bound port.")
+    node_id: int | None = Field(
+        None,
+        ge=0,
+        le=2**31 - 1,
+        description="This gateway's broker id. Default: derived from the advertised address (stable across restarts).",
+    )
+    max_request_bytes: int = Field(
+        100 * 1024 * 1024, gt=0, le=2**31 - 1, description="Largest request frame (Kafka's socket.request.max.bytes)."
+    )
+    max_connections: int = Field(4096, ge=1, description="Open Kafka connections (Kafka's max.connections).")
+    max_connections_per_client: int = Field(
+        1024, ge=1, description="Open Kafka connections per client address (max.connections.per.ip)."
+    )
+    idle_timeout_s: float = Field(600.0, gt=0, description="Idle connections close (connections.max.idle.ms).")
+    max_in_flight: int = Field(
+        16, ge=1, le=1024, description="Requests of one connection read ahead of their responses (pipelining)."
+    )
+    max_in_flight_bytes: int = Field(
+        128 * 1024 * 1024, gt=0, description="Request bytes of one connection read ahead of their responses."
+    )
+    fetch_max_bytes: int = Field(
+        55 * 1024 * 1024, gt=0, description="Cap of one Fetch response (Kafka's fetch.max.bytes)."
+    )
+    max_wait_ms: int = Field(30_000, ge=0, description="Cap of a Fetch's max wait.")
+
+
 class SparkSettings(BaseModel):
     model_config = _FROZEN
 
@@ -304,6 +342,7 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     auth: AuthSettings = AuthSettings()
     cluster: ClusterSettings = ClusterSettings()
+    kafka: KafkaSettings = KafkaSettings()
     spark: SparkSettings = SparkSettings()
     jobs: JobsSettings = JobsSettings()
 

@@ -13,9 +13,9 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from broker.coordinator import GroupCoordinator
+from broker.notifier import CommitNotifier
 from conf import Settings
-from consumer_api.coordinator import GroupCoordinator
-from consumer_api.notifier import CommitNotifier
 from delta_log.core.acl import Principal, authenticate
 from delta_log.registry import TopicRegistry
 

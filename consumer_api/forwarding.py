@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumer_api.cluster import Cluster
+from broker.cluster import Cluster
 from delta_log.core.ownership import group_resource
 from delta_log.errors import CoordinatorNotAvailableError, NotCoordinatorError, TopiclakeError
 

@@ -53,7 +53,6 @@ def bounded_int(description: str, minimum: int, maximum: int) -> Any:
 #: The largest integer every JSON parser reads exactly (I-JSON, RFC 7493): the HTTP API's bound
 #: for offsets and sizes a client sends (Kafka's are int64; no log reaches 2**53 records).
 MAX_JSON_INT = 2**53 - 1
-DIGITS = r"^[0-9]{1,15}$"
 
 
 def check_json_int(name: str, value: int, minimum: int = 0) -> int:

@@ -149,6 +149,14 @@ class DuplicateSequenceError(TopiclakeError):
     hint = "This request was already written; do not retry it."
 
 
+class OutOfOrderSequenceError(TopiclakeError):
+    """A batch whose first sequence does not follow the producer's last one on the partition
+    (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER: a batch before it was lost)."""
+
+    code = "OUT_OF_ORDER_SEQUENCE"
+    hint = "A batch before this one was not written; the producer must reset its sequence (a new producer id)."
+
+
 # --- storage and concurrency -----------------------------------------------------------------
 class CommitConflictError(TopiclakeError):
     code = "COMMIT_CONFLICT"

@@ -14,11 +14,12 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from broker.cluster import Cluster
+from broker.coordinator import GroupCoordinator
+from broker.notifier import CommitNotifier
+from broker.services import Services
 from conf import AuthSettings, Settings, load_settings
-from consumer_api.cluster import Cluster
-from consumer_api.coordinator import GroupCoordinator
 from consumer_api.forwarding import GroupForwardingMiddleware
-from consumer_api.notifier import CommitNotifier
 from consumer_api.router import router as consumer_router
 from delta_log.core.acl import authenticate
 from delta_log.core.ownership import group_resource
@@ -33,6 +34,8 @@ from ingest_gateway.metrics import Metrics
 from ingest_gateway.openapi import install_openapi
 from ingest_gateway.routes import ops, records, topics
 from ingest_gateway.routes import registry as registry_routes
+from ingest_gateway.server import server_tls
+from kafka_gateway.listener import KafkaListener
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +211,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store = await run_in_threadpool(GroupStore, registry.storage)
         await run_in_threadpool(lambda: registry.offsets)  # open (or create) the offsets table off the loop
         await run_in_threadpool(lambda: registry.schemas)  # and the schema registry's
+        listener = None
+        if settings.kafka.enabled:  # bound first: the cluster record carries its address
+            listener = KafkaListener(
+                None, settings.kafka, host=settings.kafka.host or settings.server.host, tls=server_tls(settings.server)
+            )
+            await listener.start()
         cluster = None
         if settings.cluster.advertise_url:  # `topiclake serve` sets it: a member of the root's cluster
-            cluster = Cluster(GatewayDirectory(registry.storage), settings.cluster, url=settings.cluster.advertise_url)
+            cluster = Cluster(
+                GatewayDirectory(registry.storage),
+                settings.cluster,
+                url=settings.cluster.advertise_url,
+                kafka=listener.advertised if listener else "",
+                node_id=listener.node_id if listener else -1,
+            )
             await cluster.start()
             if settings.cluster.route_produce:  # each partition's owner appends to it and keeps it compact
                 me = cluster.me.gateway_id
@@ -235,6 +250,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if cluster is not None:
             cluster.on_change(coordinator.on_membership_change)
         app.state.coordinator = coordinator
+        services = Services(
+            settings=settings, registry=registry, notifier=notifier, coordinator=coordinator, cluster=cluster
+        )
+        app.state.services = services
+        app.state.kafka = listener
+        if listener is not None:
+            listener.attach(services)
         janitor = asyncio.create_task(_release_idle_topics(registry, settings), name="release-idle-topics")
         schema_reader = asyncio.create_task(_refresh_schemas(registry, settings), name="refresh-schemas")
         log.info("topiclake serving root %s", registry.storage.root)
@@ -243,6 +265,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             janitor.cancel()
             schema_reader.cancel()
+            if listener is not None:
+                await listener.stop()
             if cluster is not None:
                 await cluster.stop()  # first: the others take this gateway's groups at once
                 await app.state.forwarder.aclose()

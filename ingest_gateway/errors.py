@@ -36,6 +36,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.OffsetMetadataTooLargeError: 413,
     e.InvalidTimestampError: 422,
     e.DuplicateSequenceError: 409,
+    e.OutOfOrderSequenceError: 409,
     e.CommitConflictError: 503,
     e.StorageUnavailableError: 503,
     e.BackPressureError: 429,

@@ -2,7 +2,7 @@
 
 Kafka sends each partition's records to the partition's leader; here any gateway takes the request,
 decodes, validates and partitions it, and, when one other gateway owns every partition it touches
-(ingest_gateway.produce.Placement), sends that gateway the prepared records as Arrow with explicit
+(broker.produce.Placement), sends that gateway the prepared records as Arrow with explicit
 partitions. The owner authenticates and authorizes the client's key again and appends; one hop only
 (`X-Topiclake-Forwarded-By`: the owner never forwards again). So each partition's appends come from
 one process and the gateways do not spend their commits on conflicts.

@@ -20,14 +20,13 @@ import logging
 import resource
 import socket
 import ssl
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
-from conf import Settings
+from broker.connections import ConnectionGuard
+from conf import ServerSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +44,6 @@ def raise_open_files_limit() -> tuple[int, int]:
         except (ValueError, OSError) as exc:  # e.g. a container that forbids it: keep what we have
             log.warning("could not raise the open-files limit from %d to %d: %s", soft, target, exc)
     return resource.getrlimit(resource.RLIMIT_NOFILE)
-
-
-@dataclass(slots=True, kw_only=True)
-class ConnectionGuard:
-    """Connection counts shared by every connection of one server (event-loop thread only)."""
-
-    max_connections: int
-    max_per_client: int
-    header_timeout_s: float
-    total: int = 0
-    per_client: Counter[str] = field(default_factory=Counter)
-    refused: int = 0
-
-    def admit(self, client: str) -> str | None:
-        """None if the connection may stay, else why not."""
-        if self.total >= self.max_connections:
-            return f"The server holds its limit of {self.max_connections} connections"
-        if self.per_client[client] >= self.max_per_client:
-            return f"Your address holds its limit of {self.max_per_client} connections"
-        self.total += 1
-        self.per_client[client] += 1
-        return None
-
-    def release(self, client: str) -> None:
-        self.total -= 1
-        self.per_client[client] -= 1
-        if self.per_client[client] <= 0:
-            del self.per_client[client]
-
-    def snapshot(self) -> dict[str, int | float]:
-        return {
-            "connections": self.total,
-            "max_connections": self.max_connections,
-            "max_connections_per_client": self.max_per_client,
-            "refused_connections": self.refused,
-            "header_timeout_s": self.header_timeout_s,
-        }
 
 
 def _refusal(reason: str, retry_after: int) -> bytes:
@@ -186,6 +148,19 @@ def worker_sockets(host: str, port: int) -> tuple[socket.socket, socket.socket]:
         s.listen(2048)
         s.set_inheritable(True)
     return shared, private
+
+
+def server_tls(server: ServerSettings) -> ssl.SSLContext | None:
+    """The TLS context of the HTTP settings (`ssl_certfile`, `ssl_keyfile`, `ssl_ca_certs`,
+    `ssl_client_auth`), for listeners other than uvicorn's (the Kafka port); None without TLS."""
+    if not server.ssl_certfile:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(server.ssl_certfile, server.ssl_keyfile)
+    if server.ssl_ca_certs:
+        context.load_verify_locations(server.ssl_ca_certs)
+        context.verify_mode = _CLIENT_CERTS[server.ssl_client_auth]
+    return context
 
 
 def run(

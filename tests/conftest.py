@@ -3,11 +3,16 @@ and the one SparkSession a test run shares."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
 
 from conf import load_settings
+
+# Every server a test starts (apps in-process, `topiclake serve` processes) serves Kafka on a free
+# port: the default 9092 would collide between servers (tests that speak Kafka ask for the port).
+os.environ.setdefault("TOPICLAKE_KAFKA__PORT", "0")
 
 _MARKS = {"integration": "integration", "spark": "spark", "e2e": "e2e"}
 

@@ -17,7 +17,6 @@ from fastapi.responses import StreamingResponse
 from consumer_api.dependencies import NotifierDep, PrincipalDep, RegistryDep
 from consumer_api.encoding import check_format, records_to_json
 from consumer_api.params import (
-    DIGITS,
     MAX_JSON_INT,
     KeyFormat,
     LastEventId,
@@ -30,6 +29,7 @@ from consumer_api.params import (
 )
 from consumer_api.schemas import OffsetLookup
 from delta_log.core.acl import authorize
+from delta_log.core.records import DIGITS
 from delta_log.errors import InvalidOffsetError
 from delta_log.log.reader import FetchResult, OffsetSpec, TopicReader
 

@@ -3,7 +3,7 @@
 Every gateway computes the same owner from the same live-member list, with no messages between
 them; when a member joins or leaves, only the resources it gains or loses move (about 1/n each).
 Views of the member list can differ for a moment (heartbeats are seen at different times); the
-storage fences the loser (see consumer_api.coordinator), so a brief disagreement costs a retry,
+storage fences the loser (see broker.coordinator), so a brief disagreement costs a retry,
 never a wrong answer.
 """
 

@@ -4,6 +4,13 @@ A producer sends (producer id, sequence); the log keeps, per (producer, partitio
 committed sequence and the base offset it got (see delta_log.table.app_transactions). A request
 whose sequence is already committed is answered with its original offsets and writes nothing; an
 older sequence than the last committed one is refused (its offsets are no longer known).
+
+Kafka's producers number records, not requests: a batch carries its first sequence, and the next
+batch of the partition must start right after the last record of the one before. Such a request
+gives `first_sequence` (its `sequence` is the batch's LAST record's sequence, so a retry of the
+last batch is recognized by it); one whose first sequence does not follow the producer's last
+sequence on the partition is refused (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER). Without state (a new
+producer) any first sequence is taken, as Kafka does since KIP-360.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from delta_log.core.records import PartitionRange
-from delta_log.errors import DuplicateSequenceError, InvalidRecordError
+from delta_log.errors import DuplicateSequenceError, InvalidRecordError, OutOfOrderSequenceError
 
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 #: Sequences are Delta txn versions (int64); Kafka's own are int32, so this is never the limit.
@@ -29,6 +36,9 @@ class ProducerSequence:
 
     producer_id: str
     sequence: int
+    #: Kafka's batches: the sequence of the batch's first record (`sequence` is its last record's);
+    #: it must follow the producer's last sequence on the partition
+    first_sequence: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.producer_id, str) or not _PRODUCER_ID.fullmatch(self.producer_id):
@@ -37,6 +47,15 @@ class ProducerSequence:
             raise InvalidRecordError(
                 f"Producer sequence must be between 0 and {MAX_SEQUENCE}.", sequence=str(self.sequence)
             )
+        if self.first_sequence is not None and not 0 <= self.first_sequence <= self.sequence:
+            raise InvalidRecordError(
+                f"A batch's first sequence must be between 0 and its last ({self.sequence}).",
+                sequence=str(self.first_sequence),
+            )
+
+    def follows(self, last: int) -> bool:
+        """Whether this batch may come after `last`, the producer's last sequence on a partition."""
+        return self.first_sequence is None or self.first_sequence == last + 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +79,7 @@ class FlushPlan:
 
     append: tuple[int, ...]
     committed: Mapping[int, tuple[PartitionRange, ...]] = field(default_factory=dict)
-    refused: Mapping[int, DuplicateSequenceError] = field(default_factory=dict)
+    refused: Mapping[int, DuplicateSequenceError | OutOfOrderSequenceError] = field(default_factory=dict)
     same_as: Mapping[int, int] = field(default_factory=dict)
 
 
@@ -69,6 +88,16 @@ def _older(producer: ProducerSequence, last: int, where: str) -> DuplicateSequen
         f"Sequence {producer.sequence} of producer {producer.producer_id!r} is older than {where} {last}.",
         producer_id=producer.producer_id,
         sequence=producer.sequence,
+        last_sequence=last,
+    )
+
+
+def _gap(producer: ProducerSequence, last: int, partition: int) -> OutOfOrderSequenceError:
+    return OutOfOrderSequenceError(
+        f"Producer {producer.producer_id!r} sent sequence {producer.first_sequence} on partition {partition}; "
+        f"its last was {last}, so {last + 1} was expected.",
+        producer_id=producer.producer_id,
+        sequence=producer.first_sequence,
         last_sequence=last,
     )
 
@@ -86,7 +115,7 @@ def plan_flush(
     """
     append: list[int] = []
     committed: dict[int, tuple[PartitionRange, ...]] = {}
-    refused: dict[int, DuplicateSequenceError] = {}
+    refused: dict[int, DuplicateSequenceError | OutOfOrderSequenceError] = {}
     same_as: dict[int, int] = {}
     first_of: dict[tuple[str, int], int] = {}
     flush_seq: dict[tuple[str, int], int] = {}  # (producer, partition) -> highest sequence appended here
@@ -99,10 +128,14 @@ def plan_flush(
             same_as[i] = first_of[key]
             continue
         ranges: list[PartitionRange] = []
-        older: DuplicateSequenceError | None = None
+        older: DuplicateSequenceError | OutOfOrderSequenceError | None = None
         for partition in part_counts:
             st = state.get((producer.producer_id, partition))
             if st is None or st.last_sequence < producer.sequence:
+                last = flush_seq.get((producer.producer_id, partition), st.last_sequence if st else None)
+                if last is not None and last < producer.sequence and not producer.follows(last):
+                    older = _gap(producer, last, partition)
+                    break
                 continue
             if st.last_sequence > producer.sequence:
                 older = _older(producer, st.last_sequence, f"its last committed sequence on partition {partition},")

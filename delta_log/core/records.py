@@ -58,6 +58,8 @@ LOG_APPEND_TIME = 1
 MAX_OFFSET = 2**63 - 1
 #: The latest record timestamp a topic table (and Spark) holds: 9999-12-31T23:59:59.999Z, epoch ms.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
+#: A plain decimal integer as clients send offsets and sequences in text (headers, query strings).
+DIGITS = r"^[0-9]{1,15}$"
 #: Kafka's "no timestamp": the server's time is used.
 NO_TIMESTAMP = -1
 

@@ -29,6 +29,9 @@ class GatewayRecord:
     heartbeat_ms: int
     host: str = ""
     pid: int = 0
+    #: the Kafka listener's advertised "host:port" ("" without one) and its broker id
+    kafka: str = ""
+    node_id: int = -1
 
     def live(self, now_ms: int, timeout_ms: int) -> bool:
         return now_ms - self.heartbeat_ms <= timeout_ms
@@ -46,6 +49,8 @@ class GatewayRecord:
             heartbeat_ms=int(raw["heartbeat_ms"]),
             host=str(raw.get("host", "")),
             pid=int(raw.get("pid", 0)),
+            kafka=str(raw.get("kafka", "")),
+            node_id=int(raw.get("node_id", -1)),
         )
 
 

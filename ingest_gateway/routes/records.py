@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import zlib
@@ -14,34 +13,29 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from consumer_api.cluster import Cluster
-from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
-from consumer_api.forwarding import FORWARDED_BY
-from consumer_api.params import KeyFormat, TopicPath, ValueFormat
-from delta_log.core.acl import authorize
-from delta_log.core.dead_letters import validation_error
-from delta_log.core.producer import ProducerSequence
-from delta_log.core.records import producer_arrow_stream
-from delta_log.core.value_schemas import subject_for
-from delta_log.errors import RequestTooLargeError, SchemaValidationError, WriterClosedError
-from delta_log.log.group_commit import GroupCommitter
-from delta_log.log.writer import AppendRequest, AppendResult
-from delta_log.registry import TopicRegistry
-from delta_log.system.schemas import check_values
-from ingest_gateway import decoding
-from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
-from ingest_gateway.produce import (
+from broker.cluster import Cluster
+from broker.produce import (
     DeadLetter,
     DeadLetters,
     Placement,
     PreparedRequest,
+    append_here,
     dead_letter_entries,
     has_value_schema,
-    prepare,
-    prepare_dead_letters,
+    plan_produce,
     producer_from_headers,
     record_offset_columns,
 )
+from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
+from consumer_api.forwarding import FORWARDED_BY
+from consumer_api.params import KeyFormat, TopicPath, ValueFormat
+from delta_log.core.acl import authorize
+from delta_log.core.records import producer_arrow_stream
+from delta_log.errors import RequestTooLargeError, SchemaValidationError
+from delta_log.log.group_commit import GroupCommitter
+from delta_log.log.writer import AppendResult
+from ingest_gateway import decoding
+from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
 from ingest_gateway.produce_forwarding import forward_append
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 
@@ -156,29 +150,18 @@ async def produce(
         placement = Placement(cluster.me.gateway_id, functools.partial(cluster.partition_owners, topic))
 
     def decode_and_prepare(route: bool = True) -> _Prepared:
-        # One worker-thread hop per request: decode, check values against the topic's schema,
-        # partition, validate, and either encode the records for their owner gateway or open the
-        # topic's committer here.
+        # One worker-thread hop per request: decode, apply produce's rules (broker.produce), and
+        # either encode the records for their owner gateway or open the topic's committer here.
         table = _DECODERS[media](body, key_format, value_format)
-        config = registry.reader(topic).config
-        dead = None
-        split = check_values(registry.schemas, topic, table, config)
-        if split is not None:  # errors.tolerance=all: the rest go to the dead-letter topic, from here
-            if forwarded:  # the first gateway read an older registry: it reads it again and splits
-                raise validation_error(topic, subject_for(topic), table.num_rows, split.reasons_by_index())
-            dlq = config.dead_letter_topic(topic)
-            authorize(principal, "produce", dlq)  # as if the client had sent them there
-            prepare(registry, topic, table, _CHECK_ONLY)  # the records' own errors, with the request's indexes
-            dead = prepare_dead_letters(registry, topic, split, config, producer)
-            if split.valid.num_rows == 0:
-                return None, None, None, dead
-            table = split.valid
-        prepared = prepare(registry, topic, table, producer, placement if route and dead is None else None)
-        if prepared.owner is not None:
+        plan = plan_produce(
+            registry, principal, topic, table, producer, placement=placement if route else None, forwarded=forwarded
+        )
+        prepared = plan.prepared
+        if prepared is not None and prepared.owner is not None:
             forward = producer_arrow_stream(prepared.append.batch)
             if len(forward) <= settings.server.max_request_bytes:
                 return prepared, forward, None, None
-        return prepared, None, registry.committer(topic), dead
+        return prepared, None, registry.committer(topic) if prepared is not None else None, plan.dead
 
     async def in_thread(route: bool = True) -> _Prepared:
         return await to_thread.run_sync(functools.partial(decode_and_prepare, route), limiter=_decode_limiter())
@@ -213,9 +196,9 @@ async def produce(
             result = outcome
     dead_result = None
     if dead is not None:  # first: a failure after it leaves nothing of the valid records written
-        dead_result = await _append_here(registry, dead.topic, dead.append.append, None)
+        dead_result = await append_here(registry, dead.topic, dead.append.append, None)
     if result is None and prepared is not None:
-        result = await _append_here(registry, topic, prepared.append, committer)
+        result = await append_here(registry, topic, prepared.append, committer)
     payload = _answer(topic, media, prepared, result, record_offsets, dead, dead_result)
     return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
@@ -223,9 +206,6 @@ async def produce(
 #: a decoded request: prepared for this gateway or its owner, the owner's Arrow body, this gateway's
 #: committer, and the dead letters
 _Prepared = tuple[PreparedRequest | None, bytes | None, GroupCommitter | None, DeadLetters | None]
-
-#: prepare() as a check of a whole request: an idempotent producer's partition choice has no side effect
-_CHECK_ONLY = ProducerSequence(producer_id="check", sequence=0)
 
 
 def _schema_refusal(response: Response) -> bool:
@@ -236,19 +216,6 @@ def _schema_refusal(response: Response) -> bool:
         return bool(json.loads(bytes(response.body))["error"]["code"] == SchemaValidationError.code)
     except (ValueError, KeyError, TypeError):
         return False
-
-
-async def _append_here(
-    registry: TopicRegistry, topic: str, append: AppendRequest, committer: GroupCommitter | None
-) -> AppendResult:
-    """Append through this gateway's committer of `topic` (opened if `committer` is None)."""
-    if committer is None:
-        committer = await run_in_threadpool(registry.committer, topic)
-    try:
-        future = committer.submit(append)
-    except WriterClosedError:  # released as idle between lookup and submit: open it again
-        future = (await run_in_threadpool(registry.committer, topic)).submit(append)
-    return await asyncio.wrap_future(future)
 
 
 def _answer(

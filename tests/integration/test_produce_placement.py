@@ -1,4 +1,4 @@
-"""Produce in a cluster (ingest_gateway.produce): which partitions a gateway appends to, which
+"""Produce in a cluster (broker.produce): which partitions a gateway appends to, which
 requests go to another gateway, and what that gateway receives, on a real topic and registry."""
 
 import asyncio
@@ -8,14 +8,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from broker.cluster import Cluster
+from broker.produce import Placement, prepare
 from conf import ClusterSettings
-from consumer_api.cluster import Cluster
 from delta_log.core.producer import ProducerSequence
 from delta_log.core.records import producer_arrow_stream
 from delta_log.registry import TopicRegistry
 from delta_log.system.gateways import GatewayDirectory, GatewayRecord
 from ingest_gateway.decoding import decode_arrow
-from ingest_gateway.produce import Placement, prepare
 
 OWNERS = ["gw-a", "gw-b", "gw-a", "gw-b"]  # partition -> owner, as a cluster of two would say
 

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from consumer_api.coordinator import GroupCoordinator
+from broker.coordinator import GroupCoordinator
 from delta_log import TopicWriter
 from delta_log.registry import TopicRegistry
 from delta_log.system.groups import REBALANCE_JOB, GroupStore

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from delta_log.core.producer import MAX_SEQUENCE, ProducerSequence, ProducerState, plan_flush
-from delta_log.errors import DuplicateSequenceError, InvalidRecordError
+from delta_log.errors import DuplicateSequenceError, InvalidRecordError, OutOfOrderSequenceError
 
 
 def seq(n, pid="p"):
@@ -61,3 +61,32 @@ def test_every_request_gets_exactly_one_outcome(requests):
     assert sorted(outcomes) == list(range(len(producers)))
     appended = [(producers[i].producer_id, producers[i].sequence) for i in plan.append]
     assert len(appended) == len(set(appended))  # never twice in one commit
+
+
+def batch(first, count, pid="k"):
+    """A Kafka batch: sequences first .. first + count - 1."""
+    return ProducerSequence(producer_id=pid, sequence=first + count - 1, first_sequence=first)
+
+
+def test_a_kafka_batch_must_follow_the_last_sequence_on_its_partition():
+    state = {("k", 0): ProducerState(last_sequence=9, base_offset=50)}
+    assert plan_flush([batch(10, 5)], [{0: 5}], state).append == (0,)
+    plan = plan_flush([batch(12, 5)], [{0: 5}], state)
+    assert isinstance(plan.refused[0], OutOfOrderSequenceError) and plan.append == ()
+    assert plan.refused[0].details["last_sequence"] == 9
+
+
+def test_kafka_batches_in_one_flush_follow_each_other():
+    plan = plan_flush([batch(0, 3), batch(3, 2), batch(9, 1)], [{0: 3}, {0: 2}, {0: 1}], {})
+    assert plan.append == (0, 1) and isinstance(plan.refused[2], OutOfOrderSequenceError)
+
+
+def test_a_retried_kafka_batch_is_answered_with_its_offsets_and_an_older_one_is_a_duplicate():
+    state = {("k", 0): ProducerState(last_sequence=9, base_offset=50)}
+    [r] = plan_flush([batch(5, 5)], [{0: 5}], state).committed[0]
+    assert r.base_offset == 50
+    assert isinstance(plan_flush([batch(0, 5)], [{0: 5}], state).refused[0], DuplicateSequenceError)
+
+
+def test_a_new_kafka_producer_may_start_anywhere():
+    assert plan_flush([batch(7, 2)], [{0: 2}], {}).append == (0,)

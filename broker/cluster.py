@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -45,6 +46,8 @@ class Cluster:
         settings: ClusterSettings,
         *,
         url: str,
+        kafka: str = "",
+        node_id: int = -1,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.directory = directory
@@ -58,6 +61,8 @@ class Cluster:
             heartbeat_ms=now,
             host=socket.gethostname(),
             pid=os.getpid(),
+            kafka=kafka,
+            node_id=node_id,
         )
         self._members: list[GatewayRecord] = [self.me]
         self._partition_owners: dict[tuple[str, int], list[str | None]] = {}
@@ -111,14 +116,7 @@ class Cluster:
 
     async def _beat(self) -> None:
         now = self._now_ms()
-        record = GatewayRecord(
-            gateway_id=self.me.gateway_id,
-            url=self.me.url,
-            started_at_ms=self.me.started_at_ms,
-            heartbeat_ms=now,
-            host=self.me.host,
-            pid=self.me.pid,
-        )
+        record = dataclasses.replace(self.me, heartbeat_ms=now)
         try:
             await asyncio.to_thread(self.directory.publish, record)
             self.me, self._published_ms = record, now
@@ -209,6 +207,8 @@ class Cluster:
                     "host": r.host,
                     "pid": r.pid,
                     "started_at_ms": r.started_at_ms,
+                    "kafka": r.kafka or None,
+                    "node_id": r.node_id if r.kafka else None,
                     "heartbeat_age_ms": now - r.heartbeat_ms,
                     "live": r.live(now, self.timeout_ms),
                 }

@@ -1,8 +1,12 @@
-"""Produce: decoded table -> partitioned, validated AppendRequest -> per-record offsets.
+"""Produce, whichever door a record came in by: decoded table -> schema check and dead-letter
+split -> partitioned, validated AppendRequest -> appended -> per-record offsets.
 
-Pure except for reading the topic's config and sticky partition from the registry.
+Every rule of produce lives here; the HTTP route (ingest_gateway.routes.records) and the Kafka
+listener (kafka_gateway) decode their bodies into an Arrow table, call `plan_produce` and
+`append_plan`, and encode the answer. Pure except for reading the topic's config, sticky partition
+and schemas from the registry, and the appends.
 
-In a cluster each partition has one owner gateway (rendezvous hashing, consumer_api.cluster), which
+In a cluster each partition has one owner gateway (rendezvous hashing, broker.cluster), which
 appends to it; `Placement` is this gateway's view of the owners. Records without a key or partition
 go to partitions this gateway owns; a request whose partitions another gateway owns alone is sent
 there (ingest_gateway.produce_forwarding). Ownership only steers the writes: Delta's transaction
@@ -11,6 +15,7 @@ rule keeps offsets unique whoever appends, so a request spanning several owners 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
@@ -21,16 +26,18 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from consumer_api.params import DIGITS
-from delta_log.core.dead_letters import Split
+from delta_log.core.acl import Principal, authorize
+from delta_log.core.dead_letters import Split, validation_error
 from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
 from delta_log.core.producer import ProducerSequence
-from delta_log.core.records import offsets_for_rows
+from delta_log.core.records import DIGITS, offsets_for_rows
 from delta_log.core.topic_config import TopicConfig
 from delta_log.core.value_schemas import subject_for
-from delta_log.errors import InvalidRecordError, TopicExistsError, TopicNotFoundError
+from delta_log.errors import InvalidRecordError, TopicExistsError, TopicNotFoundError, WriterClosedError
+from delta_log.log.group_commit import GroupCommitter
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
+from delta_log.system.schemas import check_values
 
 
 def producer_from_headers(
@@ -164,3 +171,70 @@ def dead_letter_entries(dead: DeadLetters, result: AppendResult) -> list[DeadLet
         DeadLetter(int(i), p, o, why)
         for i, p, o, why in zip(dead.split.dead_indexes.tolist(), parts, offsets, dead.split.reasons, strict=True)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePlan:
+    """One produce request, checked and partitioned: its valid records (None when every record is
+    a dead letter) and its dead letters (None unless the topic has errors.tolerance=all and some
+    values failed its schema)."""
+
+    prepared: PreparedRequest | None
+    dead: DeadLetters | None
+
+
+#: prepare() as a check of a whole request: an idempotent producer's partition choice has no side effect
+_CHECK_ONLY = ProducerSequence(producer_id="check", sequence=0)
+
+
+def plan_produce(
+    registry: TopicRegistry,
+    principal: Principal,
+    topic: str,
+    table: pa.Table,
+    producer: ProducerSequence | None,
+    *,
+    placement: Placement | None = None,
+    forwarded: bool = False,
+) -> ProducePlan:
+    """The rules of one produce request: the key may produce to the topic; values are checked
+    against the topic's schema (one bad value refuses the request, or with errors.tolerance=all
+    goes to the dead-letter topic, which the key must also be allowed to produce to); records are
+    partitioned and validated. `placement` steers a request to its owner gateway (HTTP);
+    `forwarded`: another gateway sent it, having read an older registry (a bad value then refuses
+    the request, so that gateway decides with the client's indexes). Blocking: call it in a thread
+    unless the table is small and the topic has no schema.
+
+    Raises: AuthorizationError, TopicNotFoundError, PartitionNotFoundError, RecordTooLargeError,
+    InvalidRecordError, InvalidSchemaError, SchemaValidationError, InvalidConfigError.
+    """
+    authorize(principal, "produce", topic)
+    config = registry.reader(topic).config
+    dead = None
+    split = check_values(registry.schemas, topic, table, config)
+    if split is not None:  # errors.tolerance=all: the rest go to the dead-letter topic
+        if forwarded:
+            raise validation_error(topic, subject_for(topic), table.num_rows, split.reasons_by_index())
+        authorize(principal, "produce", config.dead_letter_topic(topic))  # as if the client had sent them there
+        prepare(registry, topic, table, _CHECK_ONLY)  # the records' own errors, with the request's indexes
+        dead = prepare_dead_letters(registry, topic, split, config, producer)
+        if split.valid.num_rows == 0:
+            return ProducePlan(None, dead)
+        table = split.valid
+    return ProducePlan(prepare(registry, topic, table, producer, placement if dead is None else None), dead)
+
+
+async def append_here(
+    registry: TopicRegistry, topic: str, append: AppendRequest, committer: GroupCommitter | None = None
+) -> AppendResult:
+    """Append through this gateway's committer of `topic` (opened if `committer` is None); the
+    result comes after the Delta commit that holds the records.
+
+    Raises: TopicNotFoundError, BackPressureError, WriterClosedError, StorageUnavailableError."""
+    if committer is None:
+        committer = await asyncio.to_thread(registry.committer, topic)
+    try:
+        future = committer.submit(append)
+    except WriterClosedError:  # released as idle between lookup and submit: open it again
+        future = (await asyncio.to_thread(registry.committer, topic)).submit(append)
+    return await asyncio.wrap_future(future)

@@ -15,7 +15,7 @@ touched from that loop only, and Delta I/O goes to worker threads.
 - The Spark rebalance job (jobs.rebalance) writes a next generation to the same table; the sync
   loop adopts it within `sync_interval_s` through an ordinary rebalance that uses the job's
   assignment. A race between the job and this server is decided by Delta's app-transaction rule.
-- Several gateways on one root (consumer_api.cluster): this coordinator acts only for the groups
+- Several gateways on one root (broker.cluster): this coordinator acts only for the groups
   `owns` says are its own. It takes a group over on first use: loads the group's persisted state
   (its members get a full session to heartbeat here) and claims the group's coordinator epoch in
   the offsets table; each of its offset commits is fenced by that epoch, so a gateway that lost the

@@ -1,0 +1,91 @@
+"""Topic administration, whichever door asked: create (with a value schema), list, describe,
+alter configs, add partitions, delete. Each checks the caller's ACLs (Kafka's: CREATE, DESCRIBE,
+ALTER_CONFIGS, ALTER, DELETE are `admin` and `describe` here). Blocking: call them in a thread."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from delta_log.core.acl import Principal, authorize
+from delta_log.core.value_schemas import parse_schema, subject_for
+from delta_log.log.catalog import TopicDescription
+from delta_log.log.reader import TopicReader
+from delta_log.registry import TopicRegistry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValueSchema:
+    schema_type: str | None  # None: AVRO, as Confluent's registry
+    schema_text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatedTopic:
+    description: TopicDescription
+    #: (subject, version, id) of the value schema registered with it
+    schema: tuple[str, int, int] | None = None
+
+
+def create_topic(
+    registry: TopicRegistry,
+    principal: Principal,
+    name: str,
+    *,
+    partitions: int,
+    config: Mapping[str, object] | None = None,
+    value_schema: ValueSchema | None = None,
+    validate_only: bool = False,
+) -> CreatedTopic:
+    """Create a topic (a Delta table partitioned by `partition`), with its value schema if given:
+    the topic's checks first (a refused topic registers nothing), then the schema (a refused one
+    leaves no topic, so no record is ever unchecked), then the table.
+
+    Raises: AuthorizationError, InvalidTopicError, InvalidPartitionsError, InvalidConfigError,
+    TopicExistsError, InvalidValueSchemaError, IncompatibleSchemaError, StorageUnavailableError.
+    """
+    authorize(principal, "admin", name)  # admin implies produce, which registering needs
+    config_checked = registry.catalog.check_new_topic(name, partitions=partitions, config=config)
+    if validate_only:
+        return CreatedTopic(description=TopicDescription(name=name, uri="", config=config_checked, table_version=-1))
+    registered = None
+    if value_schema is not None:
+        schema = parse_schema(value_schema.schema_type, value_schema.schema_text)
+        subject = subject_for(name)
+        v = registry.schemas.register(subject, schema)
+        registered = (subject, v.version, v.schema_id)
+    d = registry.catalog.create_topic(name, partitions=partitions, config=config)
+    return CreatedTopic(description=d, schema=registered)
+
+
+def list_topics(registry: TopicRegistry, principal: Principal) -> list[str]:
+    """The topics this key may describe."""
+    return [n for n in registry.catalog.list_topics() if principal.allows("describe", n)]
+
+
+def describe_topic(registry: TopicRegistry, principal: Principal, name: str) -> tuple[TopicDescription, TopicReader]:
+    """Raises: AuthorizationError, TopicNotFoundError."""
+    authorize(principal, "describe", name)
+    return registry.describe_topic(name)
+
+
+def alter_config(
+    registry: TopicRegistry, principal: Principal, name: str, updates: Mapping[str, object]
+) -> TopicDescription:
+    """Set config keys (None resets one to its default). Raises: AuthorizationError,
+    TopicNotFoundError, InvalidConfigError."""
+    authorize(principal, "admin", name)
+    return registry.alter_config(name, updates)
+
+
+def add_partitions(registry: TopicRegistry, principal: Principal, name: str, total: int) -> TopicDescription:
+    """Raise the partition count to `total` (never lower). Raises: AuthorizationError,
+    TopicNotFoundError, InvalidPartitionsError."""
+    authorize(principal, "admin", name)
+    return registry.add_partitions(name, total)
+
+
+def delete_topic(registry: TopicRegistry, principal: Principal, name: str) -> None:
+    """Delete a topic and its data. Raises: AuthorizationError, TopicNotFoundError."""
+    authorize(principal, "admin", name)
+    registry.delete_topic(name)

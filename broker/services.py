@@ -1,0 +1,22 @@
+"""The services of one gateway process, built once by the composition root and shared by every
+front door (ingest_gateway's HTTP app and kafka_gateway's listener run on one event loop)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.cluster import Cluster
+from broker.coordinator import GroupCoordinator
+from broker.notifier import CommitNotifier
+from conf import Settings
+from delta_log.registry import TopicRegistry
+
+
+@dataclass(slots=True, kw_only=True)
+class Services:
+    settings: Settings
+    registry: TopicRegistry
+    notifier: CommitNotifier
+    coordinator: GroupCoordinator
+    #: None for a gateway that is not a member of a cluster (an embedded app in tests)
+    cluster: Cluster | None = None

@@ -1,0 +1,168 @@
+"""The APIs the Kafka listener serves, at which versions, and the dispatch of one request frame.
+
+A handler is `async def handler(conn, request, version) -> dict | Awaitable[dict] | None`: its
+body runs before the connection's next frame is read (the ordered part); it returns the response
+as plain values (see kafka_gateway.messages.build), or an awaitable of them for what may wait
+(commits, long-polls, rebalances), or None for no response (Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from kafka_gateway import messages
+from kafka_gateway.errors import code_of
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Connection", Any, int], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+    #: served before a connection authenticated (ApiVersions, SASL)
+    before_auth: bool = False
+
+
+APIS: dict[int, Api] = {}
+
+
+def api(
+    key: int, name: str, min_version: int, max_version: int, *, before_auth: bool = False
+) -> Callable[[Handler], Handler]:
+    """Register a handler for API `key` at versions min..max (every one must exist in kio)."""
+
+    def register(handler: Handler) -> Handler:
+        for v in range(min_version, max_version + 1):
+            messages.request_schema(key, v)  # fails at import if a version is not generated
+        APIS[key] = Api(key, name, min_version, max_version, handler, before_auth)
+        return handler
+
+    return register
+
+
+def name_of(api_key: int) -> str:
+    a = APIS.get(api_key)
+    return a.name if a else f"api key {api_key}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    request: messages.RequestFrame | None
+    answer: Awaitable[bytes | None]
+
+
+def _ready(value: bytes | None) -> asyncio.Future[bytes | None]:
+    future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+def _bare_error(correlation_id: int, code: int) -> bytes:
+    """An answer for a request whose response cannot be built (an API or version we do not know):
+    header v0 and an int16 error code, which is how every such response begins for ApiVersions."""
+    body = struct.pack(">ih", correlation_id, code)
+    return struct.pack(">i", len(body)) + body
+
+
+def error_answer(request: messages.RequestFrame, code: int) -> bytes:
+    """`request`'s response with `code` as its top-level error (or the bare form if it has none)."""
+    schema = messages.response_schema(request.api_key, request.api_version)
+    if not any(f.name == "error_code" for f in messages._fields(schema)):
+        return _bare_error(request.correlation_id, code)
+    body = messages.build(schema, {"error_code": code})
+    return messages.encode_response(request.correlation_id, request.flexible, body)
+
+
+async def dispatch(conn: Connection, frame: bytes) -> Pending:
+    """Decode one frame, run its handler's ordered part, and return what will answer it."""
+    if conn.sasl_raw:  # after SaslHandshake v0 the next frame is the bare PLAIN token
+        from kafka_gateway.handlers.sasl import raw_authenticate
+
+        return Pending(None, _ready(raw_authenticate(conn, frame)))
+    api_key, api_version, correlation_id = messages.peek_header(frame)
+    spec = APIS.get(api_key)
+    if spec is None or not spec.min_version <= api_version <= spec.max_version:
+        if api_key == API_VERSIONS and spec is not None:
+            # Kafka answers an ApiVersions it does not know with v0 and UNSUPPORTED_VERSION
+            body = messages.respond(API_VERSIONS, 0, api_versions_body(ErrorCode.unsupported_version))
+            return Pending(None, _ready(messages.encode_response(correlation_id, False, body)))
+        log.warning(
+            "Kafka client %s sent %s v%d, which this server does not serve; answered UNSUPPORTED_VERSION",
+            conn.peer,
+            name_of(api_key),
+            api_version,
+        )
+        return Pending(None, _ready(_bare_error(correlation_id, ErrorCode.unsupported_version)))
+    if conn.principal is None and not spec.before_auth:
+        log.warning("Kafka client %s sent %s before authenticating; closing", conn.peer, spec.name)
+        conn.close = True
+        return Pending(None, _ready(None))
+    try:
+        request = messages.decode_request(frame)
+    except messages.MalformedFrameError as exc:
+        log.warning("Kafka client %s sent a malformed %s v%d: %s", conn.peer, spec.name, api_version, exc)
+        bad = messages.RequestFrame(api_key, api_version, correlation_id, None, None, _flexible(api_key, api_version))
+        return Pending(bad, _ready(error_answer(bad, ErrorCode.invalid_request)))
+    conn.client_id = request.client_id
+    try:
+        result = await spec.handler(conn, request.body, api_version)
+    except Exception as exc:  # a handler bug: answer it, never leave the client without an answer
+        log.exception("Kafka %s v%d from %s failed", spec.name, api_version, conn.peer)
+        return Pending(request, _ready(error_answer(request, code_of(exc))))
+    if inspect.isawaitable(result):
+        return Pending(request, asyncio.ensure_future(_encoded(request, result)))
+    return Pending(request, _ready(_encode(request, result)))
+
+
+def _flexible(api_key: int, api_version: int) -> bool:
+    return (
+        bool(getattr(messages.request_schema(api_key, api_version), "__flexible__", False)) and api_key != API_VERSIONS
+    )
+
+
+async def _encoded(request: messages.RequestFrame, result: Awaitable[Any]) -> bytes | None:
+    return _encode(request, await result)
+
+
+def _encode(request: messages.RequestFrame, data: Any) -> bytes | None:
+    if data is None:
+        return None
+    body = messages.respond(request.api_key, request.api_version, data)
+    return messages.encode_response(request.correlation_id, request.flexible, body)
+
+
+# -- ApiVersions ----------------------------------------------------------------------------------
+API_VERSIONS = messages.API_VERSIONS_KEY
+
+
+def api_versions_body(error: int = 0) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "api_keys": [
+            {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+            for a in sorted(APIS.values(), key=lambda a: a.key)
+        ],
+        "throttle_time": 0,
+    }
+
+
+@api(API_VERSIONS, "ApiVersions", 0, 4, before_auth=True)
+async def api_versions(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return api_versions_body()

@@ -1,0 +1,223 @@
+"""Admin over Kafka: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs (all through broker.admin, the same rules and ACLs as HTTP), and
+InitProducerId for idempotent producers.
+
+- Replication factors are accepted and not used: a topic is one Delta table on the root's storage,
+  whose durability is the storage's (one copy, never a second table).
+- A producer id is 63 random bits (no service hands them out; a collision needs about 3e9
+  producers alive at once), epoch 0; a producer that asks again with its id gets epoch + 1.
+- Transactions (a transactional.id) are not supported yet: InitProducerId answers
+  UNSUPPORTED_VERSION, and docs/KAFKA.md says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker import admin
+from delta_log.core.topic_config import DEFAULT_CONFIG
+from delta_log.errors import InvalidConfigError, TopiclakeError
+from kafka_gateway.apis import api
+from kafka_gateway.errors import code_of, message_of
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+#: DescribeConfigs' config sources
+DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_SOURCE = 5
+#: IncrementalAlterConfigs' operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _error(exc: Exception) -> dict[str, Any]:
+    return {"error_code": code_of(exc), "error_message": message_of(exc)}
+
+
+def _create(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    assert conn.principal is not None
+    out = []
+    for t in request.topics:
+        partitions = t.num_partitions
+        if partitions == -1:
+            partitions = len(t.assignments) or conn.services.settings.server.default_partitions
+        config = {c.name: c.value for c in t.configs}
+        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        try:
+            created = admin.create_topic(
+                conn.services.registry,
+                conn.principal,
+                t.name,
+                partitions=partitions,
+                config=config,
+                validate_only=request.validate_only if version >= 1 else False,
+            )
+            d = created.description
+            entry |= {
+                "num_partitions": d.partitions,
+                "replication_factor": 1,
+                "configs": [
+                    {
+                        "name": k,
+                        "value": v,
+                        "read_only": False,
+                        "config_source": DYNAMIC_TOPIC_CONFIG if k in config else DEFAULT_SOURCE,
+                        "is_sensitive": False,
+                    }
+                    for k, v in sorted(d.config.values.items())
+                ],
+            }
+        except TopiclakeError as exc:
+            entry |= _error(exc) | {"num_partitions": -1, "replication_factor": -1}
+        out.append(entry)
+    return {"throttle_time": 0, "topics": out}
+
+
+@api(19, "CreateTopics", 2, 7)
+async def create_topics(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_create, conn, request, version)
+
+
+def _delete(conn: Connection, names: list[str]) -> dict[str, Any]:
+    assert conn.principal is not None
+    out = []
+    for name in names:
+        try:
+            admin.delete_topic(conn.services.registry, conn.principal, name)
+            out.append({"name": name, "error_code": 0, "error_message": None})
+        except TopiclakeError as exc:
+            out.append({"name": name} | _error(exc))
+    return {"throttle_time": 0, "responses": out}
+
+
+@api(20, "DeleteTopics", 1, 6)
+async def delete_topics(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    names = list(request.topic_names) if version < 6 else [t.name for t in request.topics if t.name]
+    return await asyncio.to_thread(_delete, conn, names)
+
+
+def _add_partitions(conn: Connection, request: Any) -> dict[str, Any]:
+    assert conn.principal is not None
+    out = []
+    for t in request.topics:
+        try:
+            if request.validate_only:
+                admin.describe_topic(conn.services.registry, conn.principal, t.name)
+            else:
+                admin.add_partitions(conn.services.registry, conn.principal, t.name, t.count)
+            out.append({"name": t.name, "error_code": 0, "error_message": None})
+        except TopiclakeError as exc:
+            out.append({"name": t.name} | _error(exc))
+    return {"throttle_time": 0, "results": out}
+
+
+@api(37, "CreatePartitions", 0, 3)
+async def create_partitions(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_add_partitions, conn, request)
+
+
+def _describe_configs(conn: Connection, request: Any) -> dict[str, Any]:
+    assert conn.principal is not None
+    results = []
+    for r in request.resources:
+        base = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_message": None}
+        if r.resource_type == BROKER_RESOURCE:
+            results.append(base | {"error_code": 0, "configs": []})
+            continue
+        if r.resource_type != TOPIC_RESOURCE:
+            results.append(base | {"error_code": ErrorCode.invalid_request, "configs": []})
+            continue
+        try:
+            d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
+        except TopiclakeError as exc:
+            results.append(base | _error(exc) | {"configs": []})
+            continue
+        keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+        configs: list[dict[str, Any]] = [
+            {
+                "name": k,
+                "value": v,
+                "read_only": False,
+                "config_source": DEFAULT_SOURCE if DEFAULT_CONFIG.get(k) == v else DYNAMIC_TOPIC_CONFIG,
+                "is_default": DEFAULT_CONFIG.get(k) == v,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": 0,
+                "documentation": None,
+            }
+            for k, v in sorted(d.config.values.items())
+            if keys is None or k in keys
+        ]
+        results.append(base | {"error_code": 0, "configs": configs})
+    return {"throttle_time": 0, "results": results}
+
+
+@api(32, "DescribeConfigs", 1, 4)
+async def describe_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_describe_configs, conn, request)
+
+
+def _alter(conn: Connection, request: Any, incremental: bool) -> dict[str, Any]:
+    assert conn.principal is not None
+    out = []
+    for r in request.resources:
+        base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+        if r.resource_type != TOPIC_RESOURCE:
+            why = "Only topic configs can be changed here; gateway settings are in topiclake.toml."
+            out.append(base | {"error_code": ErrorCode.invalid_request, "error_message": why})
+            continue
+        try:
+            d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
+            updates: dict[str, object] = {}
+            if incremental:
+                for c in r.configs:
+                    if c.config_operation == SET:
+                        updates[c.name] = c.value
+                    elif c.config_operation == DELETE:
+                        updates[c.name] = None
+                    else:
+                        raise InvalidConfigError(
+                            f"{c.name}: APPEND and SUBTRACT are for list configs; topic configs here are single values.",
+                            key=c.name,
+                        )
+            else:  # AlterConfigs replaces the whole set: what it leaves out returns to its default
+                given = {c.name: c.value for c in r.configs}
+                updates = {k: given.get(k) for k in d.config.values if k in given or k in DEFAULT_CONFIG}
+            if not request.validate_only:
+                admin.alter_config(conn.services.registry, conn.principal, r.resource_name, updates)
+            out.append(base | {"error_code": 0, "error_message": None})
+        except TopiclakeError as exc:
+            out.append(base | _error(exc))
+    return {"throttle_time": 0, "responses": out}
+
+
+@api(44, "IncrementalAlterConfigs", 0, 1)
+async def incremental_alter_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_alter, conn, request, True)
+
+
+@api(33, "AlterConfigs", 0, 2)
+async def alter_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_alter, conn, request, False)
+
+
+@api(22, "InitProducerId", 0, 5)
+async def init_producer_id(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    assert conn.principal is not None
+    none = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+    if request.transactional_id is not None:
+        return none | {"error_code": ErrorCode.unsupported_version}
+    if not conn.principal.allows("produce", None):
+        return none | {"error_code": ErrorCode.cluster_authorization_failed}
+    known = getattr(request, "producer_id", -1)
+    if known >= 0:  # a producer re-initializing (KIP-360): same id, next epoch
+        epoch = getattr(request, "producer_epoch", -1) + 1
+        if epoch < 2**15 - 1:
+            return {"throttle_time": 0, "error_code": 0, "producer_id": known, "producer_epoch": epoch}
+    return {"throttle_time": 0, "error_code": 0, "producer_id": secrets.randbits(63), "producer_epoch": 0}

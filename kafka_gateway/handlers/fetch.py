@@ -1,0 +1,165 @@
+"""Fetch: records by offset from the topic's Delta table (the reader's tail cache first), encoded
+as Kafka record batches by the compiled codec straight from the stored Arrow columns.
+
+- Max wait and min bytes are a long-poll on the commit notifier (broker.notifier): the request
+  sleeps until a commit to one of its partitions or the deadline; waiting costs no CPU.
+- Bytes are capped by the request's max bytes, each partition's max bytes, the topic's and the
+  server's `kafka.fetch_max_bytes`; as in Kafka, the first record batch is returned whole even
+  when larger, so a consumer always makes progress.
+- No fetch sessions (KIP-227): every answer is a full one (session id 0), which clients accept.
+- Any gateway serves any partition (they share the storage root); clients ask the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from kio.schema.errors import ErrorCode
+
+from delta_log.errors import OffsetOutOfRangeError, TopiclakeError
+from delta_log.log.reader import FetchResult, TopicReader
+from kafka_gateway.apis import api
+from kafka_gateway.errors import code_of
+from kafka_gateway.messages import millis
+from kafka_gateway.records import encode_batch
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+#: records per batch the reader returns for one partition of one fetch
+MAX_RECORDS = 100_000
+
+
+def encode_records(records: pa.Table) -> bytes:
+    """Record batches of `records` (TOPIC_SCHEMA, ascending offsets): one per run of records with
+    the same timestamp type (a LogAppendTime batch has one time for all its records)."""
+    n = records.num_rows
+    if n == 0:
+        return b""
+    records = records.combine_chunks()
+    types = records.column("timestampType").to_numpy(zero_copy_only=False)
+    cuts = [0, *(np.flatnonzero(np.diff(types)) + 1).tolist(), n]
+    offsets = records.column("offset").chunk(0) if records.column("offset").num_chunks else pa.array([], pa.int64())
+    ms = pc.divide(records.column("timestamp").cast(pa.int64()), 1000).fill_null(-1).combine_chunks()
+    key, value, headers = (records.column(c).chunk(0) for c in ("key", "value", "headers"))
+    out = []
+    for a, b in itertools.pairwise(cuts):
+        out.append(
+            encode_batch(
+                base_offset=int(offsets[a].as_py()),
+                offsets=offsets.slice(a, b - a),
+                timestamp_ms=ms.slice(a, b - a),
+                key=key.slice(a, b - a),
+                value=value.slice(a, b - a),
+                headers=headers.slice(a, b - a),
+                timestamp_type=int(types[a]),
+                partition_leader_epoch=-1,
+            )
+        )
+    return b"".join(out)
+
+
+def _read(reader: TopicReader, partition: int, offset: int, max_bytes: int) -> FetchResult:
+    cached = reader.fetch_cached(partition, offset, max_records=MAX_RECORDS, max_bytes=max_bytes)
+    if cached is not None:
+        return cached
+    return reader.fetch(partition, offset, max_records=MAX_RECORDS, max_bytes=max_bytes)
+
+
+def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
+    """One pass over the requested partitions (blocking): each one's answer, and the bytes found."""
+    assert conn.principal is not None
+    answers: dict[tuple[str, int], Any] = {}
+    total = 0
+    for topic, p in wanted:
+        key = (topic, p.partition)
+        if not conn.principal.allows("consume", topic):
+            answers[key] = {"partition_index": p.partition, "error_code": ErrorCode.topic_authorization_failed}
+            continue
+        try:
+            reader = conn.services.registry.reader(topic)
+            limit = max(1, min(p.partition_max_bytes, budget - total, reader.config.max_message_bytes * 64))
+            result = None if total and budget - total <= 0 else _read(reader, p.partition, p.fetch_offset, limit)
+        except OffsetOutOfRangeError as exc:
+            answers[key] = {
+                "partition_index": p.partition,
+                "error_code": ErrorCode.offset_out_of_range,
+                "high_watermark": exc.details.get("high_watermark", -1),
+                "log_start_offset": exc.details.get("log_start_offset", -1),
+            }
+            continue
+        except TopiclakeError as exc:
+            answers[key] = {"partition_index": p.partition, "error_code": code_of(exc)}
+            continue
+        if result is None:  # the response is full: this partition's records wait for the next fetch
+            hw = reader.high_watermark(p.partition)
+            answers[key] = {"partition_index": p.partition, "high_watermark": hw, "last_stable_offset": hw}
+            continue
+        data = encode_records(result.records)
+        total += len(data)
+        answers[key] = {
+            "partition_index": p.partition,
+            "error_code": 0,
+            "high_watermark": result.high_watermark,
+            "last_stable_offset": result.high_watermark,
+            "log_start_offset": result.log_start_offset,
+            "aborted_transactions": None,
+            "preferred_read_replica": -1,
+            "records": data,
+        }
+    return answers, total
+
+
+async def _wait_for_commit(
+    conn: Connection, wanted: list[tuple[str, Any]], timeout: float, seen: dict[Any, Any]
+) -> None:
+    """Sleep until a commit to one of the partitions (or the timeout)."""
+    notifier = conn.services.notifier
+    waits = [
+        asyncio.ensure_future(
+            notifier.wait(t, p.partition, timeout, since=seen.get((t, p.partition), {}).get("high_watermark"))
+        )
+        for t, p in wanted
+    ]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        for w in waits:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await w
+
+
+@api(1, "Fetch", 4, 12)
+async def fetch(conn: Connection, request: Any, version: int) -> Any:
+    budget = max(1, min(getattr(request, "max_bytes", conn.settings.fetch_max_bytes), conn.settings.fetch_max_bytes))
+    wait_s = min(max(millis(request.max_wait), 0), conn.settings.max_wait_ms) / 1000
+    wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+
+    async def answer() -> dict[str, Any]:
+        deadline = time.monotonic() + wait_s
+        answers, total = await asyncio.to_thread(_fetch_all, conn, wanted, budget)
+        while total < max(request.min_bytes, 1) and (remaining := deadline - time.monotonic()) > 0:
+            if any(a.get("error_code") for a in answers.values()):
+                break  # an error is news: answer at once
+            await _wait_for_commit(conn, wanted, remaining, answers)
+            answers, total = await asyncio.to_thread(_fetch_all, conn, wanted, budget)
+        topics: dict[str, list[Any]] = {}
+        for t, p in wanted:
+            topics.setdefault(t, []).append(answers[(t, p.partition)])
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
+        }
+
+    return answer()

@@ -1,0 +1,337 @@
+"""Consumer groups over Kafka's classic protocol, on the gateway's one coordinator
+(broker.coordinator), so a group may have members on both protocols.
+
+The coordinator assigns partitions itself (range, roundrobin or sticky, chosen by the protocols a
+member offers: Kafka's `range`, `roundrobin`, `sticky`, and `cooperative-sticky` as sticky). Every
+Kafka member is therefore a follower: JoinGroup names no member as leader, and SyncGroup hands
+each member the assignment the coordinator computed, encoded as Kafka's ConsumerProtocolAssignment.
+Only `protocol_type` "consumer" is served (Kafka Connect's worker groups are not, yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from delta_log.core.group_rules import STABLE
+from delta_log.errors import TopiclakeError, UnknownGroupError
+from delta_log.system.offsets import OffsetCommit
+from kafka_gateway import messages
+from kafka_gateway.apis import api
+from kafka_gateway.errors import code_of, message_of
+from kafka_gateway.messages import millis
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+#: Kafka's protocol names -> the coordinator's assignors
+PROTOCOLS = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky", "cooperative-sticky": "sticky"}
+#: JoinGroup's leader: nobody (the coordinator assigns), so every member syncs as a follower
+NO_LEADER = "topiclake-coordinator"
+
+
+def _owner(conn: Connection) -> str | None:
+    assert conn.principal is not None
+    return None if conn.principal.anonymous else conn.principal.name
+
+
+def _group_denied(conn: Connection, group: str, operation: str = "read") -> bool:
+    assert conn.principal is not None
+    return not conn.principal.allows_group(operation, group)  # type: ignore[arg-type]
+
+
+@api(11, "JoinGroup", 0, 9)
+async def join_group(conn: Connection, request: Any, version: int) -> Any:
+    group = request.group_id
+    fail = {"generation_id": -1, "protocol_name": None, "leader": "", "member_id": request.member_id, "members": []}
+    if _group_denied(conn, group):
+        return fail | {"error_code": ErrorCode.group_authorization_failed}
+    if request.protocol_type != "consumer":
+        return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
+    coordinator = conn.services.coordinator
+    existing = coordinator.groups.get(group)
+    chosen = None
+    for p in request.protocols:
+        assignor = PROTOCOLS.get(p.name)
+        if assignor is not None and (existing is None or not existing.members or existing.assignor == assignor):
+            chosen = (p.name, assignor, bytes(p.metadata))
+            break
+    if chosen is None:
+        return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
+    name, assignor, metadata = chosen
+    try:
+        topics = messages.decode_subscription(metadata)
+    except messages.MalformedFrameError:
+        return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
+    assert conn.principal is not None
+    denied = [t for t in topics if not conn.principal.allows("consume", t)]
+    if denied:
+        return fail | {"error_code": ErrorCode.topic_authorization_failed}
+    session_ms = int(millis(request.session_timeout))
+
+    async def answer() -> dict[str, Any]:
+        try:
+            existing_topics = await asyncio.to_thread(_existing, conn, topics)
+            result = await coordinator.join(
+                group,
+                topics=existing_topics,
+                member_id=request.member_id or None,
+                instance_id=getattr(request, "group_instance_id", None),
+                session_timeout_ms=session_ms,
+                assignor=assignor,
+                principal=_owner(conn),
+            )
+        except TopiclakeError as exc:
+            return fail | {"error_code": code_of(exc)}
+        conn.brokers.clients[result.member_id] = (conn.client_id or "", f"/{conn.peer}", name)
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "generation_id": result.generation,
+            "protocol_type": "consumer",
+            "protocol_name": name,
+            "leader": NO_LEADER,
+            "skip_assignment": False,
+            "member_id": result.member_id,
+            "members": [],
+        }
+
+    return answer()
+
+
+def _existing(conn: Connection, topics: list[str]) -> list[str]:
+    """The subscribed topics that exist (a consumer may subscribe to one not created yet; it gets
+    no partitions of it). Raises: TopicNotFoundError when none does."""
+    out = []
+    for t in topics:
+        try:
+            conn.services.registry.partitions(t)
+            out.append(t)
+        except TopiclakeError:
+            continue
+    return out or topics
+
+
+@api(14, "SyncGroup", 0, 5)
+async def sync_group(conn: Connection, request: Any, version: int) -> Any:
+    group = request.group_id
+    base = {"throttle_time": 0, "protocol_type": "consumer", "protocol_name": None, "assignment": b""}
+    if _group_denied(conn, group):
+        return base | {"error_code": ErrorCode.group_authorization_failed}
+    try:
+        g = conn.services.coordinator.group(group)
+        member = g.member(request.member_id, _owner(conn))
+    except UnknownGroupError:
+        return base | {"error_code": ErrorCode.unknown_member_id}
+    except TopiclakeError as exc:
+        return base | {"error_code": code_of(exc)}
+    if g.state != STABLE:
+        return base | {"error_code": ErrorCode.rebalance_in_progress}
+    if request.generation_id != g.generation:
+        return base | {"error_code": ErrorCode.illegal_generation}
+    return base | {
+        "error_code": 0,
+        "protocol_name": getattr(request, "protocol_name", None),
+        "assignment": messages.encode_assignment(member.assignment),
+    }
+
+
+@api(12, "Heartbeat", 0, 4)
+async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
+    if _group_denied(conn, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
+    try:
+        r = await conn.services.coordinator.heartbeat(
+            request.group_id, request.member_id, request.generation_id, principal=_owner(conn)
+        )
+    except UnknownGroupError:
+        return {"throttle_time": 0, "error_code": ErrorCode.unknown_member_id}
+    except TopiclakeError as exc:
+        return {"throttle_time": 0, "error_code": code_of(exc)}
+    return {"throttle_time": 0, "error_code": ErrorCode.rebalance_in_progress if r.rebalance else 0}
+
+
+@api(13, "LeaveGroup", 0, 5)
+async def leave_group(conn: Connection, request: Any, version: int) -> Any:
+    group = request.group_id
+    if _group_denied(conn, group):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
+    ids = [request.member_id] if version < 3 else [m.member_id for m in request.members]
+    members = []
+    for member_id in ids:
+        try:
+            await conn.services.coordinator.leave(group, member_id, principal=_owner(conn))
+            code = 0
+        except UnknownGroupError:
+            code = ErrorCode.unknown_member_id
+        except TopiclakeError as exc:
+            code = code_of(exc)
+        members.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
+    top = members[0]["error_code"] if version < 3 and members else 0
+    return {"throttle_time": 0, "error_code": top, "members": members}
+
+
+@api(8, "OffsetCommit", 2, 9)
+async def offset_commit(conn: Connection, request: Any, version: int) -> Any:
+    group = request.group_id
+    generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
+    assert conn.principal is not None
+    now_us = int(time.time() * 1e6)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    commits = []
+    for t in request.topics:
+        for p in t.partitions:
+            code = 0
+            if _group_denied(conn, group):
+                code = ErrorCode.group_authorization_failed
+            elif not conn.principal.allows("consume", t.name):
+                code = ErrorCode.topic_authorization_failed
+            topics.setdefault(t.name, []).append({"partition_index": p.partition_index, "error_code": code})
+            if not code:
+                commits.append(
+                    OffsetCommit(
+                        group=group,
+                        topic=t.name,
+                        partition=p.partition_index,
+                        offset=p.committed_offset,
+                        metadata=p.committed_metadata or "",
+                        member_id=request.member_id or "",
+                        generation=generation,
+                        commit_timestamp_us=now_us,
+                    )
+                )
+
+    async def answer() -> dict[str, Any]:
+        if commits:
+            try:
+                await conn.services.coordinator.commit(
+                    group,
+                    commits,
+                    member_id=request.member_id or None,
+                    generation=generation if generation >= 0 else None,
+                    principal=_owner(conn),
+                )
+                code = 0
+            except UnknownGroupError:
+                code = ErrorCode.unknown_member_id
+            except TopiclakeError as exc:
+                code = code_of(exc)
+            if code:
+                for parts in topics.values():
+                    for part in parts:
+                        part["error_code"] = part["error_code"] or code
+        return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+    return answer()
+
+
+async def _fetched(conn: Connection, group: str, wanted: Any) -> dict[str, Any]:
+    """One group's committed offsets, of the requested topics (None: all it committed, that this
+    key may describe)."""
+    assert conn.principal is not None
+    if _group_denied(conn, group, "describe"):
+        return {"group_id": group, "topics": [], "error_code": ErrorCode.group_authorization_failed}
+    try:
+        committed = await conn.services.coordinator.committed(group)
+    except UnknownGroupError:
+        committed = {}
+    except TopiclakeError as exc:
+        return {"group_id": group, "topics": [], "error_code": code_of(exc)}
+    if wanted is None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(committed):
+            if conn.principal.allows("describe", t):
+                by_topic.setdefault(t, []).append(p)
+        pairs = list(by_topic.items())
+    else:
+        pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
+    topics = []
+    for name, partitions in pairs:
+        parts = []
+        for p in partitions:
+            c = committed.get((name, p))
+            denied = not conn.principal.allows("describe", name)
+            parts.append(
+                {
+                    "partition_index": p,
+                    "committed_offset": c.offset if c is not None and not denied else -1,
+                    "committed_leader_epoch": -1,
+                    "metadata": c.metadata if c is not None and not denied else "",
+                    "error_code": ErrorCode.topic_authorization_failed if denied else 0,
+                }
+            )
+        topics.append({"name": name, "partitions": parts})
+    return {"group_id": group, "topics": topics, "error_code": 0}
+
+
+@api(9, "OffsetFetch", 1, 9)
+async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
+    if version >= 8:
+        groups = [await _fetched(conn, g.group_id, g.topics) for g in request.groups]
+        return {"throttle_time": 0, "groups": groups}
+    one = await _fetched(conn, request.group_id, request.topics)
+    return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
+
+
+@api(16, "ListGroups", 0, 5)
+async def list_groups(conn: Connection, request: Any, version: int) -> Any:
+    assert conn.principal is not None
+    states = set(getattr(request, "states_filter", ()) or ())
+    summaries = await conn.services.coordinator.summaries()
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "groups": [
+            {"group_id": name, "protocol_type": "consumer", "group_state": state, "group_type": "classic"}
+            for name, state, _members, _generation in summaries
+            if conn.principal.allows_group("describe", name) and (not states or state in states)
+        ],
+    }
+
+
+async def _described(conn: Connection, group: str) -> dict[str, Any]:
+    assert conn.principal is not None
+    base: dict[str, Any] = {
+        "group_id": group,
+        "group_state": "Dead",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+    }
+    if _group_denied(conn, group, "describe"):
+        return base | {"error_code": ErrorCode.group_authorization_failed}
+    try:
+        g, _lag = await conn.services.coordinator.describe(group)
+    except UnknownGroupError:
+        return base | {"error_code": 0}
+    except TopiclakeError as exc:
+        return base | {"error_code": code_of(exc), "error_message": message_of(exc)}
+    members = []
+    for m in g.members.values():
+        client_id, host, _protocol = conn.brokers.clients.get(m.member_id, ("", "/http", ""))
+        members.append(
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "client_id": client_id,
+                "client_host": host,
+                "member_metadata": messages.encode_subscription(sorted(m.topics)),
+                "member_assignment": messages.encode_assignment(m.assignment),
+            }
+        )
+    return base | {
+        "error_code": 0,
+        "group_state": g.state,
+        "protocol_type": "consumer",
+        "protocol_data": g.assignor if g.members else "",
+        "members": members,
+        "authorized_operations": -(2**31),
+    }
+
+
+@api(15, "DescribeGroups", 0, 5)
+async def describe_groups(conn: Connection, request: Any, version: int) -> Any:
+    return {"throttle_time": 0, "groups": [await _described(conn, g) for g in request.groups]}

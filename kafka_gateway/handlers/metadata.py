@@ -1,0 +1,134 @@
+"""Metadata, DescribeCluster and FindCoordinator: the cluster as Kafka brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from delta_log.errors import TopiclakeError
+from kafka_gateway.apis import api
+from kafka_gateway.errors import code_of, message_of
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+#: Kafka's "authorized operations not requested"
+NO_OPERATIONS = -(2**31)
+#: partitions carry no leader epoch: clients then never ask OffsetForLeaderEpoch to validate
+NO_EPOCH = -1
+
+
+def cluster_id(conn: Connection) -> str:
+    """One id per storage root (every gateway on it answers the same), in Kafka's form."""
+    digest = hashlib.sha256(str(conn.services.registry.storage.root).encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def brokers(conn: Connection) -> list[dict[str, Any]]:
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None} for b in conn.brokers.brokers()]
+
+
+def _topic(conn: Connection, name: str) -> dict[str, Any]:
+    """One topic's metadata, or its error."""
+    assert conn.principal is not None
+    if not conn.principal.allows("describe", name):
+        return {"name": name, "error_code": ErrorCode.topic_authorization_failed, "partitions": []}
+    try:
+        n = conn.services.registry.partitions(name)
+    except TopiclakeError as exc:
+        return {"name": name, "error_code": code_of(exc), "partitions": []}
+    leaders = conn.brokers.leaders(name, n)
+    return {
+        "name": name,
+        "error_code": 0,
+        "is_internal": False,
+        "partitions": [
+            {
+                "error_code": 0 if leader >= 0 else ErrorCode.leader_not_available,
+                "partition_index": p,
+                "leader_id": leader,
+                "leader_epoch": NO_EPOCH,
+                "replica_nodes": [leader] if leader >= 0 else [],
+                "isr_nodes": [leader] if leader >= 0 else [],
+                "offline_replicas": [],
+            }
+            for p, leader in enumerate(leaders)
+        ],
+        "topic_authorized_operations": NO_OPERATIONS,
+    }
+
+
+def _metadata(conn: Connection, names: list[str] | None) -> dict[str, Any]:
+    assert conn.principal is not None
+    registry = conn.services.registry
+    if names is None:  # every topic this key may describe (others are not even named)
+        names = [n for n in registry.catalog.list_topics() if conn.principal.allows("describe", n)]
+    return {
+        "throttle_time": 0,
+        "brokers": brokers(conn),
+        "cluster_id": cluster_id(conn),
+        "controller_id": conn.brokers.me.node_id,
+        "topics": [_topic(conn, n) for n in names],
+        "cluster_authorized_operations": NO_OPERATIONS,
+    }
+
+
+@api(3, "Metadata", 0, 12)
+async def metadata(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    topics = request.topics
+    names = None if topics is None or (version == 0 and not topics) else [t.name for t in topics]
+    return await asyncio.to_thread(_metadata, conn, names)
+
+
+@api(60, "DescribeCluster", 0, 1)
+async def describe_cluster(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "endpoint_type": 1,
+        "cluster_id": cluster_id(conn),
+        "controller_id": conn.brokers.me.node_id,
+        "brokers": [
+            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None} for b in brokers(conn)
+        ],
+        "cluster_authorized_operations": NO_OPERATIONS,
+    }
+
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+
+def _coordinator(conn: Connection, key: str, key_type: int) -> dict[str, Any]:
+    assert conn.principal is not None
+    none = {"key": key, "node_id": -1, "host": "", "port": -1}
+    if key_type != GROUP_KEY:
+        return none | {
+            "error_code": ErrorCode.coordinator_not_available,
+            "error_message": "Transactions are not supported yet (docs/KAFKA.md); use an idempotent producer.",
+        }
+    if not conn.principal.allows_group("describe", key):
+        return none | {"error_code": ErrorCode.group_authorization_failed, "error_message": "No ACL for this group."}
+    try:
+        b = conn.brokers.coordinator(key)
+    except TopiclakeError as exc:
+        return none | {"error_code": code_of(exc), "error_message": message_of(exc)}
+    if b is None:
+        return none | {"error_code": ErrorCode.coordinator_not_available, "error_message": "No live gateway; retry."}
+    return {"key": key, "node_id": b.node_id, "host": b.host, "port": b.port, "error_code": 0, "error_message": None}
+
+
+@api(10, "FindCoordinator", 0, 6)
+async def find_coordinator(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    key_type = getattr(request, "key_type", GROUP_KEY)
+    if version >= 4:  # batched
+        return {
+            "throttle_time": 0,
+            "coordinators": [_coordinator(conn, k, key_type) for k in request.coordinator_keys],
+        }
+    found = _coordinator(conn, request.key, key_type)
+    return {"throttle_time": 0, **found}

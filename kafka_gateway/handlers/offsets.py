@@ -1,0 +1,94 @@
+"""ListOffsets (earliest, latest, by timestamp) and OffsetForLeaderEpoch (partitions have no
+leader epochs: the answer is the high watermark, which is all a client validating a position
+needs)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from delta_log.errors import TopiclakeError
+from kafka_gateway.apis import api
+from kafka_gateway.errors import code_of
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+
+def _list_offset(conn: Connection, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+    reader = conn.services.registry.reader(topic)
+    out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1, "leader_epoch": -1}
+    if timestamp in (LATEST, MAX_TIMESTAMP):
+        hw = reader.resolve_offsets("latest", partitions=[partition])[partition]
+        if timestamp == LATEST:
+            return out | {"offset": hw, "old_style_offsets": [hw]}
+        if hw == reader.log_start_offset(partition):
+            return out | {"offset": -1}
+        last = reader.fetch(partition, hw - 1, max_records=1).records  # Kafka: the newest record's
+        ms = last.column("timestamp").cast("int64")[0].as_py() // 1000 if last.num_rows else -1
+        return out | {"offset": hw - 1, "timestamp": ms}
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        lso = reader.resolve_offsets("earliest", partitions=[partition])[partition]
+        return out | {"offset": lso, "old_style_offsets": [lso]}
+    if timestamp == LATEST_TIERED or timestamp < 0:
+        return out | {"offset": -1}
+    found = reader.offset_for_timestamp(partition, timestamp)
+    if found is None:  # no record at or after the time
+        return out | {"offset": -1}
+    record = reader.fetch(partition, found, max_records=1).records
+    ms = record.column("timestamp").cast("int64")[0].as_py() // 1000 if record.num_rows else timestamp
+    return out | {"offset": found, "timestamp": ms}
+
+
+def _list_offsets(conn: Connection, request: Any) -> dict[str, Any]:
+    assert conn.principal is not None
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            if not conn.principal.allows("describe", t.name):
+                parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed})
+                continue
+            try:
+                parts.append(_list_offset(conn, t.name, p.partition_index, p.timestamp))
+            except TopiclakeError as exc:
+                parts.append({"partition_index": p.partition_index, "error_code": code_of(exc), "offset": -1})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+@api(2, "ListOffsets", 1, 9)
+async def list_offsets(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_list_offsets, conn, request)
+
+
+def _end_offsets(conn: Connection, request: Any) -> dict[str, Any]:
+    assert conn.principal is not None
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            base = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+            if not conn.principal.allows("describe", t.topic):
+                parts.append(base | {"error_code": ErrorCode.topic_authorization_failed})
+                continue
+            try:
+                hw = conn.services.registry.reader(t.topic).high_watermark(p.partition)
+                parts.append(base | {"error_code": 0, "end_offset": hw})
+            except TopiclakeError as exc:
+                parts.append(base | {"error_code": code_of(exc)})
+        topics.append({"topic": t.topic, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+@api(23, "OffsetForLeaderEpoch", 2, 4)
+async def offset_for_leader_epoch(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_end_offsets, conn, request)

@@ -1,0 +1,215 @@
+"""Produce: each partition's record batches -> Arrow columns (compiled codec) -> broker.produce,
+the same rules as HTTP (ACLs, schema checks, dead letters, partition checks, idempotence).
+
+- acks 1 and all are both answered after the Delta commit (there is one copy: the table); acks 0
+  gets no answer, and the connection closes if a partition failed (Kafka's way of telling).
+- A partition this gateway does not lead (own) is refused with NOT_LEADER_OR_FOLLOWER; the
+  client refreshes its metadata and sends it to the owner.
+- Idempotent producers: producer id and epoch name the producer (`k<id>.<epoch>`); a batch's
+  sequence range is checked by the writer's rules (delta_log.core.producer): a retried batch is
+  answered with its first offsets, an older one with DUPLICATE_SEQUENCE_NUMBER, a gap with
+  OUT_OF_ORDER_SEQUENCE_NUMBER, whichever gateway the retry reaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from kio.schema.errors import ErrorCode
+
+from broker.produce import ProducePlan, append_here, plan_produce
+from delta_log.core.producer import ProducerSequence
+from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
+from delta_log.errors import TopiclakeError
+from delta_log.log.writer import AppendResult
+from kafka_gateway.apis import api
+from kafka_gateway.errors import code_of, message_of
+from kafka_gateway.records import DecodedBatches, RecordBatchError, decode_batches
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+#: record batches up to this size are decoded on the event loop; larger ones in a worker thread
+INLINE_DECODE_BYTES = 64 * 1024
+
+
+def kafka_producer_id(producer_id: int, epoch: int) -> str:
+    return f"k{producer_id}.{epoch}"
+
+
+def _table(decoded: DecodedBatches, partition: int) -> pa.Table:
+    ms = decoded.timestamp_ms
+    micros = pc.multiply(ms, 1000).cast(pa.int64())
+    no_time = pc.less(ms, 0)  # Kafka's -1: no timestamp, the server's time is used
+    ts = pc.if_else(no_time, pa.scalar(None, pa.int64()), micros).cast(TIMESTAMP_TYPE)
+    n = len(decoded.value)
+    return pa.table(
+        {
+            "key": decoded.key,
+            "value": decoded.value,
+            "partition": pa.array([partition] * n, pa.int32()) if n < 64 else pa.repeat(partition, n).cast(pa.int32()),
+            "timestamp": ts,
+            "headers": decoded.headers.cast(HEADERS_TYPE),
+        }
+    )
+
+
+def _producer(decoded: DecodedBatches) -> ProducerSequence | None:
+    """The idempotent producer's sequence range of the partition's batches (None: not idempotent).
+
+    Raises: RecordBatchError (batches of several producers, or sequences that do not follow)."""
+    first = decoded.batches[0]
+    if first.producer_id < 0 or first.base_sequence < 0:
+        return None
+    expected = first.base_sequence
+    for b in decoded.batches:
+        if (b.producer_id, b.producer_epoch) != (
+            first.producer_id,
+            first.producer_epoch,
+        ) or b.base_sequence != expected:
+            raise RecordBatchError(
+                "INVALID_RECORD", "The batches of one partition must be of one producer, in sequence."
+            )
+        expected = b.base_sequence + b.record_count
+    return ProducerSequence(
+        producer_id=kafka_producer_id(first.producer_id, first.producer_epoch),
+        sequence=expected - 1,
+        first_sequence=first.base_sequence,
+    )
+
+
+@dataclass(slots=True)
+class _Partition:
+    index: int
+    error: int = 0
+    message: str | None = None
+    record_errors: list[dict[str, Any]] | None = None
+    waiting: Awaitable[AppendResult] | None = None
+    dead: Awaitable[AppendResult] | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+
+
+def _plan(conn: Connection, topic: str, records: bytes, partition: int, n: int) -> tuple[ProducePlan, bool]:
+    """Decode and apply produce's rules (blocking). Raises: RecordBatchError, TopiclakeError."""
+    assert conn.principal is not None
+    reader = conn.services.registry.reader(topic)
+    limit = max(reader.config.max_message_bytes, conn.settings.max_request_bytes)
+    decoded = decode_batches(records, max_records=conn.services.settings.reader.max_fetch_records, max_bytes=limit)
+    if any(b.is_transactional or b.is_control for b in decoded.batches):
+        raise RecordBatchError("INVALID_TXN_STATE", "Transactions are not supported yet (docs/KAFKA.md).")
+    producer = _producer(decoded)
+    plan = plan_produce(conn.services.registry, conn.principal, topic, _table(decoded, partition), producer)
+    return plan, reader.config.log_append_time
+
+
+async def _start(conn: Connection, topic: str, p: Any, n: int) -> _Partition:
+    """Check, decode and hand one partition's records to the writer (in arrival order)."""
+    out = _Partition(index=p.index)
+    if not conn.brokers.leads(topic, p.index, n):
+        out.error = ErrorCode.not_leader_or_follower
+        out.message = "Another gateway leads this partition; refresh metadata."
+        return out
+    records = bytes(p.records or b"")
+    try:
+        if len(records) <= INLINE_DECODE_BYTES:
+            plan, log_append = _plan(conn, topic, records, p.index, n)
+        else:
+            plan, log_append = await asyncio.to_thread(_plan, conn, topic, records, p.index, n)
+    except RecordBatchError as exc:
+        out.error, out.message = getattr(ErrorCode, exc.code.lower()), str(exc)
+        return out
+    except TopiclakeError as exc:
+        out.error, out.message = code_of(exc), message_of(exc)
+        shown = exc.details.get("records")
+        if shown:
+            out.record_errors = [{"batch_index": r["index"], "batch_index_error_message": r["reason"]} for r in shown]
+        return out
+    registry = conn.services.registry
+    if plan.dead is not None:  # first: a failure after it leaves nothing of the valid records written
+        out.dead = asyncio.ensure_future(append_here(registry, plan.dead.topic, plan.dead.append.append))
+    if plan.prepared is not None:
+        committer = registry.committer(topic)
+        out.waiting = asyncio.ensure_future(append_here(registry, topic, plan.prepared.append, committer))
+    if log_append:
+        out.log_append_time = int(time.time() * 1000)
+    return out
+
+
+async def _finish(out: _Partition) -> dict[str, Any]:
+    try:
+        if out.dead is not None:
+            dead = await out.dead
+            if dead.error is not None:
+                raise dead.error
+            if out.waiting is None:
+                out.base_offset = dead.ranges[0].base_offset if dead.ranges else -1
+        if out.waiting is not None:
+            result = await out.waiting
+            if result.error is not None:
+                raise result.error
+            out.base_offset = result.ranges[0].base_offset if result.ranges else -1
+    except TopiclakeError as exc:
+        out.error, out.message = code_of(exc), message_of(exc)
+    except Exception as exc:
+        out.error, out.message = ErrorCode.unknown_server_error, message_of(exc)
+    return {
+        "index": out.index,
+        "error_code": out.error,
+        "base_offset": out.base_offset if not out.error else -1,
+        "log_append_time": out.log_append_time,
+        "log_start_offset": -1,
+        "record_errors": out.record_errors or [],
+        "error_message": out.message,
+    }
+
+
+@api(0, "Produce", 3, 12)
+async def produce(conn: Connection, request: Any, version: int) -> Awaitable[dict[str, Any] | None]:
+    assert conn.principal is not None
+    acks = request.acks
+    started: list[tuple[str, list[_Partition]]] = []
+    for t in request.topic_data:
+        parts: list[_Partition] = []
+        if request.transactional_id is not None:
+            code, why = ErrorCode.transactional_id_authorization_failed, "Transactions are not supported yet."
+        elif acks not in (0, 1, -1):
+            code, why = ErrorCode.invalid_required_acks, "acks must be 0, 1 or all (-1)."
+        elif not conn.principal.allows("produce", t.name):
+            code, why = ErrorCode.topic_authorization_failed, f"No produce ACL on topic {t.name!r}."
+        else:
+            code, why = ErrorCode.none, None
+        n = 0
+        if not code:
+            try:
+                n = await asyncio.to_thread(conn.services.registry.partitions, t.name)
+            except TopiclakeError as exc:
+                code, why = code_of(exc), message_of(exc)
+        for p in t.partition_data:
+            if code:
+                parts.append(_Partition(index=p.index, error=code, message=why))
+            elif not 0 <= p.index < n:
+                parts.append(
+                    _Partition(index=p.index, error=ErrorCode.unknown_topic_or_partition, message="No such partition.")
+                )
+            else:
+                parts.append(await _start(conn, t.name, p, n))
+        started.append((t.name, parts))
+
+    async def answer() -> dict[str, Any] | None:
+        responses: list[dict[str, Any]] = [
+            {"name": name, "partition_responses": [await _finish(p) for p in parts]} for name, parts in started
+        ]
+        if acks == 0:
+            if any(p["error_code"] for r in responses for p in r["partition_responses"]):
+                conn.close = True  # acks=0: the only way Kafka tells a producer that a write failed
+            return None
+        return {"responses": responses, "throttle_time": 0}
+
+    return answer()

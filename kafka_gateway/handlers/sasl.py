@@ -1,0 +1,84 @@
+"""SaslHandshake and SaslAuthenticate with PLAIN: the user is the API key's principal, the
+password is the key (the same keys, ACLs and checks as HTTP, delta_log.core.acl).
+
+v1 handshakes carry the token in SaslAuthenticate requests; after a v0 handshake the next frame
+is the bare token, answered with a bare (empty) frame. A failed authentication is answered, then
+the connection closes (Kafka's SASL_AUTHENTICATION_FAILED). The token is never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from delta_log.core.acl import Principal, authenticate
+from delta_log.errors import AuthenticationError
+from kafka_gateway.apis import api
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+log = logging.getLogger(__name__)
+
+MECHANISMS = ["PLAIN"]
+
+
+def check_plain(conn: Connection, token: bytes) -> Principal:
+    """RFC 4616: [authzid] NUL authcid NUL passwd. Raises: AuthenticationError."""
+    parts = token.split(b"\0")
+    if len(parts) != 3:
+        raise AuthenticationError("A SASL/PLAIN token is [authzid] NUL user NUL password.")
+    authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+    principal = authenticate(conn.services.settings.auth, f"Bearer {password}")
+    if user != principal.name or (authzid and authzid != user):
+        raise AuthenticationError(
+            "The SASL/PLAIN user must be the API key's principal (sasl.username), the password the key."
+        )
+    return principal
+
+
+def _authenticate(conn: Connection, token: bytes) -> str | None:
+    """Authenticate the connection; the error message on failure."""
+    if conn.sasl_mechanism is None:
+        return "Send SaslHandshake first."
+    if not conn.services.settings.auth.enabled:
+        return None
+    try:
+        conn.principal = check_plain(conn, token)
+    except AuthenticationError as exc:
+        log.warning("Kafka client %s failed SASL/PLAIN authentication", conn.peer)
+        conn.close = True
+        return exc.message
+    return None
+
+
+@api(17, "SaslHandshake", 0, 1, before_auth=True)
+async def sasl_handshake(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    if request.mechanism not in MECHANISMS:
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": MECHANISMS}
+    conn.sasl_mechanism = request.mechanism
+    conn.sasl_raw = version == 0
+    return {"error_code": 0, "mechanisms": MECHANISMS}
+
+
+@api(36, "SaslAuthenticate", 0, 2, before_auth=True)
+async def sasl_authenticate(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    error = _authenticate(conn, bytes(request.auth_bytes))
+    return {
+        "error_code": ErrorCode.sasl_authentication_failed if error else 0,
+        "error_message": error,
+        "auth_bytes": b"",
+        "session_lifetime": 0,
+    }
+
+
+def raw_authenticate(conn: Connection, frame: bytes) -> bytes | None:
+    """The bare token after a v0 handshake: an empty frame on success; on failure the connection
+    closes (Kafka's v0 flow has no way to answer an error)."""
+    conn.sasl_raw = False
+    if _authenticate(conn, frame) is not None:
+        return None
+    return struct.pack(">i", 0)

@@ -1,0 +1,216 @@
+"""Kafka's wire protocol on a gateway started as users start it, driven by real Kafka clients:
+confluent-kafka (librdkafka) and kafka-python; bad bytes on the socket."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+import time
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from tests.e2e.server import ServerProcess, free_port
+
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    port = free_port()
+    srv = ServerProcess(tmp_path_factory.mktemp("kafka") / "data", env={"TOPICLAKE_KAFKA__PORT": str(port)}).start()
+    srv.kafka = f"127.0.0.1:{port}"
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def admin(gateway):
+    return AdminClient({"bootstrap.servers": gateway.kafka})
+
+
+def new_topic(admin: AdminClient, partitions: int = 3, **config: str) -> str:
+    name = f"k-{next(_ids)}"
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)])
+    futures[name].result(30)
+    return name
+
+
+def produce(gateway, topic: str, records: list[tuple[bytes | None, bytes | None]], **conf) -> list:
+    p = Producer({"bootstrap.servers": gateway.kafka, "linger.ms": 5, **conf})
+    delivered: list = []
+    for i, (key, value) in enumerate(records):
+        p.produce(
+            topic,
+            key=key,
+            value=value,
+            headers=[("i", str(i).encode()), ("empty", None)],
+            on_delivery=lambda err, msg: delivered.append((err, msg.partition(), msg.offset(), msg.key())),
+        )
+    assert p.flush(60) == 0
+    return delivered
+
+
+def commit(consumer: Consumer) -> None:
+    """Commit what was consumed (nothing to commit: auto-commit got there first)."""
+    try:
+        consumer.commit(asynchronous=False)
+    except Exception as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            raise
+
+
+def consume(gateway, topic: str, group: str, count: int, timeout: float = 60.0) -> list:
+    c = Consumer({"bootstrap.servers": gateway.kafka, "group.id": group, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        assert m.error() is None, m.error()
+        got.append(m)
+    commit(c)
+    c.close()
+    return got
+
+
+def test_admin_creates_a_topic_that_metadata_and_http_see(gateway, admin):
+    name = new_topic(admin, partitions=4, **{"retention.ms": "3600000"})
+    md = admin.list_topics(timeout=10)
+    assert len(md.topics[name].partitions) == 4
+    assert len(md.brokers) == 1
+    info = httpx.get(f"{gateway.url}/topics/{name}").json()
+    assert info["partitions"] == 4 and info["config"]["retention.ms"] == "3600000"
+    again = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])
+    with pytest.raises(Exception) as refused:
+        again[name].result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+
+
+def test_configs_are_described_and_altered(gateway, admin):
+    name = new_topic(admin)
+    resource = ConfigResource("topic", name)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["cleanup.policy"].value == "delete"
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    entry = ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)
+    admin.incremental_alter_configs([ConfigResource("topic", name, incremental_configs=[entry])])[resource].result(30)
+    assert admin.describe_configs([resource])[resource].result(30)["retention.ms"].value == "60000"
+    assert httpx.get(f"{gateway.url}/topics/{name}").json()["config"]["retention.ms"] == "60000"
+
+
+def test_an_idempotent_lz4_producer_writes_keyed_records_with_headers_a_group_of_two_reads_them(gateway, admin):
+    name = new_topic(admin, partitions=3)
+    records = [(f"key-{i % 17}".encode(), f"value-{i}".encode()) for i in range(600)] + [(b"gone", None)]
+    delivered = produce(
+        gateway, name, records, **{"enable.idempotence": True, "compression.type": "lz4", "acks": "all"}
+    )
+    assert [d for d in delivered if d[0] is not None] == []
+    # keyed records land where murmur2 puts them, the same partition for the same key
+    by_key: dict[bytes, set[int]] = {}
+    for _, partition, _, key in delivered:
+        by_key.setdefault(key, set()).add(partition)
+    assert all(len(parts) == 1 for parts in by_key.values())
+    # offsets are contiguous per partition
+    for p in range(3):
+        offs = sorted(o for _, part, o, _ in delivered if part == p)
+        assert offs == list(range(len(offs)))
+
+    group = f"g-{name}"
+    first = Consumer({"bootstrap.servers": gateway.kafka, "group.id": group, "auto.offset.reset": "earliest"})
+    second = Consumer({"bootstrap.servers": gateway.kafka, "group.id": group, "auto.offset.reset": "earliest"})
+    first.subscribe([name])
+    second.subscribe([name])
+    got: dict[tuple[int, int], object] = {}
+    deadline = time.monotonic() + 90
+    while len(got) < len(records) and time.monotonic() < deadline:
+        for c in (first, second):
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got[(m.partition(), m.offset())] = m
+    a, b = first.assignment(), second.assignment()
+    assert a and b and not {(t.topic, t.partition) for t in a} & {(t.topic, t.partition) for t in b}
+    assert len(got) == len(records)
+    tombstone = [m for m in got.values() if m.key() == b"gone"]
+    assert tombstone[0].value() is None
+    sample = next(m for m in got.values() if m.key() != b"gone")
+    headers = dict(sample.headers())
+    assert headers["empty"] is None and headers["i"].isdigit()
+    commit(first)
+    commit(second)
+    first.close()
+    second.close()
+    # a restarted member resumes from the committed offsets: nothing left to read
+    again = Consumer({"bootstrap.servers": gateway.kafka, "group.id": group, "auto.offset.reset": "earliest"})
+    again.subscribe([name])
+    end = time.monotonic() + 8
+    extra = []
+    while time.monotonic() < end:
+        m = again.poll(0.5)
+        if m is not None and m.error() is None:
+            extra.append(m)
+    committed = again.committed([TopicPartition(name, p) for p in range(3)], timeout=30)
+    again.close()
+    assert extra == []
+    assert sum(tp.offset for tp in committed) == len(records)
+
+
+def test_kafka_records_are_fetched_over_http_and_http_records_over_kafka(gateway, admin):
+    name = new_topic(admin, partitions=1)
+    produce(gateway, name, [(b"k", b"from-kafka")])
+    body = httpx.get(f"{gateway.url}/topics/{name}/partitions/0/records", params={"offset": 0}).json()
+    assert [r["value"] for r in body["records"]] == ["from-kafka"] or body["records"][0]["key"] == "k"
+    r = httpx.post(f"{gateway.url}/topics/{name}/records", json={"records": [{"key": "h", "value": "from-http"}]})
+    assert r.status_code == 200
+    got = consume(gateway, name, f"g-{name}", 2)
+    assert [m.value() for m in got] == [b"from-kafka", b'"from-http"']
+
+
+def test_offsets_for_times(gateway, admin):
+    name = new_topic(admin, partitions=1)
+    p = Producer({"bootstrap.servers": gateway.kafka})
+    for i, ts in enumerate((1_000_000, 2_000_000, 3_000_000)):
+        p.produce(name, value=str(i).encode(), timestamp=1_700_000_000_000 + ts)
+    p.flush(30)
+    c = Consumer({"bootstrap.servers": gateway.kafka, "group.id": f"t-{name}"})
+    found = c.offsets_for_times([TopicPartition(name, 0, 1_700_000_000_000 + 1_500_000)], timeout=30)
+    assert found[0].offset == 1
+    low, high = c.get_watermark_offsets(TopicPartition(name, 0), timeout=30)
+    c.close()
+    assert (low, high) == (0, 3)
+
+
+def _frame(api_key: int, version: int, correlation: int, body: bytes = b"") -> bytes:
+    payload = struct.pack(">hhih", api_key, version, correlation, -1) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _answer(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    return sock.recv(size, socket.MSG_WAITALL)
+
+
+def test_unknown_apis_and_versions_are_answered_and_bad_frames_close_the_connection(gateway):
+    host, port = gateway.kafka.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(_frame(999, 0, 7))  # an API nobody knows
+        answer = _answer(s)
+        assert struct.unpack(">ih", answer[:6]) == (7, 35)  # UNSUPPORTED_VERSION
+        s.sendall(_frame(0, 99, 8))  # Produce at a version we do not serve
+        assert struct.unpack(">ih", _answer(s)[:6]) == (8, 35)
+        s.sendall(_frame(18, 3, 9, b"\xff\xff"))  # ApiVersions v3 whose body does not parse
+        assert struct.unpack(">ih", _answer(s)[:6]) == (9, 42)  # INVALID_REQUEST
+        s.sendall(_frame(18, 0, 10))  # and the connection still serves
+        assert struct.unpack(">ih", _answer(s)[:6]) == (10, 0)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", 2**31 - 1))  # a 2 GiB frame: closed before anything is read
+        assert s.recv(1) == b""
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", 100) + b"\0" * 10)  # a truncated frame, then the client leaves
+    assert httpx.get(f"{gateway.url}/healthz").status_code == 200

@@ -196,12 +196,14 @@ def _primitive(kafka_type: str | None, value: Any) -> Any:
 
 def build(schema: type, data: Mapping[str, Any]) -> Entity:
     """`schema` (a kio entity of one version) from plain values: fields the version lacks are
-    ignored, fields `data` lacks take their default; nested entities from nested dicts; error
+    ignored, fields `data` lacks take their default (arrays: empty, never null); nested entities from nested dicts; error
     codes, durations (ms) and times (epoch ms) from ints."""
     values = {}
     for f in _fields(schema):
         if f.name in data:
             v = data[f.name]
+        elif f.many:
+            v = ()  # never a null array: Java's admin client fails on one (CreateTopics configs)
         elif f.default is not dataclasses.MISSING:
             continue
         else:

@@ -117,13 +117,13 @@ def plan_flush(
     committed: dict[int, tuple[PartitionRange, ...]] = {}
     refused: dict[int, DuplicateSequenceError | OutOfOrderSequenceError] = {}
     same_as: dict[int, int] = {}
-    first_of: dict[tuple[str, int], int] = {}
+    first_of: dict[tuple[str, int, frozenset[int]], int] = {}
     flush_seq: dict[tuple[str, int], int] = {}  # (producer, partition) -> highest sequence appended here
     for i, (producer, part_counts) in enumerate(zip(producers, counts, strict=True)):
         if producer is None:
             append.append(i)
             continue
-        key = (producer.producer_id, producer.sequence)
+        key = (producer.producer_id, producer.sequence, frozenset(part_counts))
         if key in first_of:
             same_as[i] = first_of[key]
             continue

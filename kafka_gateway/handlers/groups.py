@@ -240,7 +240,7 @@ async def _fetched(conn: Connection, group: str, wanted: Any) -> dict[str, Any]:
         committed = {}
     except TopiclakeError as exc:
         return {"group_id": group, "topics": [], "error_code": code_of(exc)}
-    if wanted is None:
+    if not wanted:  # null, or (the admin client's --describe) empty: every committed topic
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(committed):
             if conn.principal.allows("describe", t):

@@ -21,9 +21,11 @@ from topiclake import AdminClient, Consumer, Producer
 
 pytestmark = pytest.mark.slow
 
+# Fast, with room for a loaded 2-core machine: a gateway busy for a second (CI under load once
+# dropped one out with 2 s) stays a member.
 FAST_MEMBERSHIP = {
-    "TOPICLAKE_CLUSTER__HEARTBEAT_INTERVAL_S": "0.3",
-    "TOPICLAKE_CLUSTER__MEMBER_TIMEOUT_S": "2",
+    "TOPICLAKE_CLUSTER__HEARTBEAT_INTERVAL_S": "0.5",
+    "TOPICLAKE_CLUSTER__MEMBER_TIMEOUT_S": "5",
     "TOPICLAKE_SERVER__GROUPS_SYNC_INTERVAL_S": "0.5",
 }
 ADMIN = {"Authorization": "Bearer k-admin"}

@@ -90,3 +90,9 @@ def test_a_retried_kafka_batch_is_answered_with_its_offsets_and_an_older_one_is_
 
 def test_a_new_kafka_producer_may_start_anywhere():
     assert plan_flush([batch(7, 2)], [{0: 2}], {}).append == (0,)
+
+
+def test_one_kafka_producers_batches_for_two_partitions_with_the_same_sequences_are_both_appended():
+    # Kafka numbers records per partition: partition 0's and partition 1's first batches are both 0..9
+    plan = plan_flush([batch(0, 10), batch(0, 10)], [{0: 10}, {1: 10}], {})
+    assert plan.append == (0, 1) and not plan.same_as

@@ -1,0 +1,154 @@
+"""Two gateways on one root as a Kafka cluster: each is a broker, partitions are led by their owner
+gateway, a group spans both, and kill -9 of one under produce load loses and duplicates nothing
+acked (idempotent producers retried at the survivor)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.e2e.server import ServerProcess, free_port
+from tests.e2e.test_cluster import FAST_MEMBERSHIP, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def gateway(root, kafka_port: int) -> ServerProcess:
+    srv = ServerProcess(root, env={**FAST_MEMBERSHIP, "TOPICLAKE_KAFKA__PORT": str(kafka_port)})
+    srv.kafka = f"127.0.0.1:{kafka_port}"
+    return srv.start()
+
+
+def brokers_seen(bootstrap: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return len(admin.list_topics(timeout=10).brokers)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kcluster") / "data"
+    servers = [gateway(root, free_port()) for _ in range(2)]
+    wait_for(lambda: all(brokers_seen(s.kafka) == 2 for s in servers), what="2 brokers in Metadata")
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+def records_of(url: str, topic: str, partitions: int) -> dict[int, list[tuple[int, str]]]:
+    """Every record of every partition, as (offset, value), read over HTTP page by page."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for p in range(partitions):
+        out[p], offset, hw = [], 0, 1
+        while offset < hw:
+            body = httpx.get(
+                f"{url}/topics/{topic}/partitions/{p}/records",
+                params={"offset": offset, "max_records": 100000, "value_format": "string"},
+                timeout=60,
+            ).json()
+            out[p] += [(r["offset"], r["value"]) for r in body["records"]]
+            offset, hw = body["next_offset"], body["high_watermark"]
+    return out
+
+
+def test_partitions_are_led_by_both_gateways_and_a_client_of_one_writes_to_the_others(pair):
+    first, second = pair
+    admin = AdminClient({"bootstrap.servers": first.kafka})
+    admin.create_topics([NewTopic("spread", 8, 1)])["spread"].result(30)
+    md = admin.list_topics(timeout=10)
+    leaders = {p.leader for p in md.topics["spread"].partitions.values()}
+    assert leaders == set(md.brokers)  # both gateways lead some of the 8 partitions
+    delivered: list = []
+    p = Producer({"bootstrap.servers": first.kafka, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(400):
+        p.produce("spread", key=str(i).encode(), value=str(i).encode(), on_delivery=lambda e, m: delivered.append(e))
+    assert p.flush(60) == 0
+    assert delivered.count(None) == 400
+
+    # the other gateway sees the commits within its reader's refresh interval
+    def all_seen() -> dict | None:
+        stored = records_of(second.url, "spread", 8)
+        return stored if sum(len(v) for v in stored.values()) == 400 else None
+
+    stored = wait_for(all_seen, what="400 records seen by the other gateway")
+    assert all(len(v) for v in stored.values())
+
+    # one group, one member bootstrapped on each gateway: the partitions are split between them
+    members = [
+        Consumer({"bootstrap.servers": s.kafka, "group.id": "spread-readers", "auto.offset.reset": "earliest"})
+        for s in pair
+    ]
+    for c in members:
+        c.subscribe(["spread"])
+    seen: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + 90
+    while (len(seen) < 400 or any(len(c.assignment()) != 4 for c in members)) and time.monotonic() < deadline:
+        for c in members:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                seen.add((m.partition(), m.offset()))
+    parts = [{tp.partition for tp in c.assignment()} for c in members]
+    for c in members:
+        c.close()
+    assert len(seen) == 400
+    assert len(parts[0]) == 4 and len(parts[1]) == 4 and not parts[0] & parts[1]
+
+
+def test_kill_9_of_a_gateway_under_produce_load_loses_and_duplicates_nothing_acked(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kkill") / "data"
+    survivor, victim = gateway(root, free_port()), gateway(root, free_port())
+    try:
+        wait_for(lambda: brokers_seen(survivor.kafka) == 2, what="2 brokers")
+        admin = AdminClient({"bootstrap.servers": survivor.kafka})
+        admin.create_topics([NewTopic("load", 4, 1)])["load"].result(30)
+        acked: list[str] = []
+        failed: list[str] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            p = Producer(
+                {
+                    "bootstrap.servers": f"{survivor.kafka},{victim.kafka}",
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 2,
+                    "message.timeout.ms": 120_000,
+                }
+            )
+
+            def done(err, msg) -> None:
+                (failed if err else acked).append(msg.value().decode())
+
+            i = 0
+            while not stop.is_set():
+                p.produce("load", key=str(i).encode(), value=f"r{i}".encode(), on_delivery=done)
+                p.poll(0)
+                i += 1
+                if i % 200 == 0:
+                    time.sleep(0.05)
+            p.flush(150)
+
+        t = threading.Thread(target=produce)
+        t.start()
+        wait_for(lambda: len(acked) > 2000, timeout=60, what="acks before the kill")
+        victim.kill9()
+        before = len(acked)
+        wait_for(lambda: len(acked) > before + 2000, timeout=90, what="acks from the survivor after the kill")
+        stop.set()
+        t.join(180)
+        assert not t.is_alive()
+        assert failed == [], f"{len(failed)} records were not delivered (the survivor should lead every partition)"
+        stored = records_of(survivor.url, "load", 4)
+        values = [v for recs in stored.values() for _, v in recs]
+        for recs in stored.values():  # contiguous offsets in every partition
+            assert [o for o, _ in recs] == list(range(len(recs)))
+        assert len(values) == len(set(values)), "a record was written twice"
+        missing = set(acked) - set(values)
+        assert not missing, f"{len(missing)} acked records are gone"
+    finally:
+        survivor.stop()
+        victim.stop()

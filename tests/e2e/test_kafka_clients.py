@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic as PyNewTopic
@@ -175,13 +175,13 @@ def test_sasl_plain_with_api_keys_and_topic_acls(secured):
             **sasl("orders-app", "wrong"),
         }
     )
-    with pytest.raises(Exception):
+    with pytest.raises(KafkaException):
         bad.list_topics(timeout=5)
     bad.close()
     assert any(e.code() == KafkaError._AUTHENTICATION for e in auth_errors)
     # without SASL at all, the connection closes after ApiVersions
     plain = AdminClient({"bootstrap.servers": secured.kafka})
-    with pytest.raises(Exception):
+    with pytest.raises(KafkaException):
         plain.list_topics(timeout=5)
     assert (
         httpx.get(f"{secured.url}/topics/orders-1", headers={"Authorization": "Bearer k-orders"}).json()[

@@ -296,6 +296,11 @@ class SparkSettings(BaseModel):
         "Since Spark 4.1 Avro's core is inside spark-sql and this module is only the expressions; "
         "4.1.1 is the newest the package index serves, and the suite checks it on this Spark.",
     )
+    kafka_package: str = Field(
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
+        description="Maven coordinates of Spark's own Kafka connector (format(\"kafka\") against the gateways' "
+        "Kafka listener); empty: none.",
+    )
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -4,7 +4,8 @@ Delta's JVM jars come from Maven Central through Spark's own package resolution
 (`spark.jars.packages`, set by delta-spark's `configure_spark_with_delta_pip`), cached in the Ivy
 folder (`spark.jars.ivy`, default ~/.ivy2.5.2). The pip package delta-spark and the jar share one
 version, pinned in pyproject.toml. Spark's `from_avro` (`spark.avro_package`, for the typed views of
-Avro topics) comes the same way.
+Avro topics) and Spark's Kafka connector (`spark.kafka_package`: `format("kafka")` against the
+gateways' Kafka listener) come the same way.
 
 S3 roots: see delta_log.spark.s3a (hadoop-aws on the classpath when a root is on S3).
 """
@@ -70,9 +71,10 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
             builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
         if wants_s3a(settings):
             builder = _with_s3a(builder, settings)
-        extra = [settings.spark.avro_package] if settings.spark.avro_package else []
+        extra = [p for p in (settings.spark.avro_package, settings.spark.kafka_package) if p]
         if extra and "spark.jars.excludes" not in settings.spark.conf:
-            # spark-avro's own dependency on spark-tags would put a second copy beside pyspark's
+            # spark-avro's and the Kafka connector's dependency on spark-tags would put a second copy
+            # beside pyspark's
             builder = builder.config("spark.jars.excludes", "org.apache.spark:spark-tags_2.13")
         spark = configure_spark_with_delta_pip(builder, extra_packages=extra).getOrCreate()
     _register_source(spark, settings)

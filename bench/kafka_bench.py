@@ -1,4 +1,7 @@
-"""topiclake side by side with Apache Kafka and with hand-written baselines, in one run (issue 7).
+"""topiclake side by side with Apache Kafka and with hand-written baselines, in one run (issues 7, 26).
+
+The same Kafka clients (Kafka's ProducerPerformance and ConsumerPerformance tools, confluent-kafka's
+producer and consumer) run against the Kafka broker and against topiclake's Kafka listener.
 
     python -m bench.kafka_bench            # 3 alternating repeats, 1 GB consume topic
     python -m bench.kafka_bench --quick    # 1 repeat, 128 MB
@@ -45,18 +48,22 @@ from bench.common import percentile, print_table, write_results
 from bench.consume_bench import e2e_latency, fetch_all, load
 from bench.kafka_broker import KAFKA_VERSION, KafkaBroker
 from bench.produce_bench import ARROW, random_values
-from tests.e2e.server import ServerProcess
+from tests.e2e.server import ServerProcess, free_port
 
 PARTITIONS = 4
 BATCH = 1000  # records per request / per batch, for every system that batches by hand
 
 
 # -- produce ------------------------------------------------------------------------------------------
-def kafka_perf_tool(kafka: KafkaBroker, topic: str, size: int, records: int) -> dict[str, float]:
+def kafka_perf_tool(
+    kafka: KafkaBroker, topic: str, size: int, records: int, bootstrap: str | None = None
+) -> dict[str, float]:
+    """Kafka's ProducerPerformance against `bootstrap` (default: the Kafka broker)."""
     out = kafka.tool(
         "org.apache.kafka.tools.ProducerPerformance",
         "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
-        "--producer-props", f"bootstrap.servers={kafka.bootstrap}", "acks=all", "linger.ms=5", "batch.size=1048576",
+        "--producer-props", f"bootstrap.servers={bootstrap or kafka.bootstrap}", "acks=all", "linger.ms=5",
+        "batch.size=1048576",
     )  # fmt: skip
     m = re.findall(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)", out)[-1]
     return {"records_s": float(m[1]), "mb_s": float(m[1]) * size / 1e6}
@@ -158,12 +165,14 @@ def topiclake_producer(url: str, topic: str, size: int, seconds: float) -> dict[
 
 
 # -- consume ------------------------------------------------------------------------------------------
-def kafka_consume_tool(kafka: KafkaBroker, topic: str, records: int) -> dict[str, float]:
+def kafka_consume_tool(kafka: KafkaBroker, topic: str, records: int, bootstrap: str | None = None) -> dict[str, float]:
+    """Kafka's ConsumerPerformance against `bootstrap` (default: the Kafka broker)."""
     header_seen = False
     cols: list[str] = []
     out = kafka.tool(
         "org.apache.kafka.tools.ConsumerPerformance",
-        "--bootstrap-server", kafka.bootstrap, "--topic", topic, "--messages", str(records), "--timeout", "60000",
+        "--bootstrap-server", bootstrap or kafka.bootstrap, "--topic", topic, "--messages", str(records),
+        "--timeout", "60000",
         "--group", f"perf-{time.monotonic_ns()}",
     )  # fmt: skip
     for line in out.splitlines():
@@ -176,6 +185,27 @@ def kafka_consume_tool(kafka: KafkaBroker, topic: str, records: int) -> dict[str
             # the fetch rate: without the group join, which topiclake's fetch loop does not do either
             return {"records_s": float(vals["fetch.nMsg.sec"]), "mb_s": float(vals["fetch.MB.sec"]) * 1.048576}
     raise RuntimeError(f"unexpected ConsumerPerformance output: {out[-1000:]}")
+
+
+def confluent_consume(bootstrap: str, topic: str, records: int) -> dict[str, float]:
+    """confluent-kafka's consumer reading `records` from the start (after its group join)."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cons-{time.monotonic_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    c.subscribe([topic])
+    first = c.consume(1, 60)
+    start = time.perf_counter()
+    n, nbytes = len(first), sum(len(m.value() or b"") for m in first)
+    while n < records:
+        batch = c.consume(10_000, 10)
+        if not batch:
+            break
+        n += len(batch)
+        nbytes += sum(len(m.value() or b"") for m in batch if m.error() is None)
+    secs = time.perf_counter() - start
+    c.close()
+    return {"records_s": n / secs, "mb_s": nbytes / 1e6 / secs}
 
 
 # -- latency ------------------------------------------------------------------------------------------
@@ -294,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     latency: dict[str, dict[str, float]] = {}
     kafka = KafkaBroker(work / "kafka").start()
-    srv = ServerProcess(work / "topiclake" / "data").start()
+    kafka_port = free_port()
+    srv = ServerProcess(work / "topiclake" / "data", env={"TOPICLAKE_KAFKA__PORT": str(kafka_port)}).start()
+    listener = f"127.0.0.1:{kafka_port}"  # topiclake's Kafka listener
     try:
         admin = httpx.Client(base_url=srv.url, timeout=60)
         for size in (100, 1024):
@@ -305,8 +337,18 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(repeats):
                 runs: list[tuple[str, Any, tuple[Any, ...]]] = [
                     ("Kafka ProducerPerformance (Java)", kafka_perf_tool, (kafka, topic, size, tool_records)),
+                    (
+                        "topiclake listener: ProducerPerformance (Java)",
+                        kafka_perf_tool,
+                        (kafka, topic, size, tool_records, listener),
+                    ),
                     ("topiclake Arrow IPC", topiclake_arrow, (srv.url, topic, size, seconds)),
                     ("confluent-kafka Python producer", confluent_produce, (kafka.bootstrap, topic, size, seconds)),
+                    (
+                        "topiclake listener: confluent-kafka producer",
+                        confluent_produce,
+                        (listener, topic, size, seconds),
+                    ),
                     ("topiclake.Producer (JSON)", topiclake_producer, (srv.url, topic, size, seconds)),
                     ("topiclake JSON over HTTP", topiclake_json, (srv.url, topic, size, seconds)),
                 ]
@@ -325,6 +367,18 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 {"workload": "consume 1 KB", "system": "Kafka ConsumerPerformance (Java)", "repeat": rep, **res}
             )
+            for system, fn, fn_args in (
+                (
+                    "topiclake listener: ConsumerPerformance (Java)",
+                    kafka_consume_tool,
+                    (kafka, "consume-1k", records, listener),
+                ),
+                ("confluent-kafka consumer", confluent_consume, (kafka.bootstrap, "consume-1k", records)),
+                ("topiclake listener: confluent-kafka consumer", confluent_consume, (listener, "consume-1k", records)),
+            ):
+                r = fn(*fn_args)
+                rows.append({"workload": "consume 1 KB", "system": system, "repeat": rep, **r})
+                print(f"consume #{rep} {system}: {r['mb_s']:.0f} MB/s", flush=True)
             for system, fetch in (  # the same loop over two HTTP clients (see fetch_all)
                 ("topiclake Arrow fetch (http.client)", "http.client"),
                 ("topiclake Arrow fetch (httpx)", "httpx"),
@@ -338,9 +392,11 @@ def main(argv: list[str] | None = None) -> int:
         kafka.create_topic("latency", partitions=1)
         admin.post("/topics", json={"name": "latency", "partitions": 1}).raise_for_status()
         k = kafka_latency(kafka.bootstrap, "latency", latency_s, 500)
+        kl = kafka_latency(listener, "latency", latency_s, 500)
         tl = e2e_latency(srv.url, "latency", latency_s, 500)
         for system, series in (
             ("Kafka (confluent-kafka)", k),
+            ("topiclake listener (confluent-kafka)", kl),
             (
                 "topiclake (Producer + long-poll)",
                 {m.split(": ")[1]: v for m, v in tl.items() if m.startswith("long-poll")},
@@ -369,7 +425,29 @@ def main(argv: list[str] | None = None) -> int:
             medians.append({"workload": wl, "system": system, "records_s": med(rows, wl, system),
                             "MB_s": med(rows, wl, system, "mb_s")})  # fmt: skip
     arrow_1k = med(rows, "produce 1024 B", "topiclake Arrow IPC")
+
+    def listener_ratio(workload: str, ours: str, theirs: str, key: str = "records_s") -> float:
+        return med(rows, workload, ours, key) / med(rows, workload, theirs, key)
+
     ratios = {
+        "listener / broker, ProducerPerformance (1 KB)": listener_ratio(
+            "produce 1024 B", "topiclake listener: ProducerPerformance (Java)", "Kafka ProducerPerformance (Java)"
+        ),
+        "listener / broker, ProducerPerformance (100 B)": listener_ratio(
+            "produce 100 B", "topiclake listener: ProducerPerformance (Java)", "Kafka ProducerPerformance (Java)"
+        ),
+        "listener / broker, confluent-kafka producer (1 KB)": listener_ratio(
+            "produce 1024 B", "topiclake listener: confluent-kafka producer", "confluent-kafka Python producer"
+        ),
+        "listener / broker, confluent-kafka producer (100 B)": listener_ratio(
+            "produce 100 B", "topiclake listener: confluent-kafka producer", "confluent-kafka Python producer"
+        ),
+        "listener / broker, ConsumerPerformance (1 KB)": listener_ratio(
+            "consume 1 KB", "topiclake listener: ConsumerPerformance (Java)", "Kafka ConsumerPerformance (Java)", "mb_s"
+        ),
+        "listener / broker, confluent-kafka consumer (1 KB)": listener_ratio(
+            "consume 1 KB", "topiclake listener: confluent-kafka consumer", "confluent-kafka consumer", "mb_s"
+        ),
         "Arrow IPC / Kafka producer tool (1 KB)": arrow_1k
         / med(rows, "produce 1024 B", "Kafka ProducerPerformance (Java)"),
         "Arrow IPC / Kafka producer tool (100 B)": med(rows, "produce 100 B", "topiclake Arrow IPC")

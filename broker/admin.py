@@ -89,3 +89,12 @@ def delete_topic(registry: TopicRegistry, principal: Principal, name: str) -> No
     """Delete a topic and its data. Raises: AuthorizationError, TopicNotFoundError."""
     authorize(principal, "admin", name)
     registry.delete_topic(name)
+
+
+def delete_records(registry: TopicRegistry, principal: Principal, name: str, partition: int, offset: int) -> int:
+    """Kafka's DeleteRecords (Kafka's DELETE on the topic is `admin` here): the new log start offset.
+
+    Raises: AuthorizationError, TopicNotFoundError, PartitionNotFoundError, InvalidOffsetError,
+    StorageUnavailableError."""
+    authorize(principal, "admin", name)
+    return registry.delete_records(name, partition, offset)

@@ -32,11 +32,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from delta_log.core.group_rules import EMPTY, STABLE, validate_group_id, validate_instance_id, validate_join
+from delta_log.core.group_rules import DEAD, EMPTY, STABLE, validate_group_id, validate_instance_id, validate_join
 from delta_log.core.group_state import GroupState, HeartbeatResult, JoinResult
 from delta_log.core.lag import partition_lag
 from delta_log.errors import (
     GroupNotEmptyError,
+    GroupSubscribedToTopicError,
     NotCoordinatorError,
     PartitionNotFoundError,
     TopiclakeError,
@@ -98,7 +99,8 @@ class GroupCoordinator:
         if not self._fenced:  # a single gateway: every group is ours, restore them all now
             records = await asyncio.to_thread(self.store.load)
             for rec in records.values():
-                self.groups[rec.group] = self._restore(rec)
+                if rec.state != DEAD:
+                    self.groups[rec.group] = self._restore(rec)
         self._seen_version = self.store.version
         self._tasks = [asyncio.create_task(self._expire_loop()), asyncio.create_task(self._sync_loop())]
 
@@ -128,7 +130,7 @@ class GroupCoordinator:
                     epoch = await asyncio.to_thread(self.offsets.claim_coordinator, group_id)
                     self._check_owned(group_id)  # the membership may have moved while we claimed
                     self._epochs[group_id] = epoch
-                    if rec is not None and group_id not in self.groups:
+                    if rec is not None and rec.state != DEAD and group_id not in self.groups:
                         self.groups[group_id] = self._restore(rec)
                     log.info("group %r: coordinated here from epoch %d", group_id, epoch)
         g = self.groups.get(group_id)
@@ -429,8 +431,10 @@ class GroupCoordinator:
             g, rec = self.groups.get(name), persisted.get(name)
             if g is not None:
                 out.append((name, g.state, len(g.members), g.generation))
-            elif rec is not None:
+            elif rec is not None and rec.state != DEAD:
                 out.append((name, rec.state, len(rec.members), rec.generation))
+            elif rec is not None and name not in names:
+                continue  # deleted, and nothing committed since
             else:
                 out.append((name, EMPTY, 0, 0))
         return out
@@ -509,6 +513,51 @@ class GroupCoordinator:
         ]
         await self.commit(group_id, commits, member_id=None, generation=None)
         return offsets
+
+    async def delete_group(self, group_id: str) -> None:
+        """Kafka's DeleteGroups: a group without members loses its committed offsets, and is
+        persisted as Dead (listed no more; joining again starts it anew).
+
+        Raises: InvalidGroupError, GroupNotEmptyError, UnknownGroupError, NotCoordinatorError,
+        StorageUnavailableError."""
+        validate_group_id(group_id)
+        await asyncio.to_thread(self.offsets.load)
+        committed = self.offsets.committed(group_id)
+        known = group_id in self.groups or group_id in await self._persisted() or committed
+        if not known:
+            raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
+        g = await self._ensure(group_id, create="range")
+        assert g is not None
+        async with self._lock(g):
+            if g.members:
+                raise GroupNotEmptyError(f"Group {group_id!r} has {len(g.members)} active members.", group=group_id)
+            fence = self._fence(group_id)
+            await asyncio.to_thread(lambda: self.offsets.delete(group_id, list(committed), fence=fence))
+            g.state = DEAD
+            await self._save([g])
+            self.groups.pop(group_id, None)
+        log.info("group %r: deleted", group_id)
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
+        """Kafka's OffsetDelete: forget committed offsets of topics the group does not subscribe to.
+
+        Raises: InvalidGroupError, UnknownGroupError, GroupSubscribedToTopicError,
+        NotCoordinatorError, StorageUnavailableError."""
+        validate_group_id(group_id)
+        await asyncio.to_thread(self.offsets.load)
+        if not self.offsets.committed(group_id) and group_id not in self.groups:
+            raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
+        g = await self._ensure(group_id, create="range")
+        assert g is not None
+        async with self._lock(g):
+            subscribed = {t for m in g.members.values() for t in m.topics}
+            busy = sorted({t for t, _ in partitions} & subscribed)
+            if busy:
+                raise GroupSubscribedToTopicError(
+                    f"Group {group_id!r} has members subscribed to {busy[0]!r}; stop them first.", group=group_id
+                )
+            fence = self._fence(group_id)
+            await asyncio.to_thread(lambda: self.offsets.delete(group_id, partitions, fence=fence))
 
     def all_groups(self) -> Mapping[str, GroupState]:
         return self.groups

@@ -353,6 +353,12 @@ class GroupNotEmptyError(TopiclakeError):
     hint = "Stop the group's consumers (or wait for their sessions to expire), then retry."
 
 
+class GroupSubscribedToTopicError(TopiclakeError):
+    """Offsets of a topic the group's members subscribe to cannot be deleted (Kafka's rule)."""
+
+    code = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 class InvalidGroupError(TopiclakeError):
     code = "INVALID_GROUP"
 

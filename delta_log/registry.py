@@ -23,9 +23,11 @@ from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.reader import TopicReader
 from delta_log.log.writer import CommitInfo, TopicWriter
+from delta_log.maintenance.delete_records import delete_records
 from delta_log.maintenance.topic_maintenance import MaintenanceClock, MaintenanceScheduler, TopicMaintenance
 from delta_log.system.offsets import OffsetStore
 from delta_log.system.schemas import SchemaStore
+from delta_log.table.segment_files import ParquetOptions
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
@@ -192,6 +194,17 @@ class TopicRegistry:
         desc = self.catalog.add_partitions(topic, total)
         self.reader(topic).refresh()
         return desc
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: the partition's records below `offset` (-1: the high watermark)
+        are deleted; returns the new log start offset.
+
+        Raises: TopicNotFoundError, PartitionNotFoundError, InvalidOffsetError, StorageUnavailableError."""
+        w = self.settings.writer
+        parquet = ParquetOptions(row_group_rows=w.max_row_group_rows, compression=w.compression.lower())
+        low = delete_records(self.storage, topic, partition, offset, parquet=parquet, attempts=w.max_commit_attempts)
+        self.reader(topic).refresh()
+        return low
 
     def delete_topic(self, topic: str) -> None:
         """Flush and stop this process's writer of the topic, then remove its table.

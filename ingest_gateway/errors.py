@@ -56,6 +56,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.OwnerNotAvailableError: 503,
     e.UnknownAssignorError: 400,
     e.GroupNotEmptyError: 409,
+    e.GroupSubscribedToTopicError: 409,
     e.ReplicaStateError: 409,
     e.InvalidGroupError: 400,
     e.SinkRefusedError: 502,

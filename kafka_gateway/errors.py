@@ -43,6 +43,7 @@ CODES: dict[type[e.TopiclakeError], ErrorCode] = {
     e.FencedMemberError: ErrorCode.illegal_generation,
     e.UnknownAssignorError: ErrorCode.inconsistent_group_protocol,
     e.GroupNotEmptyError: ErrorCode.non_empty_group,
+    e.GroupSubscribedToTopicError: ErrorCode.group_subscribed_to_topic,
     e.InvalidGroupError: ErrorCode.invalid_group_id,
     e.ReplicaStateError: ErrorCode.policy_violation,
     e.SchemaValidationError: ErrorCode.invalid_record,

@@ -16,6 +16,8 @@ from delta_log.errors import FencedMemberError, InvalidGroupError, UnknownAssign
 
 #: Kafka's group states (the ones this coordinator uses).
 EMPTY, PREPARING, STABLE = "Empty", "PreparingRebalance", "Stable"
+#: a deleted group (Kafka's DeleteGroups), as its last persisted record says
+DEAD = "Dead"
 GroupStateName = Literal["Empty", "PreparingRebalance", "Stable"]
 
 MIN_SESSION_TIMEOUT_MS = 1_000

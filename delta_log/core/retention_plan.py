@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from delta_log.core.segments import SegmentInfo
+from delta_log.errors import InvalidOffsetError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,3 +72,31 @@ def plan_retention(
         unconsumed_records=unconsumed,
         protected=protected,
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsPlan:
+    """Kafka's DeleteRecords on one partition: the segments wholly below the new log start offset
+    go; the one that straddles it (if any) is rewritten with only its records at or above it."""
+
+    remove: tuple[SegmentInfo, ...]
+    straddling: SegmentInfo | None
+    log_start_offset: int
+
+
+def plan_delete_records(segments: Sequence[SegmentInfo], *, offset: int, high_watermark: int) -> DeleteRecordsPlan:
+    """Delete the records of a partition below `offset` (-1: the high watermark). Pure.
+
+    Raises: InvalidOffsetError (an offset above the high watermark, or below -1)."""
+    target = high_watermark if offset == -1 else offset
+    if not 0 <= target <= high_watermark:
+        raise InvalidOffsetError(
+            f"DeleteRecords offset {offset} is outside [0, {high_watermark}] (the high watermark); "
+            "use -1 for everything written so far.",
+            offset=offset,
+            high_watermark=high_watermark,
+        )
+    ordered = sorted(segments, key=lambda s: s.first_offset)
+    remove = tuple(s for s in ordered if s.last_offset < target)
+    straddling = next((s for s in ordered if s.first_offset < target <= s.last_offset), None)
+    return DeleteRecordsPlan(remove=remove, straddling=straddling, log_start_offset=target)

@@ -108,6 +108,7 @@ def register_topics(
         SELECT l.`group`, l.topic, l.partition, l.committed_offset, p.high_watermark, p.log_start_offset,
                {lag_sql(committed="l.committed_offset", log_start_offset="p.log_start_offset", high_watermark="p.high_watermark")} AS lag
         FROM latest l JOIN {_q(database)}._partitions p ON l.topic = p.topic AND l.partition = p.partition
+        WHERE l.committed_offset >= 0
     """)
     register_typed_views(spark, SchemaStore.open_if_exists(storage), tables, database)
     return tables

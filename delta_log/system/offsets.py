@@ -39,6 +39,9 @@ from delta_log.table.storage import StorageRoot, translate_storage_errors
 OFFSETS_TABLE = "consumer_offsets"
 #: Kafka's offset.metadata.max.bytes.
 MAX_METADATA_BYTES = 4096
+#: A deleted committed offset (DeleteGroups, OffsetDelete): the latest row of its key, read as none;
+#: compaction drops it with the rows it hides.
+DELETED = -1
 
 OFFSETS_SCHEMA = pa.schema(
     [
@@ -212,10 +215,20 @@ class OffsetStore:
 
         Raises: InvalidOffsetError, StorageUnavailableError, NotCoordinatorError (fenced).
         """
-        if not commits:
-            return self._version
         for c in commits:
             validate_commit(c)
+        return self._append(commits, fence)
+
+    def delete(self, group: str, keys: Iterable[tuple[str, int]], *, fence: tuple[str, int] | None = None) -> int:
+        """Delete a group's committed offsets of (topic, partition) `keys` (Kafka's OffsetDelete,
+        DeleteGroups): a `DELETED` row per key, fenced like a commit.
+
+        Raises: StorageUnavailableError, NotCoordinatorError (fenced)."""
+        return self._append([OffsetCommit(group=group, topic=t, partition=p, offset=DELETED) for t, p in keys], fence)
+
+    def _append(self, commits: Sequence[OffsetCommit], fence: tuple[str, int] | None) -> int:
+        if not commits:
+            return self._version
         now_us = int(time.time() * 1e6)  # an unstamped commit is as of now: the latest one wins
         commits = [c if c.commit_timestamp_us else dataclasses.replace(c, commit_timestamp_us=now_us) for c in commits]
         table = _to_table(commits)
@@ -262,7 +275,8 @@ class OffsetStore:
                     return False
                 rows = self.storage.read_system_table(self._dt, OFFSETS_SCHEMA).to_pylist()
                 latest = latest_per_key(_row_commit(r) for r in rows)
-                self.storage.rewrite_system_table(self._dt, _to_table(list(latest.values())))
+                kept = [c for c in latest.values() if c.offset != DELETED]  # with the rows they hid
+                self.storage.rewrite_system_table(self._dt, _to_table(kept))
                 self._version = self._dt.version()
             except (DeltaError, OSError):
                 return False  # CommitFailedError (a concurrent commit won) is a DeltaError
@@ -271,12 +285,17 @@ class OffsetStore:
     def committed(self, group: str, topic: str | None = None) -> dict[tuple[str, int], OffsetCommit]:
         """Latest committed offset per (topic, partition) of a group, from memory."""
         with self._lock:
-            return {(t, p): c for (g, t, p), c in self._latest.items() if g == group and (topic is None or t == topic)}
+            return {
+                (t, p): c
+                for (g, t, p), c in self._latest.items()
+                if g == group and (topic is None or t == topic) and c.offset != DELETED
+            }
 
     def groups(self) -> list[str]:
+        """Groups with committed offsets."""
         with self._lock:
-            return sorted({g for g, _, _ in self._latest})
+            return sorted({g for (g, _, _), c in self._latest.items() if c.offset != DELETED})
 
     def all_committed(self) -> list[OffsetCommit]:
         with self._lock:
-            return list(self._latest.values())
+            return [c for c in self._latest.values() if c.offset != DELETED]

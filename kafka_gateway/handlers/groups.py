@@ -335,3 +335,52 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
 @api(15, "DescribeGroups", 0, 5)
 async def describe_groups(conn: Connection, request: Any, version: int) -> Any:
     return {"throttle_time": 0, "groups": [await _described(conn, g) for g in request.groups]}
+
+
+@api(42, "DeleteGroups", 0, 2)
+async def delete_groups(conn: Connection, request: Any, version: int) -> Any:
+    results = []
+    for group in request.groups_names:
+        if _group_denied(conn, group, "admin"):
+            code = ErrorCode.group_authorization_failed
+        else:
+            try:
+                await conn.services.coordinator.delete_group(group)
+                code = ErrorCode.none
+            except TopiclakeError as exc:
+                code = code_of(exc)
+        results.append({"group_id": group, "error_code": code})
+    return {"throttle_time": 0, "results": results}
+
+
+@api(47, "OffsetDelete", 0, 0)
+async def offset_delete(conn: Connection, request: Any, version: int) -> Any:
+    assert conn.principal is not None
+    group = request.group_id
+    if _group_denied(conn, group, "admin"):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
+    topics: dict[str, list[dict[str, Any]]] = {}
+    wanted = []
+    for t in request.topics:
+        allowed = conn.principal.allows("consume", t.name)
+        for p in t.partitions:
+            code = ErrorCode.none if allowed else ErrorCode.topic_authorization_failed
+            topics.setdefault(t.name, []).append({"partition_index": p.partition_index, "error_code": code})
+            if allowed:
+                wanted.append((t.name, p.partition_index))
+    top = ErrorCode.none
+    try:
+        if wanted:
+            await conn.services.coordinator.delete_offsets(group, wanted)
+    except TopiclakeError as exc:
+        top = code_of(exc)
+        if exc.code == "GROUP_SUBSCRIBED_TO_TOPIC":  # Kafka reports it per partition
+            top = ErrorCode.none
+            for parts in topics.values():
+                for part in parts:
+                    part["error_code"] = part["error_code"] or ErrorCode.group_subscribed_to_topic
+    return {
+        "throttle_time": 0,
+        "error_code": top,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }

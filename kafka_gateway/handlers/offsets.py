@@ -1,4 +1,5 @@
-"""ListOffsets (earliest, latest, by timestamp) and OffsetForLeaderEpoch (partitions have no
+"""ListOffsets (earliest, latest, by timestamp), DeleteRecords (the log start offset moves up:
+delta_log.maintenance.delete_records) and OffsetForLeaderEpoch (partitions have no
 leader epochs: the answer is the high watermark, which is all a client validating a position
 needs)."""
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker import admin
 from delta_log.errors import TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
@@ -92,3 +94,23 @@ def _end_offsets(conn: Connection, request: Any) -> dict[str, Any]:
 @api(23, "OffsetForLeaderEpoch", 2, 4)
 async def offset_for_leader_epoch(conn: Connection, request: Any, version: int) -> dict[str, Any]:
     return await asyncio.to_thread(_end_offsets, conn, request)
+
+
+def _delete_records(conn: Connection, request: Any) -> dict[str, Any]:
+    assert conn.principal is not None
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                low = admin.delete_records(conn.services.registry, conn.principal, t.name, p.partition_index, p.offset)
+                parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": 0})
+            except TopiclakeError as exc:
+                parts.append({"partition_index": p.partition_index, "low_watermark": -1, "error_code": code_of(exc)})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+@api(21, "DeleteRecords", 0, 2)
+async def delete_records(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_delete_records, conn, request)

@@ -214,3 +214,37 @@ def test_unknown_apis_and_versions_are_answered_and_bad_frames_close_the_connect
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(struct.pack(">i", 100) + b"\0" * 10)  # a truncated frame, then the client leaves
     assert httpx.get(f"{gateway.url}/healthz").status_code == 200
+
+
+def test_delete_records_moves_the_log_start_offset_and_groups_are_listed_described_and_deleted(gateway, admin):
+    name = new_topic(admin, partitions=1)
+    for batch in range(3):  # three commits: three segments
+        produce(gateway, name, [(None, f"{batch}-{i}".encode()) for i in range(10)])
+    deleted = admin.delete_records([TopicPartition(name, 0, 15)])
+    [(tp, future)] = deleted.items()
+    assert future.result(30).low_watermark == 15
+    c = Consumer({"bootstrap.servers": gateway.kafka, "group.id": f"d-{name}", "auto.offset.reset": "earliest"})
+    assert c.get_watermark_offsets(TopicPartition(name, 0), timeout=30) == (15, 30)
+    c.close()
+    info = httpx.get(f"{gateway.url}/topics/{name}").json()["partition_offsets"][0]
+    assert (info["log_start_offset"], info["high_watermark"]) == (15, 30)
+    got = consume(gateway, name, f"g-{name}", 15)
+    assert [m.offset() for m in got] == list(range(15, 30))
+
+    from confluent_kafka import ConsumerGroupState
+
+    listed = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY}).result(30)
+    assert f"g-{name}" in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups([f"g-{name}"])[f"g-{name}"].result(30)
+    assert described.state == ConsumerGroupState.EMPTY
+    offsets = admin.list_consumer_group_offsets([_group_request(f"g-{name}")])[f"g-{name}"].result(30)
+    assert [tp.offset for tp in offsets.topic_partitions] == [30]
+    admin.delete_consumer_groups([f"g-{name}"])[f"g-{name}"].result(30)
+    assert f"g-{name}" not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+    assert httpx.get(f"{gateway.url}/groups/g-{name}/offsets").status_code == 404
+
+
+def _group_request(group: str):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    return ConsumerGroupTopicPartitions(group)

@@ -1,3 +1,4 @@
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -85,3 +86,21 @@ def test_unknown_timestamps_never_expire():
     s = [SegmentInfo(path="f0", partition=0, first_offset=0, last_offset=9, size_bytes=100, records=10)]
     p = plan_retention(s, partition=0, now_ms=NOW, retention_ms=10, retention_bytes=-1, high_watermark=10)
     assert p.remove == () and p.log_start_offset == 0
+
+
+def test_delete_records_removes_the_segments_below_and_rewrites_the_one_that_straddles():
+    from delta_log.core.retention_plan import plan_delete_records
+    from delta_log.errors import InvalidOffsetError
+
+    segs = [
+        SegmentInfo(path=f"s{i}", partition=0, first_offset=i * 10, last_offset=i * 10 + 9, size_bytes=1)
+        for i in range(3)
+    ]
+    plan = plan_delete_records(segs, offset=15, high_watermark=30)
+    assert [s.path for s in plan.remove] == ["s0"] and plan.straddling.path == "s1" and plan.log_start_offset == 15
+    plan = plan_delete_records(segs, offset=20, high_watermark=30)
+    assert [s.path for s in plan.remove] == ["s0", "s1"] and plan.straddling is None
+    everything = plan_delete_records(segs, offset=-1, high_watermark=30)
+    assert len(everything.remove) == 3 and everything.log_start_offset == 30
+    with pytest.raises(InvalidOffsetError):
+        plan_delete_records(segs, offset=31, high_watermark=30)

@@ -221,7 +221,7 @@ def test_delete_records_moves_the_log_start_offset_and_groups_are_listed_describ
     for batch in range(3):  # three commits: three segments
         produce(gateway, name, [(None, f"{batch}-{i}".encode()) for i in range(10)])
     deleted = admin.delete_records([TopicPartition(name, 0, 15)])
-    [(tp, future)] = deleted.items()
+    [(_tp, future)] = deleted.items()
     assert future.result(30).low_watermark == 15
     c = Consumer({"bootstrap.servers": gateway.kafka, "group.id": f"d-{name}", "auto.offset.reset": "earliest"})
     assert c.get_watermark_offsets(TopicPartition(name, 0), timeout=30) == (15, 30)

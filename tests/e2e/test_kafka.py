@@ -248,3 +248,93 @@ def _group_request(group: str):
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     return ConsumerGroupTopicPartitions(group)
+
+
+def _produce_frame(topic: str, records: bytes, correlation: int) -> bytes:
+    """A Produce v9 request frame (kio, Kafka's own message spec) carrying `records` for partition 0."""
+    import io
+
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_writer
+    from kio.static.primitive import i16, i32
+
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(
+        out,
+        RequestHeader(
+            request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(correlation), client_id="t"
+        ),
+    )
+    import datetime
+
+    body = ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            TopicProduceData(name=topic, partition_data=(PartitionProduceData(index=i32(0), records=records),)),
+        ),
+    )
+    entity_writer(ProduceRequest)(out, body)
+    data = out.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+def _produce_error(answer: bytes) -> int:
+    from kio.schema.produce.v9.response import ProduceResponse
+    from kio.serial import entity_reader
+
+    response, _ = entity_reader(ProduceResponse)(answer, 5)  # correlation id, then the empty tagged fields
+    return int(response.responses[0].partition_responses[0].error_code)
+
+
+def test_record_batches_with_a_wrong_crc_or_a_lying_count_are_refused_and_nothing_is_written(gateway, admin):
+    import pyarrow as pa
+
+    from kafka_gateway.records import HEADERS_TYPE, encode_batch
+
+    name = new_topic(admin, partitions=1)
+    good = encode_batch(
+        base_offset=0,
+        offsets=pa.array([0, 1, 2], pa.int64()),
+        timestamp_ms=pa.array([1_700_000_000_000] * 3, pa.int64()),
+        key=pa.array([None] * 3, pa.binary()),
+        value=pa.array([b"a", b"b", b"c"], pa.binary()),
+        headers=pa.array([[], [], []], HEADERS_TYPE),
+    )
+    crc_broken = bytearray(good)
+    crc_broken[-1] ^= 0xFF  # the last record's value: the CRC no longer matches
+    count_lies = bytearray(good)
+    struct.pack_into(">i", count_lies, 57, 5)  # recordCount says 5 (the CRC is recomputed to pass)
+    from kafka.record.util import calc_crc32c  # kafka-python's, an implementation independent of ours
+
+    struct.pack_into(">I", count_lies, 17, calc_crc32c(bytes(count_lies[21:])))
+    host, port = gateway.kafka.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(_produce_frame(name, bytes(crc_broken), 1))
+        assert _produce_error(_answer(s)) == 2  # CORRUPT_MESSAGE
+        s.sendall(_produce_frame(name, bytes(count_lies), 2))
+        assert _produce_error(_answer(s)) in (2, 87)  # CORRUPT_MESSAGE or INVALID_RECORD
+        s.sendall(_produce_frame(name, good, 3))
+        assert _produce_error(_answer(s)) == 0
+    info = httpx.get(f"{gateway.url}/topics/{name}").json()["partition_offsets"][0]
+    assert info["high_watermark"] == 3  # only the good batch
+
+
+def test_typed_topics_check_values_produced_over_kafka_and_dead_letter_them_with_tolerance(gateway):
+    schema = {"schemaType": "JSON", "schema": '{"type": "object", "required": ["id"]}'}
+    for name, config in (("typed-strict", {}), ("typed-tolerant", {"errors.tolerance": "all"})):
+        r = httpx.post(
+            f"{gateway.url}/topics", json={"name": name, "partitions": 1, "value_schema": schema, "config": config}
+        )
+        assert r.status_code == 201, r.text
+    strict = produce(gateway, "typed-strict", [(None, b'{"id": 1}'), (None, b'{"total": 2}')], **{"linger.ms": 50})
+    errors = [d[0] for d in strict]
+    assert errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD  # one batch: refused whole
+    assert httpx.get(f"{gateway.url}/topics/typed-strict").json()["partition_offsets"][0]["high_watermark"] == 0
+    tolerant = produce(gateway, "typed-tolerant", [(None, b'{"id": 1}'), (None, b'{"total": 2}')], **{"linger.ms": 50})
+    assert [d[0] for d in tolerant] == [None, None]
+    assert httpx.get(f"{gateway.url}/topics/typed-tolerant").json()["partition_offsets"][0]["high_watermark"] == 1
+    dlq = httpx.get(f"{gateway.url}/topics/typed-tolerant.dlq/partitions/0/records", params={"offset": 0}).json()
+    assert len(dlq["records"]) == 1

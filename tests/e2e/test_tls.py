@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trustme
 
-from tests.e2e.server import REPO, ServerProcess
+from tests.e2e.server import REPO, ServerProcess, free_port
 from topiclake import AdminClient, Consumer, Producer
 
 
@@ -32,13 +32,43 @@ def ca(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tls_server(ca, tmp_path_factory):
     pem = str(ca / "server.pem")
+    kafka_port = free_port()
     srv = ServerProcess(
         tmp_path_factory.mktemp("tls") / "data",
         args=["--ssl-certfile", pem, "--ssl-keyfile", pem],
         ca_file=str(ca / "ca.pem"),
+        env={"TOPICLAKE_KAFKA__PORT": str(kafka_port)},
     ).start()
+    srv.kafka = f"127.0.0.1:{kafka_port}"
     yield srv
     srv.stop()
+
+
+def test_the_kafka_port_speaks_tls_with_the_same_certificate(tls_server, ca):
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import KafkaException
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka.admin import AdminClient as KafkaAdmin
+    from confluent_kafka.admin import NewTopic
+
+    tls = {"bootstrap.servers": tls_server.kafka, "security.protocol": "SSL", "ssl.ca.location": str(ca / "ca.pem")}
+    admin = KafkaAdmin(tls)
+    admin.create_topics([NewTopic("secure-kafka", 1, 1)])["secure-kafka"].result(30)
+    p = KafkaProducer(tls)
+    p.produce("secure-kafka", b"over tls")
+    assert p.flush(30) == 0
+    c = KafkaConsumer({**tls, "group.id": "tls-kafka", "auto.offset.reset": "earliest"})
+    c.subscribe(["secure-kafka"])
+    msg = None
+    for _ in range(60):
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            break
+    c.close()
+    assert msg is not None and msg.value() == b"over tls"
+    plain = KafkaAdmin({"bootstrap.servers": tls_server.kafka})  # plaintext on the TLS port gets nowhere
+    with pytest.raises(KafkaException):
+        plain.list_topics(timeout=5)
 
 
 def test_clients_produce_and_fetch_over_https(tls_server, ca):

@@ -258,6 +258,12 @@ class KafkaSettings(BaseModel):
     max_request_bytes: int = Field(
         100 * 1024 * 1024, gt=0, le=2**31 - 1, description="Largest request frame (Kafka's socket.request.max.bytes)."
     )
+    shared_port: bool = Field(
+        False,
+        description="Set by `serve --workers N` for each worker: `port` is shared with the sibling workers "
+        "(SO_REUSEPORT, for bootstrapping), and each worker also listens on a port of its own, which it "
+        "advertises, so a client reaches the broker that leads its partitions.",
+    )
     max_connections: int = Field(4096, ge=1, description="Open Kafka connections (Kafka's max.connections).")
     max_connections_per_client: int = Field(
         1024, ge=1, description="Open Kafka connections per client address (max.connections.per.ip)."

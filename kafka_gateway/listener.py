@@ -74,7 +74,8 @@ class KafkaListener:
             max_per_client=settings.max_connections_per_client,
             header_timeout_s=settings.idle_timeout_s,
         )
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | None = None  # the advertised port's
+        self._shared: asyncio.Server | None = None  # `serve --workers`: the port shared with sibling workers
         self._connections: set[asyncio.Task[None]] = set()
         self.view: BrokerView | None = None
         self.me: Broker | None = None
@@ -101,8 +102,13 @@ class KafkaListener:
 
     async def start(self) -> None:
         """Bind and serve (the port is known once this returns: `port`, `advertised`)."""
+        if self.settings.shared_port:
+            self._shared = await asyncio.start_server(
+                self._serve, self.host, self.settings.port, ssl=self.tls, limit=64 * 1024, backlog=2048, reuse_port=True
+            )
+        own_port = 0 if self.settings.shared_port else self.settings.port
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.settings.port, ssl=self.tls, limit=64 * 1024, backlog=2048
+            self._serve, self.host, own_port, ssl=self.tls, limit=64 * 1024, backlog=2048
         )
         host, _, port = self.advertised.rpartition(":")
         self.me = Broker(self.node_id, host.strip("[]"), int(port))
@@ -119,8 +125,9 @@ class KafkaListener:
         self.view = BrokerView(self.me, services.cluster)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in (self._shared, self._server):
+            if server is not None:
+                server.close()
         for task in list(self._connections):
             task.cancel()
         for task in list(self._connections):

@@ -59,6 +59,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     }
     if tls:
         settings = settings.model_copy(update={"server": settings.server.model_copy(update=tls)})
+    kafka: dict[str, Any] = {}
+    if args.kafka_port is not None:
+        kafka["port"] = args.kafka_port
+    if args.no_kafka:
+        kafka["enabled"] = False
+    if kafka:
+        settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(update=kafka)})
     server = settings.server
     host = args.host or server.host
     port = args.port if args.port is not None else server.port
@@ -69,6 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.worker:  # one of `--workers N`: the shared port beside its siblings, and its own
         sockets = list(http_server.worker_sockets(host, port))
         advertise_port = sockets[1].getsockname()[1]
+        settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(update={"shared_port": True})})
     if not settings.cluster.advertise_url or args.worker:  # where the other gateways forward to
         reachable = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
         scheme = "https" if server.ssl_certfile else "http"
@@ -81,8 +89,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sys.setswitchinterval(0.0005)
     log_config = json.loads(LOGGING_JSON.read_text())
     logging.config.dictConfig(log_config)
+    kafka_on = f" and Kafka on {settings.kafka.host or host}:{settings.kafka.port}" if settings.kafka.enabled else ""
     print(
-        f"topiclake serving {settings.root} on http{'s' if server.ssl_certfile else ''}://{host}:{port}",
+        f"topiclake serving {settings.root} on http{'s' if server.ssl_certfile else ''}://{host}:{port}{kafka_on}",
         flush=True,
     )
     scheduler = None
@@ -423,9 +432,11 @@ def _supervise(args: argparse.Namespace, root: str, host: str, port: int) -> int
         if getattr(args, flag, None):
             argv += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     argv += ["serve", "--worker", "--host", host, "--port", str(port), "--root", root, "--no-jobs"]
-    for flag in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_client_auth"):
-        if getattr(args, flag, None):
-            argv += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    for flag in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_client_auth", "kafka_port"):
+        if getattr(args, flag, None) is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if args.no_kafka:
+        argv.append("--no-kafka")
     workers = [subprocess.Popen(argv) for _ in range(args.workers)]
     print(f"topiclake: {args.workers} workers on {host}:{port} (pids {[w.pid for w in workers]})", flush=True)
     scheduler = None
@@ -506,6 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ssl-ca-certs", help="CA bundle: verify client certificates (mutual TLS)")
     s.add_argument("--ssl-client-auth", choices=["none", "optional", "required"], help="with --ssl-ca-certs")
     s.add_argument("--no-jobs", action="store_true", help="do not start the maintenance-job scheduler process")
+    s.add_argument("--kafka-port", type=int, help="Kafka protocol port (default 9092; 0: any free port)")
+    s.add_argument("--no-kafka", action="store_true", help="do not serve Kafka's protocol (HTTP only)")
     s.add_argument(
         "--workers",
         type=int,

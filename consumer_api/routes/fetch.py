@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -14,6 +13,7 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+from broker import fetch as broker_fetch
 from consumer_api.dependencies import NotifierDep, PrincipalDep, RegistryDep
 from consumer_api.encoding import check_format, records_to_json
 from consumer_api.params import (
@@ -31,7 +31,7 @@ from consumer_api.schemas import OffsetLookup
 from delta_log.core.acl import authorize
 from delta_log.core.records import DIGITS
 from delta_log.errors import InvalidOffsetError
-from delta_log.log.reader import FetchResult, OffsetSpec, TopicReader
+from delta_log.log.reader import FetchResult, OffsetSpec
 
 router = APIRouter(tags=["consume"])
 
@@ -49,15 +49,6 @@ def _arrow(result: FetchResult) -> bytes:
     with ipc.new_stream(sink, result.records.schema) as w:
         w.write_table(result.records)
     return sink.getvalue().to_pybytes()
-
-
-async def _fetch(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
-    """From memory on the loop when the tail cache holds it (a woken long-poll, a consumer at the
-    head of the log), else in a worker thread."""
-    cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes)
-    if cached is not None:
-        return cached
-    return await run_in_threadpool(reader.fetch, partition, offset, max_records=max_records, max_bytes=max_bytes)
 
 
 @router.get("/topics/{topic}/partitions/{partition}/records")
@@ -88,14 +79,19 @@ async def fetch(
     check_json_int("offset", offset)
     if not 0 <= max_wait_ms <= MAX_WAIT_MS:
         raise InvalidOffsetError(f"max_wait_ms must be between 0 and {MAX_WAIT_MS}.", max_wait_ms=max_wait_ms)
-    reader = await run_in_threadpool(registry.reader, topic)
-    result = await _fetch(reader, partition, offset, max_records, max_bytes)
-    deadline = time.monotonic() + max_wait_ms / 1000
-    while result.records.num_rows == 0 and (remaining := deadline - time.monotonic()) > 0:
-        # Sleeps until a commit to this partition (ours at once, other processes' via the
-        # notifier's one watcher per topic) or the deadline: no CPU while waiting.
-        if await notifier.wait(topic, partition, remaining, since=result.high_watermark):
-            result = await _fetch(reader, partition, offset, max_records, max_bytes)
+    # a long-poll sleeps until a commit to this partition (ours at once, other processes' via the
+    # notifier's one watcher per topic) or the deadline: no CPU while waiting
+    result = await broker_fetch.fetch(
+        registry,
+        notifier,
+        principal,
+        topic,
+        partition,
+        offset,
+        max_records=max_records,
+        max_bytes=max_bytes,
+        max_wait_s=max_wait_ms / 1000,
+    )
     headers = {
         "X-Next-Offset": str(result.next_offset),
         "X-High-Watermark": str(result.high_watermark),
@@ -216,7 +212,9 @@ async def stream(
         position = check_json_int("offset", offset)
     else:
         position = await run_in_threadpool(reader.high_watermark, partition)
-    first = await _fetch(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)  # 416/404 before streaming
+    first = await broker_fetch.read(
+        reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES
+    )  # 416/404 before streaming
 
     def render(result: FetchResult) -> bytes:
         return "".join(
@@ -234,7 +232,7 @@ async def stream(
         result: FetchResult | None = first
         while True:
             if result is None:
-                result = await _fetch(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)
+                result = await broker_fetch.read(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)
             position = max(position, result.next_offset)
             seen_hw = result.high_watermark
             if result.records.num_rows:

@@ -13,7 +13,6 @@ as Kafka record batches by the compiled codec straight from the stored Arrow col
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from typing import TYPE_CHECKING, Any
@@ -23,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
+from broker.fetch import read_blocking, wait_for_commit
 from delta_log.errors import OffsetOutOfRangeError, TopiclakeError
-from delta_log.log.reader import FetchResult, TopicReader
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
 from kafka_gateway.messages import millis
@@ -66,13 +65,6 @@ def encode_records(records: pa.Table) -> bytes:
     return b"".join(out)
 
 
-def _read(reader: TopicReader, partition: int, offset: int, max_bytes: int) -> FetchResult:
-    cached = reader.fetch_cached(partition, offset, max_records=MAX_RECORDS, max_bytes=max_bytes)
-    if cached is not None:
-        return cached
-    return reader.fetch(partition, offset, max_records=MAX_RECORDS, max_bytes=max_bytes)
-
-
 def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
     """One pass over the requested partitions (blocking): each one's answer, and the bytes found."""
     assert conn.principal is not None
@@ -86,7 +78,8 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
         try:
             reader = conn.services.registry.reader(topic)
             limit = max(1, min(p.partition_max_bytes, budget - total, reader.config.max_message_bytes * 64))
-            result = None if total and budget - total <= 0 else _read(reader, p.partition, p.fetch_offset, limit)
+            full = total and budget - total <= 0
+            result = None if full else read_blocking(reader, p.partition, p.fetch_offset, MAX_RECORDS, limit)
         except OffsetOutOfRangeError as exc:
             answers[key] = {
                 "partition_index": p.partition,
@@ -117,27 +110,6 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
     return answers, total
 
 
-async def _wait_for_commit(
-    conn: Connection, wanted: list[tuple[str, Any]], timeout: float, seen: dict[Any, Any]
-) -> None:
-    """Sleep until a commit to one of the partitions (or the timeout)."""
-    notifier = conn.services.notifier
-    waits = [
-        asyncio.ensure_future(
-            notifier.wait(t, p.partition, timeout, since=seen.get((t, p.partition), {}).get("high_watermark"))
-        )
-        for t, p in wanted
-    ]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-        for w in waits:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await w
-
-
 @api(1, "Fetch", 4, 12)
 async def fetch(conn: Connection, request: Any, version: int) -> Any:
     budget = max(1, min(getattr(request, "max_bytes", conn.settings.fetch_max_bytes), conn.settings.fetch_max_bytes))
@@ -150,7 +122,8 @@ async def fetch(conn: Connection, request: Any, version: int) -> Any:
         while total < max(request.min_bytes, 1) and (remaining := deadline - time.monotonic()) > 0:
             if any(a.get("error_code") for a in answers.values()):
                 break  # an error is news: answer at once
-            await _wait_for_commit(conn, wanted, remaining, answers)
+            seen = [(t, p.partition, answers[(t, p.partition)].get("high_watermark")) for t, p in wanted]
+            await wait_for_commit(conn.services.notifier, seen, remaining)
             answers, total = await asyncio.to_thread(_fetch_all, conn, wanted, budget)
         topics: dict[str, list[Any]] = {}
         for t, p in wanted:

@@ -1,17 +1,13 @@
-"""Consumer groups: join, heartbeat, leave, commit and read offsets, describe, reset.
-
-Kafka's ACLs: READ on the group (plus consume on each topic) to join, heartbeat, leave and commit;
-DESCRIBE on the group to describe it and read its offsets, showing only the topics the key may
-describe; READ on the group plus admin on the topic to reset. A member is heartbeated, left or
-committed for only with the key that joined it.
+"""Consumer groups over HTTP: join, heartbeat, leave, commit and read offsets, describe, reset.
+The rules (Kafka's ACLs, generations, fencing) are broker.groups' and the coordinator's; the routes
+decode, call and encode.
 """
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter, Response
 
+from broker import groups
 from consumer_api.dependencies import CoordinatorDep, PrincipalDep
 from consumer_api.params import GroupPath, MemberPath, check_json_int
 from consumer_api.schemas import (
@@ -28,15 +24,8 @@ from consumer_api.schemas import (
     PartitionOffset,
     ResetRequest,
 )
-from delta_log.core.acl import Principal, authorize, authorize_group
-from delta_log.system.offsets import OffsetCommit
 
 router = APIRouter(prefix="/groups", tags=["consumer groups"])
-
-
-def _owner(principal: Principal) -> str | None:
-    """Who owns the members this caller joins (None while auth is off: no ownership checks)."""
-    return None if principal.anonymous else principal.name
 
 
 @router.post("/{group}/members", response_model=JoinResponse)
@@ -44,17 +33,15 @@ async def join(
     group: GroupPath, body: JoinRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> JoinResponse:
     """Join (or rejoin) a group; returns when the group is stable, with this member's partitions."""
-    authorize_group(principal, "read", group)
-    for t in body.topics:
-        authorize(principal, "consume", t)
-    r = await coordinator.join(
+    r = await groups.join(
+        coordinator,
+        principal,
         group,
         topics=body.topics,
         member_id=body.member_id,
         instance_id=body.instance_id,
         session_timeout_ms=body.session_timeout_ms,
         assignor=body.assignor,
-        principal=_owner(principal),
     )
     return JoinResponse(
         group=group, member_id=r.member_id, generation=r.generation, assignment=r.assignment, members=r.members
@@ -70,8 +57,7 @@ async def heartbeat(
     coordinator: CoordinatorDep,
 ) -> HeartbeatResponse:
     """Keep the session alive; `rebalance: true` means commit what you processed and join again."""
-    authorize_group(principal, "read", group)
-    r = await coordinator.heartbeat(group, member_id, body.generation, principal=_owner(principal))
+    r = await groups.heartbeat(coordinator, principal, group, member_id, body.generation)
     return HeartbeatResponse(generation=r.generation, rebalance=r.rebalance, assignment=r.assignment)
 
 
@@ -80,8 +66,7 @@ async def leave(
     group: GroupPath, member_id: MemberPath, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> Response:
     """Leave the group (its partitions go to the others)."""
-    authorize_group(principal, "read", group)
-    await coordinator.leave(group, member_id, principal=_owner(principal))
+    await groups.leave(coordinator, principal, group, member_id)
     return Response(status_code=204)
 
 
@@ -91,26 +76,18 @@ async def commit(
 ) -> CommittedOffsets:
     """Commit offsets (durable before the answer). Refused with 409 FENCED_MEMBER unless the
     member owns every partition in the group's current generation."""
-    authorize_group(principal, "read", group)
     for o in body.offsets:
-        authorize(principal, "consume", o.topic)
         check_json_int("offset", o.offset)
-    now_us = int(time.time() * 1e6)
-    commits = [
-        OffsetCommit(
-            group=group,
-            topic=o.topic,
-            partition=o.partition,
-            offset=o.offset,
-            metadata=o.metadata,
-            member_id=body.member_id or "",
-            generation=body.generation if body.generation is not None else -1,
-            commit_timestamp_us=now_us,
-        )
-        for o in body.offsets
-    ]
-    await coordinator.commit(
-        group, commits, member_id=body.member_id, generation=body.generation, principal=_owner(principal)
+    await groups.commit(
+        coordinator,
+        principal,
+        group,
+        [
+            groups.Offset(topic=o.topic, partition=o.partition, offset=o.offset, metadata=o.metadata)
+            for o in body.offsets
+        ],
+        member_id=body.member_id,
+        generation=body.generation,
     )
     return CommittedOffsets(group=group, offsets=body.offsets)
 
@@ -118,14 +95,12 @@ async def commit(
 @router.get("/{group}/offsets", response_model=CommittedOffsets)
 async def committed(group: GroupPath, principal: PrincipalDep, coordinator: CoordinatorDep) -> CommittedOffsets:
     """The group's committed offsets, of the topics this key may describe."""
-    authorize_group(principal, "describe", group)
-    offsets = await coordinator.committed(group)
+    offsets = await groups.committed(coordinator, principal, group)
     return CommittedOffsets(
         group=group,
         offsets=[
             PartitionOffset(topic=t, partition=p, offset=c.offset, metadata=c.metadata)
             for (t, p), c in sorted(offsets.items())
-            if principal.allows("describe", t)
         ],
     )
 
@@ -135,8 +110,7 @@ async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> G
     """Every group with members or committed offsets that this key may describe."""
     out: list[dict[str, str | int]] = [
         {"group": name, "state": state, "members": members, "generation": generation}
-        for name, state, members, generation in await coordinator.summaries()
-        if principal.allows_group("describe", name)
+        for name, state, members, generation in await groups.summaries(coordinator, principal)
     ]
     return GroupList(groups=out)
 
@@ -145,12 +119,11 @@ async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> G
 async def describe(group: GroupPath, principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupInfo:
     """State, generation, members and assignment, committed offsets and lag per partition (of the
     topics this key may describe)."""
-    authorize_group(principal, "describe", group)
 
     def visible(topic: str) -> bool:
         return principal.allows("describe", topic)
 
-    g, lag = await coordinator.describe(group, visible)
+    g, lag = await groups.describe(coordinator, principal, group)
     return GroupInfo(
         group=group,
         state=g.state,
@@ -185,10 +158,15 @@ async def reset(
     group: GroupPath, body: ResetRequest, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> CommittedOffsets:
     """Admin: move a group's committed offsets (earliest, latest, timestamp, explicit) while it has no members."""
-    authorize_group(principal, "read", group)
-    authorize(principal, "admin", body.topic)
-    offsets = await coordinator.reset(
-        group, body.topic, body.to, timestamp=body.timestamp, offset=body.offset, partitions=body.partitions
+    offsets = await groups.reset(
+        coordinator,
+        principal,
+        group,
+        body.topic,
+        body.to,
+        timestamp=body.timestamp,
+        offset=body.offset,
+        partitions=body.partitions,
     )
     return CommittedOffsets(
         group=group,

@@ -11,14 +11,13 @@ Only `protocol_type` "consumer" is served (Kafka Connect's worker groups are not
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker import groups
 from delta_log.core.group_rules import STABLE
-from delta_log.errors import TopiclakeError, UnknownGroupError
-from delta_log.system.offsets import OffsetCommit
+from delta_log.errors import GroupSubscribedToTopicError, TopiclakeError, UnknownGroupError
 from kafka_gateway import messages
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
@@ -33,22 +32,10 @@ PROTOCOLS = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky", "
 NO_LEADER = "topiclake-coordinator"
 
 
-def _owner(conn: Connection) -> str | None:
-    assert conn.principal is not None
-    return None if conn.principal.anonymous else conn.principal.name
-
-
-def _group_denied(conn: Connection, group: str, operation: str = "read") -> bool:
-    assert conn.principal is not None
-    return not conn.principal.allows_group(operation, group)  # type: ignore[arg-type]
-
-
 @api(11, "JoinGroup", 0, 9)
 async def join_group(conn: Connection, request: Any, version: int) -> Any:
     group = request.group_id
     fail = {"generation_id": -1, "protocol_name": None, "leader": "", "member_id": request.member_id, "members": []}
-    if _group_denied(conn, group):
-        return fail | {"error_code": ErrorCode.group_authorization_failed}
     if request.protocol_type != "consumer":
         return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
     coordinator = conn.services.coordinator
@@ -67,22 +54,21 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
     except messages.MalformedFrameError:
         return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
     assert conn.principal is not None
-    denied = [t for t in topics if not conn.principal.allows("consume", t)]
-    if denied:
-        return fail | {"error_code": ErrorCode.topic_authorization_failed}
+    principal = conn.principal
     session_ms = int(millis(request.session_timeout))
 
     async def answer() -> dict[str, Any]:
         try:
             existing_topics = await asyncio.to_thread(_existing, conn, topics)
-            result = await coordinator.join(
+            result = await groups.join(
+                coordinator,
+                principal,
                 group,
                 topics=existing_topics,
                 member_id=request.member_id or None,
                 instance_id=getattr(request, "group_instance_id", None),
                 session_timeout_ms=session_ms,
                 assignor=assignor,
-                principal=_owner(conn),
             )
         except TopiclakeError as exc:
             return fail | {"error_code": code_of(exc)}
@@ -119,11 +105,9 @@ def _existing(conn: Connection, topics: list[str]) -> list[str]:
 async def sync_group(conn: Connection, request: Any, version: int) -> Any:
     group = request.group_id
     base = {"throttle_time": 0, "protocol_type": "consumer", "protocol_name": None, "assignment": b""}
-    if _group_denied(conn, group):
-        return base | {"error_code": ErrorCode.group_authorization_failed}
+    assert conn.principal is not None
     try:
-        g = conn.services.coordinator.group(group)
-        member = g.member(request.member_id, _owner(conn))
+        g, member = groups.member(conn.services.coordinator, conn.principal, group, request.member_id)
     except UnknownGroupError:
         return base | {"error_code": ErrorCode.unknown_member_id}
     except TopiclakeError as exc:
@@ -141,11 +125,10 @@ async def sync_group(conn: Connection, request: Any, version: int) -> Any:
 
 @api(12, "Heartbeat", 0, 4)
 async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
-    if _group_denied(conn, request.group_id):
-        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
+    assert conn.principal is not None
     try:
-        r = await conn.services.coordinator.heartbeat(
-            request.group_id, request.member_id, request.generation_id, principal=_owner(conn)
+        r = await groups.heartbeat(
+            conn.services.coordinator, conn.principal, request.group_id, request.member_id, request.generation_id
         )
     except UnknownGroupError:
         return {"throttle_time": 0, "error_code": ErrorCode.unknown_member_id}
@@ -157,13 +140,12 @@ async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
 @api(13, "LeaveGroup", 0, 5)
 async def leave_group(conn: Connection, request: Any, version: int) -> Any:
     group = request.group_id
-    if _group_denied(conn, group):
-        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
+    assert conn.principal is not None
     ids = [request.member_id] if version < 3 else [m.member_id for m in request.members]
     members = []
     for member_id in ids:
         try:
-            await conn.services.coordinator.leave(group, member_id, principal=_owner(conn))
+            await groups.leave(conn.services.coordinator, conn.principal, group, member_id)
             code = 0
         except UnknownGroupError:
             code = ErrorCode.unknown_member_id
@@ -176,66 +158,50 @@ async def leave_group(conn: Connection, request: Any, version: int) -> Any:
 
 @api(8, "OffsetCommit", 2, 9)
 async def offset_commit(conn: Connection, request: Any, version: int) -> Any:
+    assert conn.principal is not None
+    principal = conn.principal
     group = request.group_id
     generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
-    assert conn.principal is not None
-    now_us = int(time.time() * 1e6)
-    topics: dict[str, list[dict[str, Any]]] = {}
-    commits = []
-    for t in request.topics:
-        for p in t.partitions:
-            code = 0
-            if _group_denied(conn, group):
-                code = ErrorCode.group_authorization_failed
-            elif not conn.principal.allows("consume", t.name):
-                code = ErrorCode.topic_authorization_failed
-            topics.setdefault(t.name, []).append({"partition_index": p.partition_index, "error_code": code})
-            if not code:
-                commits.append(
-                    OffsetCommit(
-                        group=group,
-                        topic=t.name,
-                        partition=p.partition_index,
-                        offset=p.committed_offset,
-                        metadata=p.committed_metadata or "",
-                        member_id=request.member_id or "",
-                        generation=generation,
-                        commit_timestamp_us=now_us,
-                    )
-                )
+    offsets = [
+        groups.Offset(
+            topic=t.name, partition=p.partition_index, offset=p.committed_offset, metadata=p.committed_metadata or ""
+        )
+        for t in request.topics
+        for p in t.partitions
+    ]
 
     async def answer() -> dict[str, Any]:
-        if commits:
-            try:
-                await conn.services.coordinator.commit(
-                    group,
-                    commits,
-                    member_id=request.member_id or None,
-                    generation=generation if generation >= 0 else None,
-                    principal=_owner(conn),
-                )
-                code = 0
-            except UnknownGroupError:
-                code = ErrorCode.unknown_member_id
-            except TopiclakeError as exc:
-                code = code_of(exc)
-            if code:
-                for parts in topics.values():
-                    for part in parts:
-                        part["error_code"] = part["error_code"] or code
+        denied: set[str] = set()
+        code = ErrorCode.none
+        try:
+            denied = await groups.commit(
+                conn.services.coordinator,
+                principal,
+                group,
+                offsets,
+                member_id=request.member_id or None,
+                generation=generation if generation >= 0 else None,
+                skip_denied=True,
+            )
+        except UnknownGroupError:
+            code = ErrorCode.unknown_member_id
+        except TopiclakeError as exc:
+            code = code_of(exc)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for o in offsets:
+            each = ErrorCode.topic_authorization_failed if o.topic in denied else code
+            topics.setdefault(o.topic, []).append({"partition_index": o.partition, "error_code": each})
         return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
     return answer()
 
 
 async def _fetched(conn: Connection, group: str, wanted: Any) -> dict[str, Any]:
-    """One group's committed offsets, of the requested topics (None: all it committed, that this
-    key may describe)."""
+    """One group's committed offsets, of the requested topics (none named: every topic it
+    committed that this key may describe)."""
     assert conn.principal is not None
-    if _group_denied(conn, group, "describe"):
-        return {"group_id": group, "topics": [], "error_code": ErrorCode.group_authorization_failed}
     try:
-        committed = await conn.services.coordinator.committed(group)
+        committed = await groups.committed(conn.services.coordinator, conn.principal, group)
     except UnknownGroupError:
         committed = {}
     except TopiclakeError as exc:
@@ -243,35 +209,34 @@ async def _fetched(conn: Connection, group: str, wanted: Any) -> dict[str, Any]:
     if not wanted:  # null, or (the admin client's --describe) empty: every committed topic
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(committed):
-            if conn.principal.allows("describe", t):
-                by_topic.setdefault(t, []).append(p)
+            by_topic.setdefault(t, []).append(p)
         pairs = list(by_topic.items())
     else:
         pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
     topics = []
     for name, partitions in pairs:
+        denied = not conn.principal.allows("describe", name)
         parts = []
         for p in partitions:
             c = committed.get((name, p))
-            denied = not conn.principal.allows("describe", name)
             parts.append(
                 {
                     "partition_index": p,
-                    "committed_offset": c.offset if c is not None and not denied else -1,
+                    "committed_offset": c.offset if c is not None else -1,
                     "committed_leader_epoch": -1,
-                    "metadata": c.metadata if c is not None and not denied else "",
-                    "error_code": ErrorCode.topic_authorization_failed if denied else 0,
+                    "metadata": c.metadata if c is not None else "",
+                    "error_code": ErrorCode.topic_authorization_failed if denied else ErrorCode.none,
                 }
             )
         topics.append({"name": name, "partitions": parts})
-    return {"group_id": group, "topics": topics, "error_code": 0}
+    return {"group_id": group, "topics": topics, "error_code": ErrorCode.none}
 
 
 @api(9, "OffsetFetch", 1, 9)
 async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
     if version >= 8:
-        groups = [await _fetched(conn, g.group_id, g.topics) for g in request.groups]
-        return {"throttle_time": 0, "groups": groups}
+        fetched = [await _fetched(conn, g.group_id, g.topics) for g in request.groups]
+        return {"throttle_time": 0, "groups": fetched}
     one = await _fetched(conn, request.group_id, request.topics)
     return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
@@ -280,14 +245,13 @@ async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
 async def list_groups(conn: Connection, request: Any, version: int) -> Any:
     assert conn.principal is not None
     states = set(getattr(request, "states_filter", ()) or ())
-    summaries = await conn.services.coordinator.summaries()
     return {
         "throttle_time": 0,
         "error_code": 0,
         "groups": [
             {"group_id": name, "protocol_type": "consumer", "group_state": state, "group_type": "classic"}
-            for name, state, _members, _generation in summaries
-            if conn.principal.allows_group("describe", name) and (not states or state in states)
+            for name, state, _members, _generation in await groups.summaries(conn.services.coordinator, conn.principal)
+            if not states or state in states
         ],
     }
 
@@ -301,10 +265,8 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
         "protocol_data": "",
         "members": [],
     }
-    if _group_denied(conn, group, "describe"):
-        return base | {"error_code": ErrorCode.group_authorization_failed}
     try:
-        g, _lag = await conn.services.coordinator.describe(group)
+        g, _lag = await groups.describe(conn.services.coordinator, conn.principal, group)
     except UnknownGroupError:
         return base | {"error_code": 0}
     except TopiclakeError as exc:
@@ -339,16 +301,14 @@ async def describe_groups(conn: Connection, request: Any, version: int) -> Any:
 
 @api(42, "DeleteGroups", 0, 2)
 async def delete_groups(conn: Connection, request: Any, version: int) -> Any:
+    assert conn.principal is not None
     results = []
     for group in request.groups_names:
-        if _group_denied(conn, group, "admin"):
-            code = ErrorCode.group_authorization_failed
-        else:
-            try:
-                await conn.services.coordinator.delete_group(group)
-                code = ErrorCode.none
-            except TopiclakeError as exc:
-                code = code_of(exc)
+        try:
+            await groups.delete_group(conn.services.coordinator, conn.principal, group)
+            code = ErrorCode.none
+        except TopiclakeError as exc:
+            code = code_of(exc)
         results.append({"group_id": group, "error_code": code})
     return {"throttle_time": 0, "results": results}
 
@@ -356,29 +316,18 @@ async def delete_groups(conn: Connection, request: Any, version: int) -> Any:
 @api(47, "OffsetDelete", 0, 0)
 async def offset_delete(conn: Connection, request: Any, version: int) -> Any:
     assert conn.principal is not None
-    group = request.group_id
-    if _group_denied(conn, group, "admin"):
-        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "topics": []}
-    topics: dict[str, list[dict[str, Any]]] = {}
-    wanted = []
-    for t in request.topics:
-        allowed = conn.principal.allows("consume", t.name)
-        for p in t.partitions:
-            code = ErrorCode.none if allowed else ErrorCode.topic_authorization_failed
-            topics.setdefault(t.name, []).append({"partition_index": p.partition_index, "error_code": code})
-            if allowed:
-                wanted.append((t.name, p.partition_index))
-    top = ErrorCode.none
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    top, each, denied = ErrorCode.none, ErrorCode.none, set()
     try:
-        if wanted:
-            await conn.services.coordinator.delete_offsets(group, wanted)
+        denied = await groups.delete_offsets(conn.services.coordinator, conn.principal, request.group_id, wanted)
+    except GroupSubscribedToTopicError:
+        each = ErrorCode.group_subscribed_to_topic  # Kafka reports it per partition
     except TopiclakeError as exc:
         top = code_of(exc)
-        if exc.code == "GROUP_SUBSCRIBED_TO_TOPIC":  # Kafka reports it per partition
-            top = ErrorCode.none
-            for parts in topics.values():
-                for part in parts:
-                    part["error_code"] = part["error_code"] or ErrorCode.group_subscribed_to_topic
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for t, p in wanted:
+        code = ErrorCode.topic_authorization_failed if t in denied else each
+        topics.setdefault(t, []).append({"partition_index": p, "error_code": code})
     return {
         "throttle_time": 0,
         "error_code": top,

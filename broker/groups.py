@@ -1,0 +1,194 @@
+"""Consumer groups, whichever door asked: Kafka's ACLs checked here, then the one coordinator
+(broker.coordinator) acts.
+
+- READ on the group, and consume on each topic, to join, heartbeat, leave and commit; a member is
+  heartbeated, left or committed for only with the key that joined it;
+- DESCRIBE on the group to describe it and read its offsets, showing only the topics the key may
+  describe; listings show only the groups it may describe;
+- READ on the group plus admin on the topic to reset offsets; admin on the group to delete it or
+  its offsets (Kafka's DELETE), with consume on the topics whose offsets go.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from broker.coordinator import GroupCoordinator, GroupLag, HeartbeatResult, JoinResult
+from delta_log.core.acl import Principal, authorize, authorize_group
+from delta_log.core.group_rules import MemberState
+from delta_log.core.group_state import GroupState
+from delta_log.log.reader import OffsetSpec
+from delta_log.system.offsets import OffsetCommit
+
+
+def owner_of(principal: Principal) -> str | None:
+    """Who owns the members this caller joins (None while auth is off: no ownership checks)."""
+    return None if principal.anonymous else principal.name
+
+
+async def join(
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    *,
+    topics: list[str],
+    member_id: str | None,
+    instance_id: str | None,
+    session_timeout_ms: int,
+    assignor: str,
+) -> JoinResult:
+    """Join (or rejoin) and wait for the group's next stable generation.
+
+    Raises: AuthorizationError, and as GroupCoordinator.join."""
+    authorize_group(principal, "read", group)
+    for t in topics:
+        authorize(principal, "consume", t)
+    return await coordinator.join(
+        group,
+        topics=topics,
+        member_id=member_id,
+        instance_id=instance_id,
+        session_timeout_ms=session_timeout_ms,
+        assignor=assignor,
+        principal=owner_of(principal),
+    )
+
+
+async def heartbeat(
+    coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str, generation: int
+) -> HeartbeatResult:
+    """Raises: AuthorizationError, and as GroupCoordinator.heartbeat."""
+    authorize_group(principal, "read", group)
+    return await coordinator.heartbeat(group, member_id, generation, principal=owner_of(principal))
+
+
+async def leave(coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str) -> None:
+    """Raises: AuthorizationError, and as GroupCoordinator.leave."""
+    authorize_group(principal, "read", group)
+    await coordinator.leave(group, member_id, principal=owner_of(principal))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Offset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+async def commit(
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    offsets: Sequence[Offset],
+    *,
+    member_id: str | None,
+    generation: int | None,
+    skip_denied: bool = False,
+) -> set[str]:
+    """Durably commit offsets for a member of the current generation (or, without one, for an
+    empty group). The key needs consume on every topic: a denied topic refuses the request, or
+    with `skip_denied` (Kafka answers per partition) is left out; returns the topics left out.
+
+    Raises: AuthorizationError, and as GroupCoordinator.commit."""
+    authorize_group(principal, "read", group)
+    denied = {o.topic for o in offsets if not principal.allows("consume", o.topic)}
+    if denied and not skip_denied:
+        authorize(principal, "consume", sorted(denied)[0])
+    now_us = int(time.time() * 1e6)
+    commits = [
+        OffsetCommit(
+            group=group,
+            topic=o.topic,
+            partition=o.partition,
+            offset=o.offset,
+            metadata=o.metadata,
+            member_id=member_id or "",
+            generation=generation if generation is not None else -1,
+            commit_timestamp_us=now_us,
+        )
+        for o in offsets
+        if o.topic not in denied
+    ]
+    if commits:
+        await coordinator.commit(
+            group, commits, member_id=member_id, generation=generation, principal=owner_of(principal)
+        )
+    return denied
+
+
+async def committed(
+    coordinator: GroupCoordinator, principal: Principal, group: str
+) -> dict[tuple[str, int], OffsetCommit]:
+    """The group's committed offsets, of the topics this key may describe.
+
+    Raises: AuthorizationError, UnknownGroupError."""
+    authorize_group(principal, "describe", group)
+    return {k: c for k, c in (await coordinator.committed(group)).items() if principal.allows("describe", k[0])}
+
+
+async def summaries(coordinator: GroupCoordinator, principal: Principal) -> list[tuple[str, str, int, int]]:
+    """(group, state, members, generation) of every group this key may describe."""
+    return [s for s in await coordinator.summaries() if principal.allows_group("describe", s[0])]
+
+
+async def describe(
+    coordinator: GroupCoordinator, principal: Principal, group: str
+) -> tuple[GroupState, list[GroupLag]]:
+    """The group and its lag per partition, of the topics this key may describe (faces show the
+    members' subscriptions and assignments of those topics only).
+
+    Raises: AuthorizationError, UnknownGroupError, NotCoordinatorError."""
+    authorize_group(principal, "describe", group)
+    return await coordinator.describe(group, lambda topic: principal.allows("describe", topic))
+
+
+async def reset(
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    topic: str,
+    to: OffsetSpec,
+    *,
+    timestamp: int | None = None,
+    offset: int | None = None,
+    partitions: list[int] | None = None,
+) -> dict[int, int]:
+    """Move a group's committed offsets of `topic` while it has no members.
+
+    Raises: AuthorizationError, and as GroupCoordinator.reset."""
+    authorize_group(principal, "read", group)
+    authorize(principal, "admin", topic)
+    return await coordinator.reset(group, topic, to, timestamp=timestamp, offset=offset, partitions=partitions)
+
+
+async def delete_group(coordinator: GroupCoordinator, principal: Principal, group: str) -> None:
+    """Raises: AuthorizationError, and as GroupCoordinator.delete_group."""
+    authorize_group(principal, "admin", group)
+    await coordinator.delete_group(group)
+
+
+async def delete_offsets(
+    coordinator: GroupCoordinator, principal: Principal, group: str, partitions: list[tuple[str, int]]
+) -> set[str]:
+    """Forget committed offsets (Kafka's OffsetDelete); topics the key may not consume are left
+    out and returned. Raises: AuthorizationError, and as GroupCoordinator.delete_offsets."""
+    authorize_group(principal, "admin", group)
+    denied = {t for t, _ in partitions if not principal.allows("consume", t)}
+    wanted = [(t, p) for t, p in partitions if t not in denied]
+    if wanted:
+        await coordinator.delete_offsets(group, wanted)
+    return denied
+
+
+def member(
+    coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str
+) -> tuple[GroupState, MemberState]:
+    """The group and one of its members, for the key that joined it (Kafka's SyncGroup reads it).
+
+    Raises: AuthorizationError, UnknownGroupError, UnknownMemberError."""
+    authorize_group(principal, "read", group)
+    g = coordinator.group(group)
+    return g, g.member(member_id, owner_of(principal))

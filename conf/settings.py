@@ -91,6 +91,12 @@ class ReaderSettings(BaseModel):
     )
     tail_cache_bytes: int = Field(32 * 1024 * 1024, ge=0, description="Recent records kept per partition.")
     footer_cache_entries: int = Field(4096, ge=1, description="Parquet footers kept per topic.")
+    row_group_cache_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=0,
+        description="Decoded row groups kept per topic: consumers reading on from where they stopped "
+        "(inside a row group) are served without decoding it again.",
+    )
     max_fetch_records: int = Field(1_000_000, ge=1, description="The most records one fetch may ask for.")
     max_fetch_bytes: int = Field(
         50 * 1024 * 1024, gt=0, description="Kafka's fetch.max.bytes: one fetch returns at most this (record boundary)."

@@ -65,23 +65,23 @@ def name_of(api_key: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Pending:
     request: messages.RequestFrame | None
-    answer: Awaitable[bytes | None]
+    answer: Awaitable[messages.Frame | None]
 
 
-def _ready(value: bytes | None) -> asyncio.Future[bytes | None]:
-    future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+def _ready(value: messages.Frame | None) -> asyncio.Future[messages.Frame | None]:
+    future: asyncio.Future[messages.Frame | None] = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future
 
 
-def _bare_error(correlation_id: int, code: int) -> bytes:
+def _bare_error(correlation_id: int, code: int) -> messages.Frame:
     """An answer for a request whose response cannot be built (an API or version we do not know):
     header v0 and an int16 error code, which is how every such response begins for ApiVersions."""
     body = struct.pack(">ih", correlation_id, code)
-    return struct.pack(">i", len(body)) + body
+    return [struct.pack(">i", len(body)), body]
 
 
-def error_answer(request: messages.RequestFrame, code: int) -> bytes:
+def error_answer(request: messages.RequestFrame, code: int) -> messages.Frame:
     """`request`'s response with `code` as its top-level error (or the bare form if it has none)."""
     schema = messages.response_schema(request.api_key, request.api_version)
     if not any(f.name == "error_code" for f in messages._fields(schema)):
@@ -95,7 +95,8 @@ async def dispatch(conn: Connection, frame: bytes) -> Pending:
     if conn.sasl_raw:  # after SaslHandshake v0 the next frame is the bare PLAIN token
         from kafka_gateway.handlers.sasl import raw_authenticate
 
-        return Pending(None, _ready(raw_authenticate(conn, frame)))
+        token_answer = raw_authenticate(conn, frame)
+        return Pending(None, _ready([token_answer] if token_answer is not None else None))
     api_key, api_version, correlation_id = messages.peek_header(frame)
     spec = APIS.get(api_key)
     if spec is None or not spec.min_version <= api_version <= spec.max_version:
@@ -137,11 +138,11 @@ def _flexible(api_key: int, api_version: int) -> bool:
     )
 
 
-async def _encoded(request: messages.RequestFrame, result: Awaitable[Any]) -> bytes | None:
+async def _encoded(request: messages.RequestFrame, result: Awaitable[Any]) -> messages.Frame | None:
     return _encode(request, await result)
 
 
-def _encode(request: messages.RequestFrame, data: Any) -> bytes | None:
+def _encode(request: messages.RequestFrame, data: Any) -> messages.Frame | None:
     if data is None:
         return None
     body = messages.respond(request.api_key, request.api_version, data)

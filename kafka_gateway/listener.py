@@ -237,7 +237,7 @@ class KafkaListener:
             finally:
                 budget.give(size)
             if data is not None:
-                writer.write(data)
+                writer.writelines(data)
                 await writer.drain()
             if conn.close and owed.empty():
                 writer.close()

@@ -114,18 +114,36 @@ def decode_request(frame: bytes | memoryview) -> RequestFrame:
     )
 
 
-def encode_response(correlation_id: int, flexible: bool, body: Entity) -> bytes:
+#: One response frame as the pieces it was written in: sent with one vectored write, so the
+#: records of a Fetch answer are never copied into a frame buffer first.
+Frame = list[bytes]
+
+
+class _Pieces:
+    """A kio `Writable` that keeps what is written (immutable bytes) instead of copying it."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self) -> None:
+        self.pieces: Frame = [b""]  # the size prefix, filled in at the end
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.pieces.append(data)
+        self.size += len(data)
+        return len(data)
+
+
+def encode_response(correlation_id: int, flexible: bool, body: Entity) -> Frame:
     """The response frame, size prefix included."""
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
+    out = _Pieces()
     if flexible:
         _writer(ResponseHeaderV1)(out, ResponseHeaderV1(correlation_id=i32(correlation_id)))
     else:
         _writer(ResponseHeaderV0)(out, ResponseHeaderV0(correlation_id=i32(correlation_id)))
     _writer(typing.cast(Any, type(body)))(out, body)
-    frame = out.getbuffer()
-    struct.pack_into(">i", frame, 0, len(frame) - 4)
-    return bytes(frame)
+    out.pieces[0] = struct.pack(">i", out.size)
+    return out.pieces
 
 
 # -- plain values -> entities ---------------------------------------------------------------------

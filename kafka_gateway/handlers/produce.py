@@ -23,10 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
-from broker.produce import ProducePlan, append_here, plan_produce
+from broker.produce import ProducePlan, has_value_schema, plan_produce, submit
 from delta_log.core.producer import ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
 from delta_log.errors import TopiclakeError
+from delta_log.log.group_commit import GroupCommitter
 from delta_log.log.writer import AppendResult
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
@@ -90,13 +91,24 @@ class _Partition:
     error: int = 0
     message: str | None = None
     record_errors: list[dict[str, Any]] | None = None
-    waiting: Awaitable[AppendResult] | None = None
-    dead: Awaitable[AppendResult] | None = None
+    waiting: asyncio.Future[AppendResult] | None = None
+    dead: asyncio.Future[AppendResult] | None = None
     base_offset: int = -1
     log_append_time: int = -1
 
 
-def _plan(conn: Connection, topic: str, records: bytes, partition: int, n: int) -> tuple[ProducePlan, bool]:
+@dataclass(slots=True)
+class _Planned:
+    """One partition's records, checked and partitioned by produce's rules, ready to submit."""
+
+    out: _Partition
+    topic: str
+    plan: ProducePlan | None = None
+    committer: GroupCommitter | None = None
+    dead_committer: GroupCommitter | None = None
+
+
+def _plan(conn: Connection, topic: str, records: bytes, partition: int) -> tuple[ProducePlan, bool]:
     """Decode and apply produce's rules (blocking). Raises: RecordBatchError, TopiclakeError."""
     assert conn.principal is not None
     reader = conn.services.registry.reader(topic)
@@ -109,37 +121,44 @@ def _plan(conn: Connection, topic: str, records: bytes, partition: int, n: int) 
     return plan, reader.config.log_append_time
 
 
-async def _start(conn: Connection, topic: str, p: Any, n: int) -> _Partition:
-    """Check, decode and hand one partition's records to the writer (in arrival order)."""
-    out = _Partition(index=p.index)
-    if not conn.brokers.leads(topic, p.index, n):
-        out.error = ErrorCode.not_leader_or_follower
-        out.message = "Another gateway leads this partition; refresh metadata."
-        return out
-    records = bytes(p.records or b"")
-    try:
-        if len(records) <= INLINE_DECODE_BYTES:
-            plan, log_append = _plan(conn, topic, records, p.index, n)
-        else:
-            plan, log_append = await asyncio.to_thread(_plan, conn, topic, records, p.index, n)
-    except RecordBatchError as exc:
-        out.error, out.message = getattr(ErrorCode, exc.code.lower()), str(exc)
-        return out
-    except TopiclakeError as exc:
-        out.error, out.message = code_of(exc), message_of(exc)
-        shown = exc.details.get("records")
-        if shown:
-            out.record_errors = [{"batch_index": r["index"], "batch_index_error_message": r["reason"]} for r in shown]
-        return out
+def _plan_all(conn: Connection, work: list[tuple[bytes, _Planned]]) -> None:
+    """Decode and plan every partition of a request (blocking), and open the committers they
+    need, so all of them are handed to the writers at once: one request, one flush."""
     registry = conn.services.registry
-    if plan.dead is not None:  # first: a failure after it leaves nothing of the valid records written
-        out.dead = asyncio.ensure_future(append_here(registry, plan.dead.topic, plan.dead.append.append))
-    if plan.prepared is not None:
-        committer = registry.committer(topic)
-        out.waiting = asyncio.ensure_future(append_here(registry, topic, plan.prepared.append, committer))
-    if log_append:
-        out.log_append_time = int(time.time() * 1000)
-    return out
+    for records, item in work:
+        out = item.out
+        try:
+            item.plan, log_append = _plan(conn, item.topic, records, out.index)
+            if item.plan.prepared is not None:
+                item.committer = registry.committer(item.topic)
+            if item.plan.dead is not None:
+                item.dead_committer = registry.committer(item.plan.dead.topic)
+        except RecordBatchError as exc:
+            out.error, out.message = getattr(ErrorCode, exc.code.lower()), str(exc)
+            continue
+        except TopiclakeError as exc:
+            out.error, out.message = code_of(exc), message_of(exc)
+            shown = exc.details.get("records")
+            if shown:
+                out.record_errors = [
+                    {"batch_index": r["index"], "batch_index_error_message": r["reason"]} for r in shown
+                ]
+            continue
+        if log_append:
+            out.log_append_time = int(time.time() * 1000)
+
+
+def _submit(conn: Connection, item: _Planned) -> None:
+    """Hand a planned partition to the writers (in arrival order: called on the loop, request by
+    request); the dead letters first, so a failure after them leaves none of the valid records."""
+    plan, out = item.plan, item.out
+    if plan is None:
+        return
+    registry = conn.services.registry
+    if plan.dead is not None and item.dead_committer is not None:
+        out.dead = submit(registry, plan.dead.topic, plan.dead.append.append, item.dead_committer)
+    if plan.prepared is not None and item.committer is not None:
+        out.waiting = submit(registry, item.topic, plan.prepared.append, item.committer)
 
 
 async def _finish(out: _Partition) -> dict[str, Any]:
@@ -175,6 +194,7 @@ async def produce(conn: Connection, request: Any, version: int) -> Awaitable[dic
     assert conn.principal is not None
     acks = request.acks
     started: list[tuple[str, list[_Partition]]] = []
+    work: list[tuple[bytes, _Planned]] = []
     for t in request.topic_data:
         parts: list[_Partition] = []
         if request.transactional_id is not None:
@@ -192,15 +212,28 @@ async def produce(conn: Connection, request: Any, version: int) -> Awaitable[dic
             except TopiclakeError as exc:
                 code, why = code_of(exc), message_of(exc)
         for p in t.partition_data:
+            out = _Partition(index=p.index, error=code, message=why)
+            parts.append(out)
             if code:
-                parts.append(_Partition(index=p.index, error=code, message=why))
-            elif not 0 <= p.index < n:
-                parts.append(
-                    _Partition(index=p.index, error=ErrorCode.unknown_topic_or_partition, message="No such partition.")
-                )
+                continue
+            if not 0 <= p.index < n:
+                out.error, out.message = ErrorCode.unknown_topic_or_partition, "No such partition."
+            elif not conn.brokers.leads(t.name, p.index, n):
+                out.error = ErrorCode.not_leader_or_follower
+                out.message = "Another gateway leads this partition; refresh metadata."
             else:
-                parts.append(await _start(conn, t.name, p, n))
+                work.append((bytes(p.records or b""), _Planned(out=out, topic=t.name)))
         started.append((t.name, parts))
+    # Every partition of the request is decoded and planned first, then all are handed to the
+    # writers together: they land in one flush (one Delta commit per topic), not one each.
+    if sum(len(r) for r, _ in work) <= INLINE_DECODE_BYTES and not any(
+        has_value_schema(conn.services.registry, item.topic) for _, item in work
+    ):
+        _plan_all(conn, work)
+    else:
+        await asyncio.to_thread(_plan_all, conn, work)
+    for _, item in work:
+        _submit(conn, item)
 
     async def answer() -> dict[str, Any] | None:
         responses: list[dict[str, Any]] = [

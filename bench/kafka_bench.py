@@ -48,7 +48,7 @@ from bench.common import percentile, print_table, write_results
 from bench.consume_bench import e2e_latency, fetch_all, load
 from bench.kafka_broker import KAFKA_VERSION, KafkaBroker
 from bench.produce_bench import ARROW, random_values
-from tests.e2e.server import ServerProcess, free_port
+from tests.e2e.server import ServerProcess
 
 PARTITIONS = 4
 BATCH = 1000  # records per request / per batch, for every system that batches by hand
@@ -324,9 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     latency: dict[str, dict[str, float]] = {}
     kafka = KafkaBroker(work / "kafka").start()
-    kafka_port = free_port()
-    srv = ServerProcess(work / "topiclake" / "data", env={"TOPICLAKE_KAFKA__PORT": str(kafka_port)}).start()
-    listener = f"127.0.0.1:{kafka_port}"  # topiclake's Kafka listener
+    srv = ServerProcess(work / "topiclake" / "data").start()
+    listener = srv.kafka  # topiclake's Kafka listener
     try:
         admin = httpx.Client(base_url=srv.url, timeout=60)
         for size in (100, 1024):

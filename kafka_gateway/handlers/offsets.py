@@ -6,11 +6,11 @@ needs)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from broker import admin
+from delta_log.core.acl import authorize
 from delta_log.errors import TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
@@ -50,20 +50,39 @@ def _list_offset(conn: Connection, topic: str, partition: int, timestamp: int) -
     return out | {"offset": found, "timestamp": ms}
 
 
-def _list_offsets(conn: Connection, request: Any) -> dict[str, Any]:
-    assert conn.principal is not None
-    topics = []
-    for t in request.topics:
+def each_partition(
+    topics: Iterable[Any],
+    topic_field: str,
+    answer: Callable[[str, Any], dict[str, Any]],
+    failed: Callable[[Any], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The per-topic, per-partition answer most requests have: `answer(topic, partition request)`,
+    or for a partition whose answer raised, `failed(partition request)` with the error's code
+    (an ACL the caller lacks included: TOPIC_AUTHORIZATION_FAILED)."""
+    out = []
+    for t in topics:
+        name = getattr(t, topic_field)
         parts = []
         for p in t.partitions:
-            if not conn.principal.allows("describe", t.name):
-                parts.append({"partition_index": p.partition_index, "error_code": ErrorCode.topic_authorization_failed})
-                continue
             try:
-                parts.append(_list_offset(conn, t.name, p.partition_index, p.timestamp))
+                parts.append(answer(name, p))
             except TopiclakeError as exc:
-                parts.append({"partition_index": p.partition_index, "error_code": code_of(exc), "offset": -1})
-        topics.append({"name": t.name, "partitions": parts})
+                parts.append(failed(p) | {"error_code": code_of(exc)})
+        out.append({topic_field: name, "partitions": parts})
+    return out
+
+
+def _list_offsets(conn: Connection, request: Any) -> dict[str, Any]:
+    assert conn.principal is not None
+    principal = conn.principal
+
+    def answer(topic: str, p: Any) -> dict[str, Any]:
+        authorize(principal, "describe", topic)
+        return _list_offset(conn, topic, p.partition_index, p.timestamp)
+
+    topics = each_partition(
+        request.topics, "name", answer, lambda p: {"partition_index": p.partition_index, "offset": -1}
+    )
     return {"throttle_time": 0, "topics": topics}
 
 
@@ -74,21 +93,17 @@ async def list_offsets(conn: Connection, request: Any, version: int) -> dict[str
 
 def _end_offsets(conn: Connection, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
-    topics = []
-    for t in request.topics:
-        parts = []
-        for p in t.partitions:
-            base = {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
-            if not conn.principal.allows("describe", t.topic):
-                parts.append(base | {"error_code": ErrorCode.topic_authorization_failed})
-                continue
-            try:
-                hw = conn.services.registry.reader(t.topic).high_watermark(p.partition)
-                parts.append(base | {"error_code": 0, "end_offset": hw})
-            except TopiclakeError as exc:
-                parts.append(base | {"error_code": code_of(exc)})
-        topics.append({"topic": t.topic, "partitions": parts})
-    return {"throttle_time": 0, "topics": topics}
+    principal = conn.principal
+
+    def answer(topic: str, p: Any) -> dict[str, Any]:
+        authorize(principal, "describe", topic)
+        hw = conn.services.registry.reader(topic).high_watermark(p.partition)
+        return {"partition": p.partition, "leader_epoch": -1, "end_offset": hw, "error_code": 0}
+
+    def failed(p: Any) -> dict[str, Any]:
+        return {"partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+
+    return {"throttle_time": 0, "topics": each_partition(request.topics, "topic", answer, failed)}
 
 
 @api(23, "OffsetForLeaderEpoch", 2, 4)
@@ -98,17 +113,16 @@ async def offset_for_leader_epoch(conn: Connection, request: Any, version: int) 
 
 def _delete_records(conn: Connection, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
-    topics = []
-    for t in request.topics:
-        parts = []
-        for p in t.partitions:
-            try:
-                low = admin.delete_records(conn.services.registry, conn.principal, t.name, p.partition_index, p.offset)
-                parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": 0})
-            except TopiclakeError as exc:
-                parts.append({"partition_index": p.partition_index, "low_watermark": -1, "error_code": code_of(exc)})
-        topics.append({"name": t.name, "partitions": parts})
-    return {"throttle_time": 0, "topics": topics}
+    principal = conn.principal
+
+    def answer(topic: str, p: Any) -> dict[str, Any]:
+        low = admin.delete_records(conn.services.registry, principal, topic, p.partition_index, p.offset)
+        return {"partition_index": p.partition_index, "low_watermark": low, "error_code": 0}
+
+    def failed(p: Any) -> dict[str, Any]:
+        return {"partition_index": p.partition_index, "low_watermark": -1}
+
+    return {"throttle_time": 0, "topics": each_partition(request.topics, "name", answer, failed)}
 
 
 @api(21, "DeleteRecords", 0, 2)

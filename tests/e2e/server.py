@@ -43,6 +43,10 @@ class ServerProcess:
         self.url = f"{'https' if ca_file else 'http'}://127.0.0.1:{self.port}"
         # The job scheduler is off unless a test asks for it: its runs would add noise to the others.
         self.env = {**os.environ, "TOPICLAKE_JOBS__SCHEDULE": "false", **(env or {})}
+        # Kafka's protocol on a port of its own, known to the test (`kafka`: the bootstrap address)
+        if self.env.get("TOPICLAKE_KAFKA__PORT", "0") == "0":
+            self.env["TOPICLAKE_KAFKA__PORT"] = str(free_port())
+        self.kafka = f"127.0.0.1:{self.env['TOPICLAKE_KAFKA__PORT']}"
         self.proc: subprocess.Popen[bytes] | None = None
         # a local root's logs sit beside it; an object-store root's in the temp folder
         logs = root.parent if isinstance(root, Path) else Path(tempfile.gettempdir())

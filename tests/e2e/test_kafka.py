@@ -13,16 +13,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tests.e2e.server import ServerProcess, free_port
+from tests.e2e.server import ServerProcess
 
 _ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    port = free_port()
-    srv = ServerProcess(tmp_path_factory.mktemp("kafka") / "data", env={"TOPICLAKE_KAFKA__PORT": str(port)}).start()
-    srv.kafka = f"127.0.0.1:{port}"
+    srv = ServerProcess(tmp_path_factory.mktemp("kafka") / "data").start()
     yield srv
     srv.stop()
 

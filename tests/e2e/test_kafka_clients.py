@@ -12,18 +12,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic as PyNewTopic
 
-from tests.e2e.server import ServerProcess, free_port
+from tests.e2e.server import ServerProcess
 
 
 def start(tmp_path_factory, name: str, config: str = "") -> ServerProcess:
     root = tmp_path_factory.mktemp(name)
-    env = {"TOPICLAKE_KAFKA__PORT": str(free_port())}
+    env = {}
     if config:
         (root / "conf.toml").write_text(config)
         env["TOPICLAKE_CONFIG"] = str(root / "conf.toml")
-    srv = ServerProcess(root / "data", env=env).start()
-    srv.kafka = f"127.0.0.1:{env['TOPICLAKE_KAFKA__PORT']}"
-    return srv
+    return ServerProcess(root / "data", env=env).start()
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,14 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.e2e.server import ServerProcess, free_port
+from tests.e2e.server import ServerProcess
 from tests.e2e.test_cluster import FAST_MEMBERSHIP, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def gateway(root, kafka_port: int) -> ServerProcess:
-    srv = ServerProcess(root, env={**FAST_MEMBERSHIP, "TOPICLAKE_KAFKA__PORT": str(kafka_port)})
-    srv.kafka = f"127.0.0.1:{kafka_port}"
-    return srv.start()
+def gateway(root) -> ServerProcess:
+    return ServerProcess(root, env=FAST_MEMBERSHIP).start()
 
 
 def brokers_seen(bootstrap: str) -> int:
@@ -32,7 +30,7 @@ def brokers_seen(bootstrap: str) -> int:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("kcluster") / "data"
-    servers = [gateway(root, free_port()) for _ in range(2)]
+    servers = [gateway(root) for _ in range(2)]
     wait_for(lambda: all(brokers_seen(s.kafka) == 2 for s in servers), what="2 brokers in Metadata")
     yield servers
     for s in servers:
@@ -100,7 +98,7 @@ def test_partitions_are_led_by_both_gateways_and_a_client_of_one_writes_to_the_o
 
 def test_kill_9_of_a_gateway_under_produce_load_loses_and_duplicates_nothing_acked(tmp_path_factory):
     root = tmp_path_factory.mktemp("kkill") / "data"
-    survivor, victim = gateway(root, free_port()), gateway(root, free_port())
+    survivor, victim = gateway(root), gateway(root)
     try:
         wait_for(lambda: brokers_seen(survivor.kafka) == 2, what="2 brokers")
         admin = AdminClient({"bootstrap.servers": survivor.kafka})

@@ -11,16 +11,14 @@ import httpx
 import pytest
 
 from bench.kafka_broker import CACHE, ensure_jars, java
-from tests.e2e.server import ServerProcess, free_port
+from tests.e2e.server import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    port = free_port()
-    srv = ServerProcess(tmp_path_factory.mktemp("ktools") / "data", env={"TOPICLAKE_KAFKA__PORT": str(port)}).start()
-    srv.kafka = f"127.0.0.1:{port}"
+    srv = ServerProcess(tmp_path_factory.mktemp("ktools") / "data").start()
     yield srv
     srv.stop()
 

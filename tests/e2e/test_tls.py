@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trustme
 
-from tests.e2e.server import REPO, ServerProcess, free_port
+from tests.e2e.server import REPO, ServerProcess
 from topiclake import AdminClient, Consumer, Producer
 
 
@@ -32,14 +32,11 @@ def ca(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tls_server(ca, tmp_path_factory):
     pem = str(ca / "server.pem")
-    kafka_port = free_port()
     srv = ServerProcess(
         tmp_path_factory.mktemp("tls") / "data",
         args=["--ssl-certfile", pem, "--ssl-keyfile", pem],
         ca_file=str(ca / "ca.pem"),
-        env={"TOPICLAKE_KAFKA__PORT": str(kafka_port)},
     ).start()
-    srv.kafka = f"127.0.0.1:{kafka_port}"
     yield srv
     srv.stop()
 

@@ -8,17 +8,14 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.e2e.server import ServerProcess, free_port
+from tests.e2e.server import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    port = free_port()
-    root = tmp_path_factory.mktemp("spark-kafka") / "data"
-    srv = ServerProcess(root, env={"TOPICLAKE_KAFKA__PORT": str(port)}).start()
-    srv.kafka = f"127.0.0.1:{port}"
+    srv = ServerProcess(tmp_path_factory.mktemp("spark-kafka") / "data").start()
     yield srv
     srv.stop()
 

@@ -15,9 +15,9 @@ from kafka.admin import NewTopic as PyNewTopic
 from tests.e2e.server import ServerProcess
 
 
-def start(tmp_path_factory, name: str, config: str = "") -> ServerProcess:
+def start(tmp_path_factory, name: str, config: str = "", env: dict[str, str] | None = None) -> ServerProcess:
     root = tmp_path_factory.mktemp(name)
-    env = {}
+    env = dict(env or {})
     if config:
         (root / "conf.toml").write_text(config)
         env["TOPICLAKE_CONFIG"] = str(root / "conf.toml")
@@ -187,3 +187,35 @@ def test_sasl_plain_with_api_keys_and_topic_acls(secured):
         ][0]["high_watermark"]
         == 1
     )
+
+
+def test_connection_limits_idle_timeout_and_request_size_are_enforced(tmp_path_factory):
+    import socket
+    import struct
+
+    srv = start(
+        tmp_path_factory,
+        "klimits",
+        env={
+            "TOPICLAKE_KAFKA__MAX_CONNECTIONS_PER_CLIENT": "2",
+            "TOPICLAKE_KAFKA__IDLE_TIMEOUT_S": "1",
+            "TOPICLAKE_KAFKA__MAX_REQUEST_BYTES": "65536",
+        },
+    )
+    try:
+        host, port = srv.kafka.split(":")
+        api_versions = struct.pack(">ihhih", 10, 18, 0, 1, -1)
+        first, second = (socket.create_connection((host, int(port)), timeout=10) for _ in range(2))
+        third = socket.create_connection((host, int(port)), timeout=10)
+        assert third.recv(1) == b""  # over the per-client limit: closed at once
+        first.sendall(api_versions)
+        assert len(first.recv(4, socket.MSG_WAITALL)) == 4  # the others are served
+        time.sleep(2.5)  # idle longer than idle_timeout_s: closed
+        assert second.recv(1) == b""
+        for s in (first, second, third):
+            s.close()
+        with socket.create_connection((host, int(port)), timeout=10) as big:
+            big.sendall(struct.pack(">i", 65537))  # one byte over max_request_bytes: closed unread
+            assert big.recv(1) == b""
+    finally:
+        srv.stop()

@@ -192,12 +192,19 @@ class KafkaListener:
                         self.settings.max_request_bytes,
                     )
                     break
-                await budget.take(min(size, self.settings.max_in_flight_bytes))
+                held = min(size, self.settings.max_in_flight_bytes)
+                if not budget.try_take(held) and not await _unless_done(budget.take(held), answers):
+                    break
                 frame = await asyncio.wait_for(reader.readexactly(size), self.settings.idle_timeout_s)
                 pending = await apis.dispatch(conn, frame)
-                await owed.put((pending.request, pending.answer, min(size, self.settings.max_in_flight_bytes)))
+                item = (pending.request, pending.answer, held)
+                if not owed.full():
+                    owed.put_nowait(item)
+                elif not await _unless_done(owed.put(item), answers):
+                    break
         finally:
-            await owed.put((None, _STOP, 0))  # the writer stops after what is owed
+            # the writer stops after what is owed (unless it stopped already: the client is gone)
+            await _unless_done(owed.put((None, _STOP, 0)), answers)
             with contextlib.suppress(Exception):
                 await answers
 
@@ -248,24 +255,44 @@ class KafkaListener:
 _STOP: Any = object()
 
 
+async def _unless_done(step: Awaitable[Any], writer: asyncio.Task[None]) -> bool:
+    """Run `step` (a wait for room: the byte budget, the queue of answers owed) unless the
+    connection's writer stops first (the client went away, or a close was answered); then the
+    step is cancelled and False returned, so the reader never waits on a writer that is gone."""
+    task = asyncio.ensure_future(step)
+    if writer.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+    await asyncio.wait({task, writer}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        return not task.cancelled()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
 class _ByteBudget:
-    """Request bytes a connection may hold while their answers are owed (woken, never polled)."""
+    """Request bytes a connection may hold while their answers are owed. One reader takes, the
+    writer gives back; a reader short of room sleeps until bytes come back (never polls)."""
 
     def __init__(self, limit: int) -> None:
         self.free = limit
-        self._changed = asyncio.Condition()
+        self._returned = asyncio.Event()
+
+    def try_take(self, n: int) -> bool:
+        if self.free < n:
+            return False
+        self.free -= n
+        return True
 
     async def take(self, n: int) -> None:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.free >= n)
-            self.free -= n
+        while not self.try_take(n):
+            self._returned.clear()
+            await self._returned.wait()
 
     def give(self, n: int) -> None:
         self.free += n
-
-        async def notify() -> None:
-            async with self._changed:
-                self._changed.notify_all()
-
-        if n:
-            asyncio.get_running_loop().create_task(notify())
+        self._returned.set()

@@ -190,6 +190,7 @@ def test_sasl_plain_with_api_keys_and_topic_acls(secured):
 
 
 def test_connection_limits_idle_timeout_and_request_size_are_enforced(tmp_path_factory):
+    import contextlib
     import socket
     import struct
 
@@ -217,5 +218,57 @@ def test_connection_limits_idle_timeout_and_request_size_are_enforced(tmp_path_f
         with socket.create_connection((host, int(port)), timeout=10) as big:
             big.sendall(struct.pack(">i", 65537))  # one byte over max_request_bytes: closed unread
             assert big.recv(1) == b""
+        httpx.post(f"{srv.url}/topics", json={"name": "waits", "partitions": 1}).raise_for_status()
+        fetch = _long_poll_fetch("waits")
+        for _ in range(3):  # clients that pipeline many long-polls and leave without reading a byte
+            with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=10) as rude:
+                rude.sendall(fetch * 100)  # more than the answers a connection may owe
+        deadline = time.monotonic() + 10
+        served = 0
+        while served < 2 and time.monotonic() < deadline:  # their connection slots come back
+            served = 0
+            with (
+                contextlib.suppress(OSError),  # refused while a slot is still held: try again
+                socket.create_connection((host, int(port)), timeout=10) as a,
+                socket.create_connection((host, int(port)), timeout=10) as b,
+            ):
+                for s in (a, b):
+                    s.sendall(api_versions)
+                    served += len(s.recv(4, socket.MSG_WAITALL)) == 4
+            time.sleep(0.2)
+        assert served == 2
     finally:
         srv.stop()
+
+
+def _long_poll_fetch(topic: str) -> bytes:
+    """A Fetch v4 frame (kio, Kafka's own message spec) that waits 500 ms for records at offset 0."""
+    import datetime
+    import io
+    import struct
+
+    from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.request_header.v1.header import RequestHeader
+    from kio.serial import entity_writer
+    from kio.static.primitive import i8, i16, i32, i64
+
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(
+        out, RequestHeader(request_api_key=i16(1), request_api_version=i16(4), correlation_id=i32(1), client_id="t")
+    )
+    body = FetchRequest(
+        replica_id=i32(-1),
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(FetchPartition(partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),),
+            ),
+        ),
+    )
+    entity_writer(FetchRequest)(out, body)
+    data = out.getvalue()
+    return struct.pack(">i", len(data)) + data

@@ -112,7 +112,7 @@ async def commit(
         for o in offsets
         if o.topic not in denied
     ]
-    if commits:
+    if commits or not offsets:  # an empty commit still checks the group and the member
         await coordinator.commit(
             group, commits, member_id=member_id, generation=generation, principal=owner_of(principal)
         )

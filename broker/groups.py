@@ -145,6 +145,32 @@ async def describe(
     return await coordinator.describe(group, lambda topic: principal.allows("describe", topic))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberView:
+    """A member as a key may see it: only the topics it may describe."""
+
+    member_id: str
+    instance_id: str | None
+    topics: list[str]
+    assignment: dict[str, list[int]]
+    session_timeout_ms: int
+
+
+def visible_members(principal: Principal, g: GroupState) -> list[MemberView]:
+    """The group's members, their subscriptions and assignments cut to the topics `principal` may
+    describe (what describing a group shows, whichever door)."""
+    return [
+        MemberView(
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            topics=sorted(t for t in m.topics if principal.allows("describe", t)),
+            assignment={t: ps for t, ps in m.assignment.items() if principal.allows("describe", t)},
+            session_timeout_ms=m.session_timeout_ms,
+        )
+        for m in g.members.values()
+    ]
+
+
 async def reset(
     coordinator: GroupCoordinator,
     principal: Principal,

@@ -233,19 +233,15 @@ async def append_here(
     Raises: TopicNotFoundError, BackPressureError, WriterClosedError, StorageUnavailableError."""
     if committer is None:
         committer = await asyncio.to_thread(registry.committer, topic)
-    return await submit(registry, topic, append, committer)
-
-
-def submit(
-    registry: TopicRegistry, topic: str, append: AppendRequest, committer: GroupCommitter
-) -> asyncio.Future[AppendResult]:
-    """Hand `append` to `committer` now, on the event loop (so requests reach the writer in the
-    order they are handed over); the future resolves after the Delta commit that holds it. A
-    committer released as idle since it was looked up is opened again (a brief blocking call).
-
-    Raises: TopicNotFoundError, BackPressureError."""
     try:
-        future = committer.submit(append)
+        return await submit(append, committer)
     except WriterClosedError:  # released as idle between lookup and submit: open it again
-        future = registry.committer(topic).submit(append)
-    return asyncio.wrap_future(future)
+        return await submit(append, await asyncio.to_thread(registry.committer, topic))
+
+
+def submit(append: AppendRequest, committer: GroupCommitter) -> asyncio.Future[AppendResult]:
+    """Hand `append` to `committer` now, on the event loop (so requests reach the writer in the
+    order they are handed over); the future resolves after the Delta commit that holds it.
+
+    Raises: BackPressureError, WriterClosedError (released as idle since it was looked up)."""
+    return asyncio.wrap_future(committer.submit(append))

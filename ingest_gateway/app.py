@@ -256,7 +256,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.services = services
         app.state.kafka = listener
         if listener is not None:
-            listener.attach(services)
+            await listener.serve(services)
         janitor = asyncio.create_task(_release_idle_topics(registry, settings), name="release-idle-topics")
         schema_reader = asyncio.create_task(_refresh_schemas(registry, settings), name="refresh-schemas")
         log.info("topiclake serving root %s", registry.storage.root)

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 __all__ = ["Connection", "KafkaListener", "handlers"]  # importing handlers registers every API
 
 _SIZE = struct.Struct(">i")
+#: the largest frame a connection may send before it authenticated (ApiVersions, SASL)
+UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
 
 
 @dataclass(slots=True)
@@ -101,14 +103,21 @@ class KafkaListener:
         return self.settings.node_id if self.settings.node_id is not None else node_id_for(self.advertised)
 
     async def start(self) -> None:
-        """Bind and serve (the port is known once this returns: `port`, `advertised`)."""
+        """Bind (the port is known once this returns: `port`, `advertised`); `serve` accepts."""
         if self.settings.shared_port:
             self._shared = await asyncio.start_server(
-                self._serve, self.host, self.settings.port, ssl=self.tls, limit=64 * 1024, backlog=2048, reuse_port=True
+                self._serve,
+                self.host,
+                self.settings.port,
+                ssl=self.tls,
+                limit=64 * 1024,
+                backlog=2048,
+                reuse_port=True,
+                start_serving=False,
             )
         own_port = 0 if self.settings.shared_port else self.settings.port
         self._server = await asyncio.start_server(
-            self._serve, self.host, own_port, ssl=self.tls, limit=64 * 1024, backlog=2048
+            self._serve, self.host, own_port, ssl=self.tls, limit=64 * 1024, backlog=2048, start_serving=False
         )
         host, _, port = self.advertised.rpartition(":")
         self.me = Broker(self.node_id, host.strip("[]"), int(port))
@@ -116,13 +125,16 @@ class KafkaListener:
             "Kafka listener on %s:%d (advertised %s, node %d)", self.host, self.port, self.advertised, self.node_id
         )
 
-    def attach(self, services: Services) -> None:
-        """Serve `services` (the cluster is known once the app's services have started)."""
+    async def serve(self, services: Services) -> None:
+        """Accept connections, over `services` (the cluster is known once they have started)."""
         assert self.me is not None
         self.services = services
         gateway_id = services.cluster.me.gateway_id if services.cluster is not None else None
         self.me = Broker(self.me.node_id, self.me.host, self.me.port, gateway_id)
         self.view = BrokerView(self.me, services.cluster)
+        for server in (self._shared, self._server):
+            if server is not None:
+                await server.start_serving()
 
     async def stop(self) -> None:
         for server in (self._shared, self._server):
@@ -165,7 +177,7 @@ class KafkaListener:
                 await writer.wait_closed()
 
     async def _run(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
-        assert self.view is not None and self.services is not None, "attach() the services before serving"
+        assert self.view is not None and self.services is not None, "serve() starts accepting"
         auth = self.services.settings.auth
         conn = Connection(
             services=self.services,
@@ -181,16 +193,13 @@ class KafkaListener:
         answers = asyncio.create_task(self._answer(conn, owed, writer, budget))
         try:
             while not conn.close and not answers.done():
-                size = await self._read_size(reader, owed)
+                size = await self._read_size(reader, budget)
                 if size is None:
                     break
-                if size < 8 or size > self.settings.max_request_bytes:
-                    log.warning(
-                        "Kafka client %s sent a %d-byte frame (limit %d, socket.request.max.bytes); closing",
-                        peer,
-                        size,
-                        self.settings.max_request_bytes,
-                    )
+                # before authentication only small frames (Kafka's sasl.server.max.receive.size)
+                limit = self.settings.max_request_bytes if conn.principal is not None else UNAUTHENTICATED_FRAME_BYTES
+                if size < 8 or size > limit:
+                    log.warning("Kafka client %s sent a %d-byte frame (limit %d); closing", peer, size, limit)
                     break
                 held = min(size, self.settings.max_in_flight_bytes)
                 if not budget.try_take(held) and not await _unless_done(budget.take(held), answers):
@@ -208,8 +217,9 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await answers
 
-    async def _read_size(self, reader: asyncio.StreamReader, owed: asyncio.Queue[Any]) -> int | None:
-        """The next frame's size; None at a clean end. Idle only counts while nothing is owed."""
+    async def _read_size(self, reader: asyncio.StreamReader, budget: _ByteBudget) -> int | None:
+        """The next frame's size; None at a clean end. Idle only counts while no answer is owed
+        (one being written or waited for, a long JoinGroup say, holds request bytes)."""
         while True:
             try:
                 head = await asyncio.wait_for(reader.readexactly(4), self.settings.idle_timeout_s)
@@ -219,7 +229,7 @@ class KafkaListener:
                     raise
                 return None
             except TimeoutError:
-                if owed.empty():
+                if budget.idle:
                     log.info(
                         "closing an idle Kafka connection (connections.max.idle %.0f s)", self.settings.idle_timeout_s
                     )
@@ -279,8 +289,14 @@ class _ByteBudget:
     writer gives back; a reader short of room sleeps until bytes come back (never polls)."""
 
     def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.free = limit
         self._returned = asyncio.Event()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is held: every request read was answered."""
+        return self.free == self.limit
 
     def try_take(self, n: int) -> bool:
         if self.free < n:

@@ -120,9 +120,6 @@ async def describe(group: GroupPath, principal: PrincipalDep, coordinator: Coord
     """State, generation, members and assignment, committed offsets and lag per partition (of the
     topics this key may describe)."""
 
-    def visible(topic: str) -> bool:
-        return principal.allows("describe", topic)
-
     g, lag = await groups.describe(coordinator, principal, group)
     return GroupInfo(
         group=group,
@@ -133,11 +130,11 @@ async def describe(group: GroupPath, principal: PrincipalDep, coordinator: Coord
             MemberInfo(
                 member_id=m.member_id,
                 instance_id=m.instance_id,
-                topics=sorted(t for t in m.topics if visible(t)),
+                topics=m.topics,
                 session_timeout_ms=m.session_timeout_ms,
-                assignment={t: ps for t, ps in m.assignment.items() if visible(t)},
+                assignment=m.assignment,
             )
-            for m in g.members.values()
+            for m in groups.visible_members(principal, g)
         ],
         lag=[
             LagInfo(

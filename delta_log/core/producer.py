@@ -9,8 +9,9 @@ Kafka's producers number records, not requests: a batch carries its first sequen
 batch of the partition must start right after the last record of the one before. Such a request
 gives `first_sequence` (its `sequence` is the batch's LAST record's sequence, so a retry of the
 last batch is recognized by it); one whose first sequence does not follow the producer's last
-sequence on the partition is refused (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER). Without state (a new
-producer) any first sequence is taken, as Kafka does since KIP-360.
+sequence on the partition is refused (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER), and so is a first batch
+that does not start at 0 (every producer id and epoch starts there: a later batch never overtakes
+a lost first one). Kafka's sequences are int32 and wrap to 0; they are compared modulo 2**31.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from delta_log.core.records import PartitionRange
 from delta_log.errors import DuplicateSequenceError, InvalidRecordError, OutOfOrderSequenceError
@@ -25,6 +27,12 @@ from delta_log.errors import DuplicateSequenceError, InvalidRecordError, OutOfOr
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 #: Sequences are Delta txn versions (int64); Kafka's own are int32, so this is never the limit.
 MAX_SEQUENCE = 2**63 - 1
+
+
+#: Kafka's sequences are int32 and wrap from 2**31 - 1 to 0.
+KAFKA_SEQUENCES = 2**31
+
+Relation = Literal["same", "next", "behind", "gap"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,26 +44,36 @@ class ProducerSequence:
 
     producer_id: str
     sequence: int
-    #: Kafka's batches: the sequence of the batch's first record (`sequence` is its last record's);
-    #: it must follow the producer's last sequence on the partition
+    #: Kafka's batches: the sequence of the batch's first record (`sequence` is its last record's,
+    #: both modulo KAFKA_SEQUENCES); it must follow the producer's last sequence on the partition
     first_sequence: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.producer_id, str) or not _PRODUCER_ID.fullmatch(self.producer_id):
             raise InvalidRecordError("Producer id must be 1-128 characters from [A-Za-z0-9._:-].")
-        if not 0 <= self.sequence <= MAX_SEQUENCE:
-            raise InvalidRecordError(
-                f"Producer sequence must be between 0 and {MAX_SEQUENCE}.", sequence=str(self.sequence)
-            )
-        if self.first_sequence is not None and not 0 <= self.first_sequence <= self.sequence:
-            raise InvalidRecordError(
-                f"A batch's first sequence must be between 0 and its last ({self.sequence}).",
-                sequence=str(self.first_sequence),
-            )
+        top = MAX_SEQUENCE if self.first_sequence is None else KAFKA_SEQUENCES - 1
+        for value in (self.sequence, self.first_sequence):
+            if value is not None and not 0 <= value <= top:
+                raise InvalidRecordError(f"Producer sequence must be between 0 and {top}.", sequence=str(value))
 
-    def follows(self, last: int) -> bool:
-        """Whether this batch may come after `last`, the producer's last sequence on a partition."""
-        return self.first_sequence is None or self.first_sequence == last + 1
+    def relation(self, last: int) -> Relation:
+        """Where this request stands to `last`, the producer's last sequence on a partition: the
+        same request again, the next one, an older one, or (Kafka's batches) one after a gap.
+        Requests without a first sequence may skip ahead; Kafka's batches compare modulo 2**31."""
+        if self.first_sequence is None:
+            return "same" if self.sequence == last else ("behind" if self.sequence < last else "next")
+        if self.sequence == last:
+            return "same"
+        if (self.first_sequence - last) % KAFKA_SEQUENCES == 1:
+            return "next"
+        behind = (last - self.sequence) % KAFKA_SEQUENCES
+        return "behind" if behind < KAFKA_SEQUENCES // 2 else "gap"
+
+    @property
+    def may_start(self) -> bool:
+        """Whether this request may be a producer's first on a partition (Kafka's: sequence 0;
+        every producer id and epoch starts there, so a later batch cannot overtake a lost first)."""
+        return self.first_sequence is None or self.first_sequence == 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +113,7 @@ def _older(producer: ProducerSequence, last: int, where: str) -> DuplicateSequen
 def _gap(producer: ProducerSequence, last: int, partition: int) -> OutOfOrderSequenceError:
     return OutOfOrderSequenceError(
         f"Producer {producer.producer_id!r} sent sequence {producer.first_sequence} on partition {partition}; "
-        f"its last was {last}, so {last + 1} was expected.",
+        f"its last was {last}, so {(last + 1) % KAFKA_SEQUENCES} was expected.",
         producer_id=producer.producer_id,
         sequence=producer.first_sequence,
         last_sequence=last,
@@ -118,7 +136,7 @@ def plan_flush(
     refused: dict[int, DuplicateSequenceError | OutOfOrderSequenceError] = {}
     same_as: dict[int, int] = {}
     first_of: dict[tuple[str, int, frozenset[int]], int] = {}
-    flush_seq: dict[tuple[str, int], int] = {}  # (producer, partition) -> highest sequence appended here
+    flush_seq: dict[tuple[str, int], int] = {}  # (producer, partition) -> last sequence appended in this flush
     for i, (producer, part_counts) in enumerate(zip(producers, counts, strict=True)):
         if producer is None:
             append.append(i)
@@ -128,30 +146,39 @@ def plan_flush(
             same_as[i] = first_of[key]
             continue
         ranges: list[PartitionRange] = []
-        older: DuplicateSequenceError | OutOfOrderSequenceError | None = None
+        problem: DuplicateSequenceError | OutOfOrderSequenceError | None = None
         for partition in part_counts:
+            pending = flush_seq.get((producer.producer_id, partition))
             st = state.get((producer.producer_id, partition))
-            if st is None or st.last_sequence < producer.sequence:
-                last = flush_seq.get((producer.producer_id, partition), st.last_sequence if st else None)
-                if last is not None and last < producer.sequence and not producer.follows(last):
-                    older = _gap(producer, last, partition)
-                    break
-                continue
-            if st.last_sequence > producer.sequence:
-                older = _older(producer, st.last_sequence, f"its last committed sequence on partition {partition},")
+            if pending is not None:  # an earlier request of this flush: this one must come after it
+                rel = producer.relation(pending)
+                if rel in ("same", "behind"):
+                    problem = _older(producer, pending, "a sequence earlier in this flush,")
+                elif rel == "gap":
+                    problem = _gap(producer, pending, partition)
+            elif st is not None:
+                rel = producer.relation(st.last_sequence)
+                if rel == "same":  # a retry of the last request: answered with its offsets
+                    ranges.append(
+                        PartitionRange(
+                            partition=partition, base_offset=st.base_offset, count=part_counts.get(partition, 0)
+                        )
+                    )
+                elif rel == "behind":
+                    problem = _older(
+                        producer, st.last_sequence, f"its last committed sequence on partition {partition},"
+                    )
+                elif rel == "gap":
+                    problem = _gap(producer, st.last_sequence, partition)
+            elif not producer.may_start:
+                problem = _gap(producer, -1, partition)
+            if problem is not None:
                 break
-            ranges.append(
-                PartitionRange(partition=partition, base_offset=st.base_offset, count=part_counts.get(partition, 0))
-            )
-        if older is not None:
-            refused[i] = older
+        if problem is not None:
+            refused[i] = problem
             continue
         if ranges:
             committed[i] = tuple(ranges)
-            continue
-        newer = max((flush_seq.get((producer.producer_id, p), -1) for p in part_counts), default=-1)
-        if newer > producer.sequence:  # an older sequence behind a newer one in this flush
-            refused[i] = _older(producer, newer, "a sequence earlier in this flush,")
             continue
         for p in part_counts:
             flush_seq[(producer.producer_id, p)] = producer.sequence

@@ -59,7 +59,9 @@ def delete_records(
                 kept = pq.ParquetFile(f).read()
             kept = kept.filter(pc.greater_equal(kept.column("offset"), plan.log_start_offset))
             kept = kept.append_column("partition", pa.array([partition] * kept.num_rows, pa.int32()))
-            for w in write_segments(storage, uri, kept.select(TOPIC_SCHEMA.names).cast(TOPIC_SCHEMA), parquet):
+            rewritten = kept.select(TOPIC_SCHEMA.names).cast(TOPIC_SCHEMA)
+            # the segment starts at the new log start offset, even where compaction left a gap after it
+            for w in write_segments(storage, uri, rewritten, parquet, first_offset=plan.log_start_offset):
                 written.append(w.relative_path)
                 actions.append(w.action)
         try:

@@ -39,7 +39,7 @@ from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.core.replication_plan import PartitionCopy, plan_replication
 from delta_log.errors import ReplicaStateError, SourcesGoneError, TopicNotFoundError
 from delta_log.log.catalog import Catalog
-from delta_log.system.offsets import OffsetStore
+from delta_log.system.offsets import DELETED, OffsetStore
 from delta_log.table.app_transactions import high_watermark_transactions, read_high_watermarks
 from delta_log.table.file_commit import commit_file_changes
 from delta_log.table.segment_files import ParquetOptions, segment_stats, segments_of, write_segments
@@ -158,12 +158,16 @@ def replicate_topic(
 
 
 def replicate_offsets(source: StorageRoot, replica: StorageRoot) -> int:
-    """Copy committed group offsets that differ from the replica's. Returns how many were copied."""
+    """Copy committed group offsets (and deletes of them) that differ from the replica's. Returns
+    how many were copied."""
     src, rep = OffsetStore(source), OffsetStore(replica)
-    have = {c.key: c.offset for c in rep.all_committed()}
-    changed = [c for c in src.all_committed() if have.get(c.key) != c.offset]
-    if changed:
-        rep.commit(changed)
+    have = {c.key: c.offset for c in rep.all_committed(deleted=True)}
+    changed = [c for c in src.all_committed(deleted=True) if have.get(c.key) != c.offset]
+    live = [c for c in changed if c.offset != DELETED]
+    if live:
+        rep.commit(live)
+    for group in sorted({c.group for c in changed if c.offset == DELETED}):
+        rep.delete(group, [(c.topic, c.partition) for c in changed if c.group == group and c.offset == DELETED])
     return len(changed)
 
 

@@ -39,8 +39,9 @@ from delta_log.table.storage import StorageRoot, translate_storage_errors
 OFFSETS_TABLE = "consumer_offsets"
 #: Kafka's offset.metadata.max.bytes.
 MAX_METADATA_BYTES = 4096
-#: A deleted committed offset (DeleteGroups, OffsetDelete): the latest row of its key, read as none;
-#: compaction drops it with the rows it hides.
+#: A deleted committed offset (DeleteGroups, OffsetDelete): the latest row of its key, read as none.
+#: Compaction keeps it (as the latest row of its key), so a gateway that read the offset before
+#: still learns of the delete, and replication copies it.
 DELETED = -1
 
 OFFSETS_SCHEMA = pa.schema(
@@ -275,8 +276,7 @@ class OffsetStore:
                     return False
                 rows = self.storage.read_system_table(self._dt, OFFSETS_SCHEMA).to_pylist()
                 latest = latest_per_key(_row_commit(r) for r in rows)
-                kept = [c for c in latest.values() if c.offset != DELETED]  # with the rows they hid
-                self.storage.rewrite_system_table(self._dt, _to_table(kept))
+                self.storage.rewrite_system_table(self._dt, _to_table(list(latest.values())))
                 self._version = self._dt.version()
             except (DeltaError, OSError):
                 return False  # CommitFailedError (a concurrent commit won) is a DeltaError
@@ -296,6 +296,7 @@ class OffsetStore:
         with self._lock:
             return sorted({g for (g, _, _), c in self._latest.items() if c.offset != DELETED})
 
-    def all_committed(self) -> list[OffsetCommit]:
+    def all_committed(self, *, deleted: bool = False) -> list[OffsetCommit]:
+        """The latest commit of every key; with `deleted`, the deletes (`DELETED` rows) too."""
         with self._lock:
-            return [c for c in self._latest.values() if c.offset != DELETED]
+            return [c for c in self._latest.values() if deleted or c.offset != DELETED]

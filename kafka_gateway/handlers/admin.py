@@ -187,8 +187,8 @@ def _alter(conn: Connection, request: Any, incremental: bool) -> dict[str, Any]:
                             key=c.name,
                         )
             else:  # AlterConfigs replaces the whole set: what it leaves out returns to its default
-                given = {c.name: c.value for c in r.configs}
-                updates = {k: given.get(k) for k in d.config.values if k in given or k in DEFAULT_CONFIG}
+                given = {c.name: c.value for c in r.configs}  # an unknown key is refused (INVALID_CONFIG)
+                updates = {k: None for k in d.config.values if k in DEFAULT_CONFIG} | given
             if not request.validate_only:
                 admin.alter_config(conn.services.registry, conn.principal, r.resource_name, updates)
             out.append(base | {"error_code": 0, "error_message": None})

@@ -69,6 +69,7 @@ def encode_records(records: pa.Table) -> bytes:
 def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
     """One pass over the requested partitions (blocking): each one's answer, and the bytes found."""
     assert conn.principal is not None
+    max_records = min(MAX_RECORDS, conn.services.settings.reader.max_fetch_records)
     answers: dict[tuple[str, int], Any] = {}
     total = 0
     for topic, p in wanted:
@@ -78,9 +79,9 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
             continue
         try:
             reader = conn.services.registry.reader(topic)
-            limit = max(1, min(p.partition_max_bytes, budget - total, reader.config.max_message_bytes * 64))
+            limit = max(1, min(p.partition_max_bytes, budget - total))
             full = total and budget - total <= 0
-            result = None if full else read_blocking(reader, p.partition, p.fetch_offset, MAX_RECORDS, limit)
+            result = None if full else read_blocking(reader, p.partition, p.fetch_offset, max_records, limit)
         except OffsetOutOfRangeError as exc:
             answers[key] = {
                 "partition_index": p.partition,

@@ -41,7 +41,10 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
     coordinator = conn.services.coordinator
     existing = coordinator.groups.get(group)
     chosen = None
-    for p in request.protocols:
+    # eager protocols first (the coordinator assigns eagerly); cooperative-sticky only when it is
+    # all a member offers (it is then served as sticky: a partition may move in one rebalance)
+    offered = sorted(request.protocols, key=lambda p: p.name == "cooperative-sticky")
+    for p in offered:
         assignor = PROTOCOLS.get(p.name)
         if assignor is not None and (existing is None or not existing.members or existing.assignor == assignor):
             chosen = (p.name, assignor, bytes(p.metadata))
@@ -72,7 +75,7 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
             )
         except TopiclakeError as exc:
             return fail | {"error_code": code_of(exc)}
-        conn.brokers.clients[result.member_id] = (conn.client_id or "", f"/{conn.peer}", name)
+        conn.brokers.remember_client(result.member_id, (conn.client_id or "", f"/{conn.peer}", name))
         return {
             "throttle_time": 0,
             "error_code": 0,
@@ -146,6 +149,7 @@ async def leave_group(conn: Connection, request: Any, version: int) -> Any:
     for member_id in ids:
         try:
             await groups.leave(conn.services.coordinator, conn.principal, group, member_id)
+            conn.brokers.clients.pop(member_id, None)
             code = 0
         except UnknownGroupError:
             code = ErrorCode.unknown_member_id
@@ -272,7 +276,7 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
     except TopiclakeError as exc:
         return base | {"error_code": code_of(exc), "error_message": message_of(exc)}
     members = []
-    for m in g.members.values():
+    for m in groups.visible_members(conn.principal, g):
         client_id, host, _protocol = conn.brokers.clients.get(m.member_id, ("", "/http", ""))
         members.append(
             {
@@ -280,7 +284,7 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
                 "group_instance_id": m.instance_id,
                 "client_id": client_id,
                 "client_host": host,
-                "member_metadata": messages.encode_subscription(sorted(m.topics)),
+                "member_metadata": messages.encode_subscription(m.topics),
                 "member_assignment": messages.encode_assignment(m.assignment),
             }
         )

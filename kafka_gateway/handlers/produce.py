@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
 from broker.produce import ProducePlan, has_value_schema, plan_produce, submit
-from delta_log.core.producer import ProducerSequence
+from delta_log.core.producer import KAFKA_SEQUENCES, ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
 from delta_log.errors import TopiclakeError
 from delta_log.log.group_commit import GroupCommitter
@@ -77,10 +77,10 @@ def _producer(decoded: DecodedBatches) -> ProducerSequence | None:
             raise RecordBatchError(
                 "INVALID_RECORD", "The batches of one partition must be of one producer, in sequence."
             )
-        expected = b.base_sequence + b.record_count
+        expected = (b.base_sequence + b.record_count) % KAFKA_SEQUENCES  # int32 sequences wrap to 0
     return ProducerSequence(
         producer_id=kafka_producer_id(first.producer_id, first.producer_epoch),
-        sequence=expected - 1,
+        sequence=(expected - 1) % KAFKA_SEQUENCES,
         first_sequence=first.base_sequence,
     )
 
@@ -108,12 +108,16 @@ class _Planned:
     dead_committer: GroupCommitter | None = None
 
 
-def _plan(conn: Connection, topic: str, records: bytes, partition: int) -> tuple[ProducePlan, bool]:
-    """Decode and apply produce's rules (blocking). Raises: RecordBatchError, TopiclakeError."""
+def _plan(conn: Connection, topic: str, records: bytes, partition: int, budget: list[int]) -> tuple[ProducePlan, bool]:
+    """Decode and apply produce's rules (blocking); `budget` holds the decompressed bytes the
+    request may still take (one budget for all its partitions). Raises: RecordBatchError,
+    TopiclakeError."""
     assert conn.principal is not None
     reader = conn.services.registry.reader(topic)
-    limit = max(reader.config.max_message_bytes, conn.settings.max_request_bytes)
-    decoded = decode_batches(records, max_records=conn.services.settings.reader.max_fetch_records, max_bytes=limit)
+    decoded = decode_batches(
+        records, max_records=conn.services.settings.reader.max_fetch_records, max_bytes=max(budget[0], 1)
+    )
+    budget[0] -= decoded.value.nbytes + decoded.key.nbytes
     if any(b.is_transactional or b.is_control for b in decoded.batches):
         raise RecordBatchError("INVALID_TXN_STATE", "Transactions are not supported yet (docs/KAFKA.md).")
     producer = _producer(decoded)
@@ -125,10 +129,11 @@ def _plan_all(conn: Connection, work: list[tuple[bytes, _Planned]]) -> None:
     """Decode and plan every partition of a request (blocking), and open the committers they
     need, so all of them are handed to the writers at once: one request, one flush."""
     registry = conn.services.registry
+    budget = [conn.settings.max_request_bytes]  # decompressed, for the whole request
     for records, item in work:
         out = item.out
         try:
-            item.plan, log_append = _plan(conn, item.topic, records, out.index)
+            item.plan, log_append = _plan(conn, item.topic, records, out.index, budget)
             if item.plan.prepared is not None:
                 item.committer = registry.committer(item.topic)
             if item.plan.dead is not None:
@@ -154,11 +159,13 @@ def _submit(conn: Connection, item: _Planned) -> None:
     plan, out = item.plan, item.out
     if plan is None:
         return
-    registry = conn.services.registry
-    if plan.dead is not None and item.dead_committer is not None:
-        out.dead = submit(registry, plan.dead.topic, plan.dead.append.append, item.dead_committer)
-    if plan.prepared is not None and item.committer is not None:
-        out.waiting = submit(registry, item.topic, plan.prepared.append, item.committer)
+    try:
+        if plan.dead is not None and item.dead_committer is not None:
+            out.dead = submit(plan.dead.append.append, item.dead_committer)
+        if plan.prepared is not None and item.committer is not None:
+            out.waiting = submit(plan.prepared.append, item.committer)
+    except TopiclakeError as exc:  # back-pressure, or a writer released meanwhile: the client retries
+        out.error, out.message = code_of(exc), message_of(exc)
 
 
 async def _finish(out: _Partition) -> dict[str, Any]:
@@ -226,8 +233,10 @@ async def produce(conn: Connection, request: Any, version: int) -> Awaitable[dic
         started.append((t.name, parts))
     # Every partition of the request is decoded and planned first, then all are handed to the
     # writers together: they land in one flush (one Delta commit per topic), not one each.
+    registry = conn.services.registry
+    open_now = registry.committers()  # a topic whose writer must be opened first goes to a thread
     if sum(len(r) for r, _ in work) <= INLINE_DECODE_BYTES and not any(
-        has_value_schema(conn.services.registry, item.topic) for _, item in work
+        has_value_schema(registry, item.topic) or item.topic not in open_now for _, item in work
     ):
         _plan_all(conn, work)
     else:

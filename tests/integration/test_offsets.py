@@ -88,3 +88,26 @@ def test_compaction_keeps_the_latest_per_key_and_never_drops_a_concurrent_commit
     expected = {0: 9, **{i: i for i in range(1, 81)}, **{i: i for i in range(200, 240)}}
     assert {p: c.offset for (_, p), c in final.items()} == expected
     assert any(compactions)  # rewrites happened while commits raced them
+
+
+def test_a_delete_reaches_another_server_that_read_the_offset_even_after_compaction(storage, tmp_path):
+    from delta_log.maintenance.replication import replicate_offsets
+
+    a, b = OffsetStore(storage), OffsetStore(storage)
+    a.commit(
+        [
+            OffsetCommit(group="g", topic="t", partition=0, offset=4),
+            OffsetCommit(group="h", topic="t", partition=0, offset=2),
+        ]
+    )
+    b.load()
+    assert b.committed("g")[("t", 0)].offset == 4
+    a.delete("g", [("t", 0)])
+    assert a.committed("g") == {} and a.groups() == ["h"]
+    assert a.compact(min_files=1)
+    b.load()  # b read the offset before; the delete survived the compaction and reaches it
+    assert b.committed("g") == {} and b.groups() == ["h"]
+    replica = StorageRoot(str(tmp_path / "replica"))
+    assert replicate_offsets(storage, replica) == 2
+    assert OffsetStore(replica).committed("g") == {}
+    assert OffsetStore(replica).committed("h")[("t", 0)].offset == 2

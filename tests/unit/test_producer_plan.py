@@ -88,8 +88,22 @@ def test_a_retried_kafka_batch_is_answered_with_its_offsets_and_an_older_one_is_
     assert isinstance(plan_flush([batch(0, 5)], [{0: 5}], state).refused[0], DuplicateSequenceError)
 
 
-def test_a_new_kafka_producer_may_start_anywhere():
-    assert plan_flush([batch(7, 2)], [{0: 2}], {}).append == (0,)
+def test_a_new_kafka_producer_starts_at_zero_so_a_later_batch_never_overtakes_a_lost_first():
+    assert plan_flush([batch(0, 2)], [{0: 2}], {}).append == (0,)
+    assert isinstance(plan_flush([batch(7, 2)], [{0: 2}], {}).refused[0], OutOfOrderSequenceError)
+
+
+def test_kafka_sequences_wrap_at_2_31():
+    top = 2**31 - 1
+    state = {("k", 0): ProducerState(last_sequence=top - 10, base_offset=500)}
+    wrapping = ProducerSequence(producer_id="k", sequence=89, first_sequence=top - 9)  # top-9 .. top, 0 .. 89
+    assert plan_flush([wrapping], [{0: 100}], state).append == (0,)
+    after = {("k", 0): ProducerState(last_sequence=89, base_offset=510)}
+    assert plan_flush([batch(90, 5)], [{0: 5}], after).append == (0,)
+    [r] = plan_flush([wrapping], [{0: 100}], after).committed[0]  # the wrapping batch retried
+    assert r.base_offset == 510
+    older = ProducerSequence(producer_id="k", sequence=top - 10, first_sequence=top - 20)
+    assert isinstance(plan_flush([older], [{0: 11}], after).refused[0], DuplicateSequenceError)
 
 
 def test_one_kafka_producers_batches_for_two_partitions_with_the_same_sequences_are_both_appended():

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 
-.PHONY: setup minio run test test-fast lint bench clean
+.PHONY: setup minio kafka-jars run test test-fast lint bench clean
 
 # The Kafka codec (kafka_gateway/codec, Rust) is compiled by this install (setuptools-rust, cargo);
 # its build directory is cached under ~/.cache, so a fresh clone rebuilds only what changed.
@@ -28,7 +28,12 @@ $(JARS_STAMP): $(STAMP) delta_log/spark/warmup.py
 minio: $(STAMP)
 	@if command -v go >/dev/null; then $(PY) -m tests.s3.minio build; else $(PY) -m tests.s3.minio check; fi
 
-setup: $(STAMP) $(JARS_STAMP) minio
+# Kafka's broker and tools (the Kafka listener's tests run Kafka's own Java tools; the benchmarks
+# run the broker): resolved once from Maven Central through Maven into ~/.cache (bench/kafka/pom.xml).
+kafka-jars: $(STAMP)
+	$(PY) -c "from bench.kafka_broker import ensure_jars; print(ensure_jars())"
+
+setup: $(STAMP) $(JARS_STAMP) minio kafka-jars
 
 run: $(STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}

@@ -26,7 +26,7 @@ import logging
 import ssl
 import struct
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from broker.connections import ConnectionGuard
@@ -60,7 +60,6 @@ class Connection:
     sasl_mechanism: str | None = None
     sasl_raw: bool = False
     close: bool = False  # close once the answers owed are written
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class KafkaListener:

@@ -13,16 +13,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tests.e2e.server import ServerProcess
-
 _ids = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("kafka") / "data").start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def gateway(server):
+    """The module's server (tests/e2e/conftest.py): every test server also serves Kafka."""
+    return server
 
 
 @pytest.fixture

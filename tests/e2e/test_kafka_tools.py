@@ -11,16 +11,14 @@ import httpx
 import pytest
 
 from bench.kafka_broker import CACHE, ensure_jars, java
-from tests.e2e.server import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("ktools") / "data").start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def gateway(server):
+    """The module's server (tests/e2e/conftest.py): every test server also serves Kafka."""
+    return server
 
 
 @pytest.fixture(scope="module")

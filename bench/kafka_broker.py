@@ -14,6 +14,7 @@ with `java` directly (no scripts, no Docker), and stopped by its pid.
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import re
 import shutil
@@ -55,7 +56,8 @@ def ensure_jars() -> Path:
     """The broker's and tools' jars, resolved through Maven on first use."""
     libs = CACHE / "libs"
     stamp = CACHE / ".complete"
-    if stamp.exists():
+    wanted = hashlib.sha256(POM.read_bytes()).hexdigest()  # a changed pom resolves again
+    if stamp.exists() and stamp.read_text() == wanted:
         return libs
     mvn = shutil.which("mvn")
     if not mvn:
@@ -69,7 +71,7 @@ def ensure_jars() -> Path:
     shutil.rmtree(libs, ignore_errors=True)
     tmp.rename(libs)
     (CACHE / "log4j2.xml").write_text(LOG4J2)
-    stamp.write_text(KAFKA_VERSION)
+    stamp.write_text(wanted)
     return libs
 
 

@@ -29,10 +29,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from delta_log.core.group_rules import DEAD, EMPTY, STABLE, validate_group_id, validate_instance_id, validate_join
+from delta_log.core.group_rules import (
+    AWAITING_SYNC,
+    DEAD,
+    EMPTY,
+    STABLE,
+    protocol_type_of,
+    validate_group_id,
+    validate_instance_id,
+    validate_join,
+)
 from delta_log.core.group_state import GroupState, HeartbeatResult, JoinResult
 from delta_log.core.lag import partition_lag
 from delta_log.errors import (
@@ -40,6 +50,7 @@ from delta_log.errors import (
     GroupSubscribedToTopicError,
     NotCoordinatorError,
     PartitionNotFoundError,
+    RebalanceInProgressError,
     TopiclakeError,
     UnknownGroupError,
 )
@@ -50,7 +61,15 @@ from delta_log.system.offsets import OffsetCommit, validate_commit
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GroupCoordinator", "GroupLag", "HeartbeatResult", "JoinResult"]
+__all__ = ["GroupCoordinator", "GroupLag", "GroupSummary", "HeartbeatResult", "JoinResult"]
+
+
+class GroupSummary(NamedTuple):
+    group: str
+    state: str
+    members: int
+    generation: int
+    protocol_type: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +130,8 @@ class GroupCoordinator:
         for m in rec.members:
             g.members[m.member_id] = m.to_state(last_heartbeat=now)
         g.state = STABLE if g.members else EMPTY
+        if g.leader_assigns and g.members:
+            g.start_rebalance(now)  # the leader's opaque assignments are not kept: the members rejoin
         return g
 
     async def _ensure(self, group_id: str, *, create: str | None = None) -> GroupState | None:
@@ -273,10 +294,13 @@ class GroupCoordinator:
         session_timeout_ms: int = 10_000,
         assignor: str = "range",
         principal: str | None = None,
+        protocols: Sequence[tuple[str, bytes]] = (),
     ) -> JoinResult:
-        """Join (or rejoin) and wait for the group's next stable generation.
+        """Join (or rejoin) and wait for the group's next generation (Stable; or, where the leader
+        assigns, CompletingRebalance until the leader's SyncGroup: see `sync`).
 
-        Raises: InvalidGroupError, UnknownAssignorError, UnknownMemberError, TopicNotFoundError.
+        Raises: InvalidGroupError, UnknownAssignorError, UnknownMemberError, TopicNotFoundError,
+        InconsistentGroupProtocolError.
         """
         validate_group_id(group_id)
         topics = validate_join(assignor, session_timeout_ms, topics)
@@ -293,6 +317,7 @@ class GroupCoordinator:
             session_timeout_ms=session_timeout_ms,
             assignor=assignor,
             principal=principal,
+            protocols=protocols,
         )
         if settled:
             return g.result(member)
@@ -310,6 +335,48 @@ class GroupCoordinator:
             if member.member_id in g.members:
                 member.last_heartbeat = self.clock()  # waiting in join counts as alive
         return g.result(g.member(member.member_id))  # dropped meanwhile: UnknownMemberError, join again
+
+    async def sync_group(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: Mapping[str, tuple[bytes, dict[str, list[int]]]],
+        *,
+        principal: str | None = None,
+    ) -> bytes:
+        """Kafka's SyncGroup where the leader assigns (GroupState.sync): the leader's hands out the
+        generation's assignment; a follower waits for it, woken by the group's event. A leader that
+        does not hand it out within the group's largest session timeout starts a new rebalance.
+
+        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError,
+        RebalanceInProgressError, NotCoordinatorError."""
+        await self._ensure(group_id)
+        g = self.group(group_id)
+        deadline = self.clock() + max((m.session_timeout_ms for m in g.members.values()), default=0) / 1000
+        while True:
+            before = g.state
+            got = g.sync(member_id, generation, assignments, principal)
+            if got is not None:
+                if before == AWAITING_SYNC:  # the leader's: the generation is Stable now
+                    self._wake(g)
+                    await self._save([g])
+                    log.info("group %r: generation %d assigned by its leader", group_id, g.generation)
+                return got
+            if self.clock() >= deadline:
+                g.start_rebalance(self.clock())
+                self._wake(g)
+                raise RebalanceInProgressError(
+                    f"Group {group_id!r}: the leader did not hand out the assignment in time; join again.",
+                    group=group_id,
+                )
+            event = self._event(g)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout=max(0.01, min(deadline - self.clock(), 0.5)))
+            if self.groups.get(group_id) is not g:
+                raise NotCoordinatorError(f"Group {group_id!r} moved to another gateway; join again.", group=group_id)
+            if member_id in g.members:
+                g.members[member_id].last_heartbeat = self.clock()  # waiting in sync counts as alive
 
     async def _complete_rebalance(self, g: GroupState) -> None:
         async with self._lock(g):  # no commit is between its check and its write while generations change
@@ -421,22 +488,24 @@ class GroupCoordinator:
         await asyncio.to_thread(self.offsets.load)
         return sorted(set(self.groups) | set(self.offsets.groups()))
 
-    async def summaries(self) -> list[tuple[str, str, int, int]]:
-        """(group, state, members, generation) of every group: live here, else as its coordinator
-        (another gateway, or none) last persisted it."""
+    async def summaries(self) -> list[GroupSummary]:
+        """Every group: live here, else as its coordinator (another gateway, or none) last
+        persisted it."""
         names = await self.group_names()
         persisted = await asyncio.to_thread(self.store.load)
         out = []
         for name in sorted(set(names) | set(persisted)):
             g, rec = self.groups.get(name), persisted.get(name)
             if g is not None:
-                out.append((name, g.state, len(g.members), g.generation))
+                out.append(GroupSummary(name, g.state, len(g.members), g.generation, g.protocol_type))
             elif rec is not None and rec.state != DEAD:
-                out.append((name, rec.state, len(rec.members), rec.generation))
+                out.append(
+                    GroupSummary(name, rec.state, len(rec.members), rec.generation, protocol_type_of(rec.assignor))
+                )
             elif rec is not None and name not in names:
                 continue  # deleted, and nothing committed since
             else:
-                out.append((name, EMPTY, 0, 0))
+                out.append(GroupSummary(name, EMPTY, 0, 0, "consumer"))
         return out
 
     def _lag(self, group_id: str, topics: set[str], visible: Callable[[str], bool]) -> list[GroupLag]:

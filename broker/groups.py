@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from broker.coordinator import GroupCoordinator, GroupLag, HeartbeatResult, JoinResult
+from broker.coordinator import GroupCoordinator, GroupLag, GroupSummary, HeartbeatResult, JoinResult
 from delta_log.core.acl import Principal, authorize, authorize_group
 from delta_log.core.group_rules import MemberState
 from delta_log.core.group_state import GroupState
@@ -38,8 +38,9 @@ async def join(
     instance_id: str | None,
     session_timeout_ms: int,
     assignor: str,
+    protocols: Sequence[tuple[str, bytes]] = (),
 ) -> JoinResult:
-    """Join (or rejoin) and wait for the group's next stable generation.
+    """Join (or rejoin) and wait for the group's next generation.
 
     Raises: AuthorizationError, and as GroupCoordinator.join."""
     authorize_group(principal, "read", group)
@@ -53,7 +54,23 @@ async def join(
         session_timeout_ms=session_timeout_ms,
         assignor=assignor,
         principal=owner_of(principal),
+        protocols=protocols,
     )
+
+
+async def sync(
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    member_id: str,
+    generation: int,
+    assignments: Mapping[str, tuple[bytes, dict[str, list[int]]]],
+) -> bytes:
+    """Kafka's SyncGroup where the leader assigns: the member's assignment, once its leader's is in.
+
+    Raises: AuthorizationError, and as GroupCoordinator.sync_group."""
+    authorize_group(principal, "read", group)
+    return await coordinator.sync_group(group, member_id, generation, assignments, principal=owner_of(principal))
 
 
 async def heartbeat(
@@ -129,9 +146,9 @@ async def committed(
     return {k: c for k, c in (await coordinator.committed(group)).items() if principal.allows("describe", k[0])}
 
 
-async def summaries(coordinator: GroupCoordinator, principal: Principal) -> list[tuple[str, str, int, int]]:
-    """(group, state, members, generation) of every group this key may describe."""
-    return [s for s in await coordinator.summaries() if principal.allows_group("describe", s[0])]
+async def summaries(coordinator: GroupCoordinator, principal: Principal) -> list[GroupSummary]:
+    """Every group this key may describe."""
+    return [s for s in await coordinator.summaries() if principal.allows_group("describe", s.group)]
 
 
 async def describe(
@@ -154,21 +171,32 @@ class MemberView:
     topics: list[str]
     assignment: dict[str, list[int]]
     session_timeout_ms: int
+    #: where the leader assigns: the member's metadata for the group's protocol and the assignment
+    #: its leader gave it, as Kafka's opaque bytes; None where the key may not see every topic they
+    #: name (the faces then show the cut topics and assignment instead)
+    leader_metadata: bytes | None = None
+    leader_assignment: bytes | None = None
 
 
 def visible_members(principal: Principal, g: GroupState) -> list[MemberView]:
     """The group's members, their subscriptions and assignments cut to the topics `principal` may
     describe (what describing a group shows, whichever door)."""
-    return [
-        MemberView(
-            member_id=m.member_id,
-            instance_id=m.instance_id,
-            topics=sorted(t for t in m.topics if principal.allows("describe", t)),
-            assignment={t: ps for t, ps in m.assignment.items() if principal.allows("describe", t)},
-            session_timeout_ms=m.session_timeout_ms,
+    out = []
+    for m in g.members.values():
+        named = set(m.topics) | set(m.assignment)
+        whole = g.leader_assigns and all(principal.allows("describe", t) for t in named)
+        out.append(
+            MemberView(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                topics=sorted(t for t in m.topics if principal.allows("describe", t)),
+                assignment={t: ps for t, ps in m.assignment.items() if principal.allows("describe", t)},
+                session_timeout_ms=m.session_timeout_ms,
+                leader_metadata=dict(m.protocols).get(g.protocol or "", b"") if whole else None,
+                leader_assignment=m.leader_assignment if whole else None,
+            )
         )
-        for m in g.members.values()
-    ]
+    return out
 
 
 async def reset(

@@ -348,6 +348,23 @@ class UnknownAssignorError(TopiclakeError):
     hint = "Use range, roundrobin or sticky."
 
 
+class InconsistentGroupProtocolError(TopiclakeError):
+    """A member's protocols do not fit the group's: an HTTP member (the coordinator assigns) and a
+    Kafka group whose leader assigns (Kafka Connect, Kafka Streams, a custom assignor) cannot be
+    mixed, and Kafka members need a protocol type and one protocol in common."""
+
+    code = "INCONSISTENT_GROUP_PROTOCOL"
+    hint = "Join with the protocol type and an assignor the group's members use, or use another group id."
+
+
+class RebalanceInProgressError(TopiclakeError):
+    """The group is between generations (its leader has not handed out the assignment yet)."""
+
+    code = "REBALANCE_IN_PROGRESS"
+    retriable = True
+    hint = "Join the group again, then retry."
+
+
 class GroupNotEmptyError(TopiclakeError):
     code = "GROUP_NOT_EMPTY"
     hint = "Stop the group's consumers (or wait for their sessions to expire), then retry."

@@ -55,6 +55,8 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.CoordinatorNotAvailableError: 503,
     e.OwnerNotAvailableError: 503,
     e.UnknownAssignorError: 400,
+    e.InconsistentGroupProtocolError: 409,
+    e.RebalanceInProgressError: 409,
     e.GroupNotEmptyError: 409,
     e.GroupSubscribedToTopicError: 409,
     e.ReplicaStateError: 409,

@@ -34,7 +34,7 @@ from typing import Any
 
 from conf import Settings
 from delta_log.core.assignors import assign
-from delta_log.core.group_rules import EMPTY, STABLE
+from delta_log.core.group_rules import EMPTY, STABLE, leader_assigns
 from delta_log.core.lag import partition_lag
 from delta_log.log.catalog import Catalog
 from delta_log.log.reader import TopicReader
@@ -109,8 +109,8 @@ def plan_rebalance(
     plans: list[GroupPlan] = []
     for name in sorted(groups):
         rec = groups[name]
-        if rec.state != STABLE or not rec.members:
-            continue
+        if rec.state != STABLE or not rec.members or leader_assigns(rec.assignor):
+            continue  # (a group whose leader member assigns is the leader's to balance, as in Kafka)
         gone = [m.member_id for m in rec.members if now_ms - m.last_heartbeat_ms > m.session_timeout_ms + grace_ms]
         alive = [m for m in rec.members if m.member_id not in gone]
         before = {m.member_id: m.assignment for m in rec.members}

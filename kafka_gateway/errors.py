@@ -42,6 +42,8 @@ CODES: dict[type[e.TopiclakeError], ErrorCode] = {
     e.OwnerNotAvailableError: ErrorCode.not_leader_or_follower,
     e.FencedMemberError: ErrorCode.illegal_generation,
     e.UnknownAssignorError: ErrorCode.inconsistent_group_protocol,
+    e.InconsistentGroupProtocolError: ErrorCode.inconsistent_group_protocol,
+    e.RebalanceInProgressError: ErrorCode.rebalance_in_progress,
     e.GroupNotEmptyError: ErrorCode.non_empty_group,
     e.GroupSubscribedToTopicError: ErrorCode.group_subscribed_to_topic,
     e.InvalidGroupError: ErrorCode.invalid_group_id,

@@ -277,6 +277,34 @@ def _subscription_schema(version: int) -> type:
     return load_entity_schema("consumer_protocol_subscription", version, EntityType.data)
 
 
+@functools.cache
+def _assignment_schema(version: int) -> type:
+    from kio.index import load_entity_schema
+    from kio.static.constants import EntityType
+
+    return load_entity_schema("consumer_protocol_assignment", version, EntityType.data)
+
+
+def decode_assignment(data: bytes) -> dict[str, list[int]]:
+    """The topic partitions of a ConsumerProtocolAssignment (any version; empty bytes: none), as a
+    consumer group's leader hands them out.
+
+    Raises: MalformedFrameError."""
+    if not data:
+        return {}
+    if len(data) < 2:
+        raise MalformedFrameError("A consumer assignment starts with its int16 version.")
+    (version,) = struct.unpack_from(">h", data)
+    try:
+        got, _size = _reader(_assignment_schema(max(0, min(version, _SUBSCRIPTION_VERSIONS))))(data, 2)
+    except Exception as exc:
+        raise MalformedFrameError(f"The consumer assignment does not parse: {exc}") from exc
+    out: dict[str, list[int]] = {}
+    for tp in got.assigned_partitions:
+        out.setdefault(str(tp.topic), []).extend(int(p) for p in tp.partitions)
+    return out
+
+
 def encode_subscription(topics: list[str]) -> bytes:
     """A v0 ConsumerProtocolSubscription (what DescribeGroups shows as a member's metadata)."""
     out = io.BytesIO()

@@ -109,8 +109,8 @@ async def committed(group: GroupPath, principal: PrincipalDep, coordinator: Coor
 async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupList:
     """Every group with members or committed offsets that this key may describe."""
     out: list[dict[str, str | int]] = [
-        {"group": name, "state": state, "members": members, "generation": generation}
-        for name, state, members, generation in await groups.summaries(coordinator, principal)
+        {"group": s.group, "state": s.state, "members": s.members, "generation": s.generation}
+        for s in await groups.summaries(coordinator, principal)
     ]
     return GroupList(groups=out)
 

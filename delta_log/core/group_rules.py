@@ -14,11 +14,31 @@ from typing import Literal
 from delta_log.core.assignors import ASSIGNORS
 from delta_log.errors import FencedMemberError, InvalidGroupError, UnknownAssignorError, UnknownMemberError
 
-#: Kafka's group states (the ones this coordinator uses).
-EMPTY, PREPARING, STABLE = "Empty", "PreparingRebalance", "Stable"
+#: Kafka's group states (the ones this coordinator uses). CompletingRebalance only in groups whose
+#: leader assigns: the generation is out, the leader's SyncGroup is not yet in.
+EMPTY, PREPARING, AWAITING_SYNC, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 #: a deleted group (Kafka's DeleteGroups), as its last persisted record says
 DEAD = "Dead"
-GroupStateName = Literal["Empty", "PreparingRebalance", "Stable"]
+GroupStateName = Literal["Empty", "PreparingRebalance", "CompletingRebalance", "Stable"]
+
+#: The `assignor` of a group whose leader member assigns (Kafka's classic protocol as Kafka runs it:
+#: Connect's workers, Kafka Streams, any assignor the coordinator does not know), with the Kafka
+#: protocol type after the prefix: "kafka:connect", "kafka:consumer".
+LEADER_ASSIGNS = "kafka:"
+
+
+def leader_assignor(protocol_type: str) -> str:
+    return LEADER_ASSIGNS + protocol_type
+
+
+def leader_assigns(assignor: str) -> bool:
+    return assignor.startswith(LEADER_ASSIGNS)
+
+
+def protocol_type_of(assignor: str) -> str:
+    """Kafka's protocol type of a group: a leader-assigned group's own, else "consumer"."""
+    return assignor[len(LEADER_ASSIGNS) :] if leader_assigns(assignor) else "consumer"
+
 
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 300_000
@@ -40,6 +60,10 @@ class MemberState:
     rejoined: bool = True
     #: who joined it (the API key's principal): only they heartbeat, leave or commit for it
     principal: str = ""
+    #: in a group whose leader assigns: the Kafka protocols it offers, (name, metadata), in its
+    #: order of preference, and the opaque assignment its leader gave it
+    protocols: tuple[tuple[str, bytes], ...] = ()
+    leader_assignment: bytes = b""
 
     def owns(self, topic: str, partition: int) -> bool:
         return partition in self.assignment.get(topic, ())
@@ -67,8 +91,9 @@ def validate_instance_id(instance_id: str | None) -> str | None:
 
 
 def validate_join(assignor: str, session_timeout_ms: int, topics: Iterable[str]) -> list[str]:
-    """The subscription, de-duplicated and sorted. Raises: UnknownAssignorError, InvalidGroupError."""
-    if assignor not in ASSIGNORS:
+    """The subscription, de-duplicated and sorted (empty only where the leader assigns something
+    other than topics, as Connect's workers do). Raises: UnknownAssignorError, InvalidGroupError."""
+    if assignor not in ASSIGNORS and not leader_assigns(assignor):
         raise UnknownAssignorError(f"Unknown assignor {assignor!r}.", assignor=assignor)
     if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
         raise InvalidGroupError(
@@ -76,7 +101,7 @@ def validate_join(assignor: str, session_timeout_ms: int, topics: Iterable[str])
             session_timeout_ms=session_timeout_ms,
         )
     unique = sorted(set(topics))
-    if not unique:
+    if not unique and protocol_type_of(assignor) == "consumer":
         raise InvalidGroupError("Subscribe to at least one topic.")
     if len(unique) > MAX_SUBSCRIBED_TOPICS:
         raise InvalidGroupError(
@@ -110,6 +135,7 @@ def check_commit(
     member = members.get(member_id or "")
     if member is None:
         raise UnknownMemberError(f"Member {member_id!r} is not in the group.", member_id=member_id)
+
     if member_generation != generation:
         raise FencedMemberError(
             f"Generation {member_generation} is not the group's current generation {generation}.",

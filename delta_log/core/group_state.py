@@ -12,17 +12,38 @@ drive the same machine from JoinGroup/SyncGroup/Heartbeat/LeaveGroup.
   assignor (or a rebalance job's pending assignment) runs.
 - Static membership: a join with a known `instance_id` and an unchanged subscription takes over
   that member's id and partitions without a rebalance.
+- Groups whose leader assigns (Kafka's classic protocol as Kafka runs it: Connect's workers,
+  Kafka Streams, an assignor the coordinator does not know; `assignor` "kafka:<protocol type>"):
+  the completion picks the protocol every member offers (by vote) and a leader, and the group waits
+  in CompletingRebalance for the leader's SyncGroup, which hands every member its opaque
+  assignment. Such a group holds Kafka members only; HTTP members are assigned by the coordinator.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from delta_log.core.assignors import assign
-from delta_log.core.group_rules import EMPTY, PREPARING, STABLE, MemberState, check_commit, expired
-from delta_log.errors import AuthorizationError, UnknownMemberError
+from delta_log.core.group_rules import (
+    AWAITING_SYNC,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    MemberState,
+    check_commit,
+    expired,
+    leader_assigns,
+    protocol_type_of,
+)
+from delta_log.errors import (
+    AuthorizationError,
+    FencedMemberError,
+    InconsistentGroupProtocolError,
+    RebalanceInProgressError,
+    UnknownMemberError,
+)
 
 #: member id -> topic -> partitions
 Assignment = dict[str, dict[str, list[int]]]
@@ -34,6 +55,11 @@ class JoinResult:
     generation: int
     assignment: dict[str, list[int]]
     members: int
+    #: groups whose leader assigns: this generation's protocol and leader, and for the leader
+    #: only, every member's (member id, instance id, metadata for that protocol)
+    protocol: str | None = None
+    leader: str | None = None
+    member_metadata: tuple[tuple[str, str | None, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +96,9 @@ class GroupState:
     rebalance_deadline: float | None = None
     #: a rebalance job's assignment, used by the next completion if its members still match
     pending: Assignment | None = None
+    #: where the leader assigns: this generation's protocol and leader
+    protocol: str | None = None
+    leader: str | None = None
 
     # -- queries ---------------------------------------------------------------------------------
     def member(self, member_id: str, principal: str | None = None) -> MemberState:
@@ -84,9 +113,29 @@ class GroupState:
         _check_owner(self.group_id, m, principal)
         return m
 
+    @property
+    def leader_assigns(self) -> bool:
+        return leader_assigns(self.assignor)
+
+    @property
+    def protocol_type(self) -> str:
+        return protocol_type_of(self.assignor)
+
     def result(self, m: MemberState) -> JoinResult:
+        metadata: tuple[tuple[str, str | None, bytes], ...] = ()
+        if self.leader_assigns and m.member_id == self.leader:
+            metadata = tuple(
+                (x.member_id, x.instance_id, dict(x.protocols).get(self.protocol or "", b""))
+                for x in self.members.values()
+            )
         return JoinResult(
-            member_id=m.member_id, generation=self.generation, assignment=dict(m.assignment), members=len(self.members)
+            member_id=m.member_id,
+            generation=self.generation,
+            assignment=dict(m.assignment),
+            members=len(self.members),
+            protocol=self.protocol,
+            leader=self.leader,
+            member_metadata=metadata,
         )
 
     @property
@@ -112,6 +161,7 @@ class GroupState:
         session_timeout_ms: int,
         assignor: str,
         principal: str | None = None,
+        protocols: Sequence[tuple[str, bytes]] = (),
     ) -> tuple[MemberState, bool]:
         """Add or refresh a member. Returns (member, settled): when `settled`, the current
         assignment stands and the join is answered now; otherwise a rebalance is in progress and
@@ -119,17 +169,22 @@ class GroupState:
 
         `principal`: who joins (None while auth is off); a member id or a static instance id that
         another principal joined is refused, so no key can take over another key's member.
+        `assignor` "kafka:<protocol type>" with `protocols` (Kafka's (name, metadata), preferred
+        first): a member of a group whose leader assigns.
 
-        Raises: UnknownMemberError (a `member_id` the group does not know), AuthorizationError.
+        Raises: UnknownMemberError (a `member_id` the group does not know), AuthorizationError,
+        InconsistentGroupProtocolError (the group's members assign otherwise, or share no protocol).
         """
         subs = frozenset(topics)
+        offered = tuple(protocols)
+        self._check_protocols(member_id, assignor, offered)
         if member_id is not None:
             member = self.member(member_id, principal)
         else:
             found = next((m for m in self.members.values() if instance_id and m.instance_id == instance_id), None)
             if found is not None:
                 _check_owner(self.group_id, found, principal)
-            if found is not None and found.topics == subs and self.state == STABLE:
+            if found is not None and found.topics == subs and found.protocols == offered and self.state == STABLE:
                 found.last_heartbeat = now  # static member back within its session: no rebalance
                 found.session_timeout_ms = session_timeout_ms
                 return found, True
@@ -141,19 +196,67 @@ class GroupState:
                     session_timeout_ms=session_timeout_ms,
                     last_heartbeat=now,
                     principal=principal or "",
+                    protocols=offered,
                 )
                 self.members[found.member_id] = found
             member = found
         member.last_heartbeat = now
         member.session_timeout_ms = session_timeout_ms
-        if self.state == STABLE and member.topics == subs and member.assignment and member_id is not None:
+        unchanged = member_id is not None and member.topics == subs and member.protocols == offered
+        if self.leader_assigns and leader_assigns(assignor):
+            # Kafka's rule: a member that rejoins unchanged gets the current generation again (it
+            # may have lost the answer); only the leader rejoining a Stable group starts a rebalance
+            if unchanged and (self.state == AWAITING_SYNC or (self.state == STABLE and member_id != self.leader)):
+                return member, True
+        elif self.state == STABLE and unchanged and member.assignment:
             return member, True  # nothing changed
         member.topics = subs
+        member.protocols = offered
         if len(self.members) <= 1:
             self.assignor = assignor
         self.start_rebalance(now)
         member.rejoined = True
         return member, False
+
+    def _check_protocols(self, member_id: str | None, assignor: str, offered: tuple[tuple[str, bytes], ...]) -> None:
+        """Raises: InconsistentGroupProtocolError unless the joining member fits the other members:
+        the same kind of assignment, and (where the leader assigns) the same protocol type and a
+        protocol every member offers."""
+        others = [m for m in self.members.values() if m.member_id != member_id]
+        if not others:
+            return
+        if leader_assigns(assignor) != self.leader_assigns or (self.leader_assigns and assignor != self.assignor):
+            raise InconsistentGroupProtocolError(
+                f"Group {self.group_id!r} is a {self.protocol_type!r} group whose "
+                f"{'leader member' if self.leader_assigns else 'coordinator'} assigns; "
+                "this member cannot join it.",
+                group=self.group_id,
+            )
+        if self.leader_assigns and not self._common({p for p, _ in offered}, others):
+            raise InconsistentGroupProtocolError(
+                f"Group {self.group_id!r}: none of the protocols {[p for p, _ in offered]} is offered by every member.",
+                group=self.group_id,
+            )
+
+    @staticmethod
+    def _common(names: set[str], members: Iterable[MemberState]) -> set[str]:
+        for m in members:
+            if m.protocols:
+                names &= {p for p, _ in m.protocols}
+        return names
+
+    def _vote(self) -> str | None:
+        """Kafka's protocol choice: among the protocols every member offers, each member votes for
+        the one it prefers most; the most votes win (ties: the first member's preference)."""
+        members = list(self.members.values())
+        candidates = self._common({p for p, _ in members[0].protocols}, members) if members else set()
+        votes: dict[str, int] = {}
+        for m in members:
+            choice = next(p for p, _ in m.protocols if p in candidates) if candidates else None
+            if choice is not None:
+                votes[choice] = votes.get(choice, 0) + 1
+        order = [p for p, _ in members[0].protocols] if members else []
+        return max(votes, key=lambda p: (votes[p], -order.index(p)), default=None)
 
     def start_rebalance(self, now: float) -> None:
         """Enter PreparingRebalance (no-op if already there). With no members left, the caller
@@ -179,6 +282,9 @@ class GroupState:
         `partitions`: topic -> partition count for `topics_to_assign()` (0 for a deleted topic).
         """
         self.topics_to_assign()
+        if self.leader_assigns:
+            self._complete_for_leader()
+            return
         previous = {m.member_id: m.assignment for m in self.members.values()}
         pending, self.pending = self.pending, None
         if pending is not None and set(pending) == set(self.members):
@@ -194,6 +300,49 @@ class GroupState:
         self.generation += 1
         self.state = STABLE if self.members else EMPTY
         self.rebalance_deadline = None
+
+    def _complete_for_leader(self) -> None:
+        """A new generation whose assignment the leader will hand out (SyncGroup)."""
+        self.pending = None
+        for m in self.members.values():
+            m.assignment, m.leader_assignment, m.rejoined = {}, b"", True
+        self.protocol = self._vote()
+        if self.leader not in self.members:
+            self.leader = next(iter(self.members), None)
+        self.generation += 1
+        self.state = AWAITING_SYNC if self.members else EMPTY
+        self.rebalance_deadline = None
+
+    def sync(
+        self,
+        member_id: str,
+        generation: int,
+        assignments: Mapping[str, tuple[bytes, dict[str, list[int]]]],
+        principal: str | None = None,
+    ) -> bytes | None:
+        """Kafka's SyncGroup where the leader assigns. The leader's, in CompletingRebalance, hands
+        every member its assignment (opaque bytes, and the topic partitions they name where the
+        protocol type is "consumer"; a member it leaves out gets none) and makes the group Stable.
+        Returns the member's assignment once Stable; None while the leader's is still awaited (the
+        caller waits for the group to change and asks again).
+
+        Raises: UnknownMemberError, AuthorizationError, RebalanceInProgressError (join again),
+        FencedMemberError (another generation)."""
+        m = self.member(member_id, principal)
+        if self.state == PREPARING:
+            raise RebalanceInProgressError(f"Group {self.group_id!r} is rebalancing; join again.", group=self.group_id)
+        if generation != self.generation:
+            raise FencedMemberError(
+                f"Generation {generation} is not the group's current generation {self.generation}.",
+                member_id=member_id,
+                generation=generation,
+                current_generation=self.generation,
+            )
+        if self.state == AWAITING_SYNC and member_id == self.leader:
+            for x in self.members.values():
+                x.leader_assignment, x.assignment = assignments.get(x.member_id, (b"", {}))
+            self.state = STABLE
+        return m.leader_assignment if self.state == STABLE else None
 
     def heartbeat(self, member_id: str, generation: int, now: float, principal: str | None = None) -> HeartbeatResult:
         """Raises: UnknownMemberError, FencedMemberError (an old generation), AuthorizationError."""
@@ -238,6 +387,12 @@ class GroupState:
         """
         if member_id is not None and member_id in self.members:
             _check_owner(self.group_id, self.members[member_id], principal)
+        if self.state == AWAITING_SYNC and member_id is not None:
+            raise RebalanceInProgressError(
+                f"Group {self.group_id!r} awaits its leader's assignment; commit after SyncGroup.", group=self.group_id
+            )
+        if self.protocol_type != "consumer":
+            partitions = ()  # nothing the coordinator can read says who owns what (Kafka checks no owner either)
         check_commit(
             self.members, self.generation, member_id=member_id, member_generation=generation, partitions=partitions
         )
@@ -248,7 +403,7 @@ class GroupState:
         """A rebalance job wrote the next generation: drop the members it expired and rebalance so
         that the completion uses its assignment. False (and nothing changes) unless this group is
         Stable at the generation before it."""
-        if self.state != STABLE or generation != self.generation + 1:
+        if self.state != STABLE or generation != self.generation + 1 or self.leader_assigns:
             return False
         for mid in [mid for mid in self.members if mid not in assignment]:
             self.members.pop(mid)

@@ -1,11 +1,20 @@
-"""Consumer groups over Kafka's classic protocol, on the gateway's one coordinator
-(broker.coordinator), so a group may have members on both protocols.
+"""Groups over Kafka's classic protocol, on the gateway's one coordinator (broker.coordinator),
+so a consumer group may have members on both protocols. A group is served one of two ways, chosen
+when its first member joins:
 
-The coordinator assigns partitions itself (range, roundrobin or sticky, chosen by the protocols a
-member offers: Kafka's `range`, `roundrobin`, `sticky`, and `cooperative-sticky` as sticky). Every
-Kafka member is therefore a follower: JoinGroup names no member as leader, and SyncGroup hands
-each member the assignment the coordinator computed, encoded as Kafka's ConsumerProtocolAssignment.
-Only `protocol_type` "consumer" is served (Kafka Connect's worker groups are not, yet).
+- **The coordinator assigns** (a "consumer" group whose first member offers an eager assignor the
+  coordinator runs: Kafka's `range`, `roundrobin`, `sticky`; the way HTTP members are served, so
+  such a group may mix HTTP and Kafka members). Every Kafka member is a follower: JoinGroup names
+  no member as leader, and SyncGroup hands each member the coordinator's assignment as Kafka's
+  ConsumerProtocolAssignment. A Kafka member that also offers `cooperative-sticky` may join such a
+  group, served as sticky.
+- **The leader assigns**, as Kafka itself runs every group: any other protocol type (Kafka
+  Connect's "connect" workers, Schema Registry's leader election) or a consumer group whose members
+  offer only assignors the coordinator does not run (`cooperative-sticky` alone, Kafka Streams'
+  `stream`, custom ones). JoinGroup picks the protocol by Kafka's vote and a leader, and hands the
+  leader every member's metadata; the leader's SyncGroup hands each member its opaque assignment.
+  Consumer assignments are read for the partitions they name, so commits are still checked
+  against the owner (invariant 5). HTTP members cannot join such a group.
 """
 
 from __future__ import annotations
@@ -16,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker import groups
-from delta_log.core.group_rules import STABLE
+from delta_log.core.group_rules import STABLE, leader_assignor, leader_assigns
+from delta_log.core.group_state import GroupState
 from delta_log.errors import GroupSubscribedToTopicError, TopiclakeError, UnknownGroupError
 from kafka_gateway import messages
 from kafka_gateway.apis import api
@@ -26,36 +36,50 @@ from kafka_gateway.messages import millis
 if TYPE_CHECKING:
     from kafka_gateway.listener import Connection
 
-#: Kafka's protocol names -> the coordinator's assignors
-PROTOCOLS = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky", "cooperative-sticky": "sticky"}
-#: JoinGroup's leader: nobody (the coordinator assigns), so every member syncs as a follower
+#: Kafka's eager protocol names -> the coordinator's assignors
+EAGER = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky"}
+#: and what a member may also join a coordinator-assigned group with
+JOINABLE = EAGER | {"cooperative-sticky": "sticky"}
+#: JoinGroup's leader where the coordinator assigns: nobody, so every member syncs as a follower
 NO_LEADER = "topiclake-coordinator"
+
+
+def _choose(
+    existing: GroupState | None, protocol_type: str, offered: list[tuple[str, bytes]]
+) -> tuple[str, str] | None:
+    """(the protocol name this member is served, the coordinator's assignor or the leader-assigned
+    marker) for a JoinGroup; None: the member does not fit the group."""
+    if existing is not None and existing.members:
+        if existing.leader_assigns:
+            return offered[0][0], leader_assignor(protocol_type)  # GroupState checks the type and the vote
+        if protocol_type != "consumer":
+            return None
+        return next(((n, JOINABLE[n]) for n, _ in offered if JOINABLE.get(n) == existing.assignor), None)
+    if protocol_type == "consumer":
+        eager = next(((n, EAGER[n]) for n, _ in offered if n in EAGER), None)
+        if eager is not None:
+            return eager
+    return offered[0][0], leader_assignor(protocol_type)
 
 
 @api(11, "JoinGroup", 0, 9)
 async def join_group(conn: Connection, request: Any, version: int) -> Any:
     group = request.group_id
     fail = {"generation_id": -1, "protocol_name": None, "leader": "", "member_id": request.member_id, "members": []}
-    if request.protocol_type != "consumer":
-        return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
     coordinator = conn.services.coordinator
-    existing = coordinator.groups.get(group)
-    chosen = None
-    # eager protocols first (the coordinator assigns eagerly); cooperative-sticky only when it is
-    # all a member offers (it is then served as sticky: a partition may move in one rebalance)
-    offered = sorted(request.protocols, key=lambda p: p.name == "cooperative-sticky")
-    for p in offered:
-        assignor = PROTOCOLS.get(p.name)
-        if assignor is not None and (existing is None or not existing.members or existing.assignor == assignor):
-            chosen = (p.name, assignor, bytes(p.metadata))
-            break
+    offered = [(str(p.name), bytes(p.metadata)) for p in request.protocols]
+    protocol_type = str(request.protocol_type or "")
+    chosen = _choose(coordinator.groups.get(group), protocol_type, offered) if offered and protocol_type else None
     if chosen is None:
         return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
-    name, assignor, metadata = chosen
-    try:
-        topics = messages.decode_subscription(metadata)
-    except messages.MalformedFrameError:
-        return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
+    name, assignor = chosen
+    leader_mode = leader_assigns(assignor)
+    topics: list[str] = []
+    if protocol_type == "consumer":  # every consumer assignor's metadata is a ConsumerProtocolSubscription
+        try:
+            topics = messages.decode_subscription(dict(offered)[name])
+        except messages.MalformedFrameError:
+            return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
     assert conn.principal is not None
     principal = conn.principal
     session_ms = int(millis(request.session_timeout))
@@ -72,21 +96,32 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
                 instance_id=getattr(request, "group_instance_id", None),
                 session_timeout_ms=session_ms,
                 assignor=assignor,
+                protocols=offered if leader_mode else (),
             )
         except TopiclakeError as exc:
             return fail | {"error_code": code_of(exc)}
         conn.brokers.remember_client(result.member_id, (conn.client_id or "", f"/{conn.peer}", name))
-        return {
+        answer: dict[str, Any] = {
             "throttle_time": 0,
             "error_code": 0,
             "generation_id": result.generation,
-            "protocol_type": "consumer",
+            "protocol_type": protocol_type,
             "protocol_name": name,
             "leader": NO_LEADER,
             "skip_assignment": False,
             "member_id": result.member_id,
             "members": [],
         }
+        if leader_mode:
+            answer |= {
+                "protocol_name": result.protocol,
+                "leader": result.leader or "",
+                "members": [
+                    {"member_id": mid, "group_instance_id": instance, "metadata": metadata}
+                    for mid, instance, metadata in result.member_metadata
+                ],
+            }
+        return answer
 
     return answer()
 
@@ -94,6 +129,8 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
 def _existing(conn: Connection, topics: list[str]) -> list[str]:
     """The subscribed topics that exist (a consumer may subscribe to one not created yet; it gets
     no partitions of it). Raises: TopicNotFoundError when none does."""
+    if not topics:
+        return topics
     out = []
     for t in topics:
         try:
@@ -109,6 +146,9 @@ async def sync_group(conn: Connection, request: Any, version: int) -> Any:
     group = request.group_id
     base = {"throttle_time": 0, "protocol_type": "consumer", "protocol_name": None, "assignment": b""}
     assert conn.principal is not None
+    g = conn.services.coordinator.groups.get(group)
+    if g is not None and g.leader_assigns:
+        return _sync_from_leader(conn, request, g)
     try:
         g, member = groups.member(conn.services.coordinator, conn.principal, group, request.member_id)
     except UnknownGroupError:
@@ -124,6 +164,39 @@ async def sync_group(conn: Connection, request: Any, version: int) -> Any:
         "protocol_name": getattr(request, "protocol_name", None),
         "assignment": messages.encode_assignment(member.assignment),
     }
+
+
+def _sync_from_leader(conn: Connection, request: Any, g: GroupState) -> Any:
+    """SyncGroup where the leader assigns: the leader's carries everyone's assignment; each
+    member's answer waits for it."""
+    base = {"throttle_time": 0, "protocol_type": g.protocol_type, "protocol_name": g.protocol, "assignment": b""}
+    wrong_type = getattr(request, "protocol_type", None) not in (None, g.protocol_type)
+    wrong_name = getattr(request, "protocol_name", None) not in (None, g.protocol)
+    if wrong_type or wrong_name:
+        return base | {"error_code": ErrorCode.inconsistent_group_protocol}
+    assignments: dict[str, tuple[bytes, dict[str, list[int]]]] = {}
+    for a in request.assignments:
+        data = bytes(a.assignment)
+        try:
+            named = messages.decode_assignment(data) if g.protocol_type == "consumer" else {}
+        except messages.MalformedFrameError:
+            return base | {"error_code": ErrorCode.inconsistent_group_protocol}
+        assignments[str(a.member_id)] = (data, named)
+    assert conn.principal is not None
+    principal = conn.principal
+
+    async def answer() -> dict[str, Any]:
+        try:
+            data = await groups.sync(
+                conn.services.coordinator, principal, g.group_id, request.member_id, request.generation_id, assignments
+            )
+        except UnknownGroupError:
+            return base | {"error_code": ErrorCode.unknown_member_id}
+        except TopiclakeError as exc:
+            return base | {"error_code": code_of(exc)}
+        return base | {"error_code": 0, "protocol_name": g.protocol, "assignment": data}
+
+    return answer()
 
 
 @api(12, "Heartbeat", 0, 4)
@@ -253,9 +326,9 @@ async def list_groups(conn: Connection, request: Any, version: int) -> Any:
         "throttle_time": 0,
         "error_code": 0,
         "groups": [
-            {"group_id": name, "protocol_type": "consumer", "group_state": state, "group_type": "classic"}
-            for name, state, _members, _generation in await groups.summaries(conn.services.coordinator, conn.principal)
-            if not states or state in states
+            {"group_id": s.group, "protocol_type": s.protocol_type, "group_state": s.state, "group_type": "classic"}
+            for s in await groups.summaries(conn.services.coordinator, conn.principal)
+            if not states or s.state in states
         ],
     }
 
@@ -278,21 +351,22 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
     members = []
     for m in groups.visible_members(conn.principal, g):
         client_id, host, _protocol = conn.brokers.clients.get(m.member_id, ("", "/http", ""))
+        metadata, assignment = m.leader_metadata, m.leader_assignment
         members.append(
             {
                 "member_id": m.member_id,
                 "group_instance_id": m.instance_id,
                 "client_id": client_id,
                 "client_host": host,
-                "member_metadata": messages.encode_subscription(m.topics),
-                "member_assignment": messages.encode_assignment(m.assignment),
+                "member_metadata": messages.encode_subscription(m.topics) if metadata is None else metadata,
+                "member_assignment": messages.encode_assignment(m.assignment) if assignment is None else assignment,
             }
         )
     return base | {
         "error_code": 0,
         "group_state": g.state,
-        "protocol_type": "consumer",
-        "protocol_data": g.assignor if g.members else "",
+        "protocol_type": g.protocol_type,
+        "protocol_data": (g.protocol if g.leader_assigns else g.assignor) if g.members else "",
         "members": members,
         "authorized_operations": -(2**31),
     }

@@ -334,3 +334,47 @@ def test_typed_topics_check_values_produced_over_kafka_and_dead_letter_them_with
     assert httpx.get(f"{gateway.url}/topics/typed-tolerant").json()["partition_offsets"][0]["high_watermark"] == 1
     dlq = httpx.get(f"{gateway.url}/topics/typed-tolerant.dlq/partitions/0/records", params={"offset": 0}).json()
     assert len(dlq["records"]) == 1
+
+
+def test_a_cooperative_group_is_assigned_by_its_leader_as_in_kafka(gateway, admin):
+    """librdkafka with cooperative-sticky alone: the coordinator does not run that protocol, so
+    (as Kafka does for every group) one member leads, assigns in SyncGroup and rebalances
+    incrementally. An HTTP member cannot join such a group."""
+    name = new_topic(admin, partitions=4)
+    produce(gateway, name, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(200)])
+    group = f"coop-{name}"
+    conf = {
+        "bootstrap.servers": gateway.kafka,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "cooperative-sticky",
+    }
+    first, second = Consumer(conf), Consumer(conf)
+    first.subscribe([name])
+    got: dict[tuple[int, int], bytes] = {}
+    deadline = time.monotonic() + 60
+    while len(got) < 100 and time.monotonic() < deadline:
+        m = first.poll(0.2)
+        if m is not None and m.error() is None:
+            got[(m.partition(), m.offset())] = m.value()
+    assert len(first.assignment()) == 4
+    second.subscribe([name])  # an incremental rebalance: the first member gives up two partitions
+    deadline = time.monotonic() + 60
+    while (len(got) < 200 or len(second.assignment()) != 2) and time.monotonic() < deadline:
+        for c in (first, second):
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                got[(m.partition(), m.offset())] = m.value()
+    a = {tp.partition for tp in first.assignment()}
+    b = {tp.partition for tp in second.assignment()}
+    assert len(got) == 200 and len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
+    commit(first)
+    commit(second)
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert described.partition_assignor == "cooperative-sticky" and str(described.state).endswith("STABLE")
+    shown = {m.member_id: {tp.partition for tp in m.assignment.topic_partitions} for m in described.members}
+    assert sorted(map(sorted, shown.values())) == sorted([sorted(a), sorted(b)])
+    refused = httpx.post(f"{gateway.url}/groups/{group}/members", json={"topics": [name]}, timeout=30)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "INCONSISTENT_GROUP_PROTOCOL"
+    first.close()
+    second.close()

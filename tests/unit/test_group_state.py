@@ -2,9 +2,15 @@
 
 import pytest
 
-from delta_log.core.group_rules import EMPTY, PREPARING, STABLE, MemberState, check_commit, expired
+from delta_log.core.group_rules import AWAITING_SYNC, EMPTY, PREPARING, STABLE, MemberState, check_commit, expired
 from delta_log.core.group_state import GroupState
-from delta_log.errors import AuthorizationError, FencedMemberError, UnknownMemberError
+from delta_log.errors import (
+    AuthorizationError,
+    FencedMemberError,
+    InconsistentGroupProtocolError,
+    RebalanceInProgressError,
+    UnknownMemberError,
+)
 
 
 def join(g, now, *, member_id=None, instance_id=None, topics=("t",), timeout_ms=10_000, assignor="range"):
@@ -175,3 +181,95 @@ def test_only_the_principal_that_joined_a_member_acts_for_it():
     assert list(g.members) == [m.member_id] and g.state == "Stable"
     assert g.heartbeat(m.member_id, g.generation, 1.0, "alice").rebalance is False
     assert g.heartbeat(m.member_id, g.generation, 1.0, None).rebalance is False  # auth off: no owners
+
+
+# -- groups whose leader assigns (Kafka Connect, Streams, cooperative-sticky alone) -------------------
+CONNECT = "kafka:connect"
+
+
+def kafka_join(g, now, protocols, *, member_id=None, assignor=CONNECT, topics=()):
+    return g.join(
+        now=now,
+        topics=topics,
+        member_id=member_id,
+        instance_id=None,
+        session_timeout_ms=10_000,
+        assignor=assignor,
+        protocols=protocols,
+    )
+
+
+def leader_pair():
+    """Two Connect workers in generation 2, awaiting the leader's SyncGroup."""
+    g = GroupState(group_id="connect-cluster")
+    a, _ = kafka_join(g, 0.0, [("sessioned", b"a-s"), ("compatible", b"a-c"), ("default", b"a-d")])
+    complete(g, {})
+    b, _ = kafka_join(g, 0.0, [("compatible", b"b-c"), ("default", b"b-d")])
+    assert g.heartbeat(a.member_id, 1, 0.0).rebalance
+    kafka_join(g, 0.0, [("sessioned", b"a-s"), ("compatible", b"a-c"), ("default", b"a-d")], member_id=a.member_id)
+    assert g.ready_to_complete(0.0)
+    complete(g, {})
+    return g, a, b
+
+
+def test_the_leader_gets_every_members_metadata_for_the_protocol_chosen_by_vote():
+    g, a, b = leader_pair()
+    assert (g.state, g.generation, g.protocol, g.leader) == (AWAITING_SYNC, 2, "compatible", a.member_id)
+    leader, follower = g.result(a), g.result(b)
+    assert leader.member_metadata == ((a.member_id, None, b"a-c"), (b.member_id, None, b"b-c"))
+    assert follower.member_metadata == () and follower.leader == a.member_id and follower.protocol == "compatible"
+
+
+def test_followers_wait_for_the_leaders_sync_which_makes_the_group_stable():
+    g, a, b = leader_pair()
+    assert g.sync(b.member_id, 2, {}) is None  # the leader's is not in yet
+    with pytest.raises(RebalanceInProgressError):
+        g.check_commit(member_id=b.member_id, generation=2, partitions=[], now=0.0)
+    got = g.sync(a.member_id, 2, {a.member_id: (b"for-a", {}), b.member_id: (b"for-b", {})})
+    assert got == b"for-a" and g.state == STABLE
+    assert g.sync(b.member_id, 2, {}) == b"for-b"
+    with pytest.raises(FencedMemberError):
+        g.sync(b.member_id, 1, {})
+
+
+def test_consumer_assignments_from_a_leader_still_fence_commits_by_owner():
+    g = GroupState(group_id="streams")
+    a, _ = kafka_join(g, 0.0, [("stream", b"sub")], assignor="kafka:consumer", topics=("t",))
+    complete(g, {"t": 2})
+    g.sync(a.member_id, 1, {a.member_id: (b"opaque", {"t": [0]})})
+    g.check_commit(member_id=a.member_id, generation=1, partitions=[("t", 0)], now=0.0)
+    with pytest.raises(FencedMemberError):
+        g.check_commit(member_id=a.member_id, generation=1, partitions=[("t", 1)], now=0.0)
+
+
+def test_a_follower_rejoining_unchanged_keeps_the_generation_the_leader_rejoining_starts_a_rebalance():
+    g, a, b = leader_pair()
+    g.sync(a.member_id, 2, {a.member_id: (b"x", {}), b.member_id: (b"y", {})})
+    _, settled = kafka_join(g, 1.0, [("compatible", b"b-c"), ("default", b"b-d")], member_id=b.member_id)
+    assert settled and g.state == STABLE
+    _, settled = kafka_join(
+        g, 1.0, [("sessioned", b"a-s"), ("compatible", b"a-c"), ("default", b"a-d")], member_id=a.member_id
+    )
+    assert not settled and g.state == PREPARING
+
+
+def test_members_that_cannot_share_a_group_are_refused():
+    g, _, _ = leader_pair()
+    with pytest.raises(InconsistentGroupProtocolError):
+        join(g, 0.0)  # an HTTP member: the coordinator cannot assign beside a leader
+    with pytest.raises(InconsistentGroupProtocolError):
+        kafka_join(g, 0.0, [("sessioned", b"")])  # no protocol every member offers
+    with pytest.raises(InconsistentGroupProtocolError):
+        kafka_join(g, 0.0, [("compatible", b"")], assignor="kafka:consumer")  # another protocol type
+    h, _, _ = stable_pair()
+    with pytest.raises(InconsistentGroupProtocolError):
+        kafka_join(h, 0.0, [("stream", b"")], assignor="kafka:consumer", topics=("t",))
+    assert len(g.members) == 2 and len(h.members) == 2  # nothing joined
+
+
+def test_a_leader_that_leaves_hands_leadership_to_a_remaining_member():
+    g, a, b = leader_pair()
+    g.leave(a.member_id, 1.0)
+    kafka_join(g, 1.0, [("compatible", b"b-c"), ("default", b"b-d")], member_id=b.member_id)
+    complete(g, {})
+    assert (g.leader, g.protocol, g.generation) == (b.member_id, "compatible", 3)

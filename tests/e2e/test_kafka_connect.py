@@ -1,0 +1,170 @@
+"""Kafka Connect against a gateway's Kafka listener: two distributed workers (Kafka 4.3.1's own
+ConnectDistributed, from the Maven jars bench/kafka/pom.xml resolves) form a worker group, which
+the gateway serves as Kafka does (the leader worker assigns connectors and tasks), keep their
+configs, offsets and status in topiclake topics, and move lines from a file through a topic into
+another file with the FileStream connectors, also after one worker is killed with kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.kafka_broker import CACHE, ensure_jars, java
+from tests.e2e.server import free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def gateway(server):
+    """The module's server (tests/e2e/conftest.py): every test server also serves Kafka."""
+    return server
+
+
+class ConnectWorker:
+    """One ConnectDistributed process on 127.0.0.1, started as Kafka's connect-distributed.sh does."""
+
+    def __init__(self, workdir: Path, bootstrap: str, group: str) -> None:
+        self.rest = f"http://127.0.0.1:{free_port()}"
+        self.props = workdir / f"worker-{self.rest.rsplit(':', 1)[1]}.properties"
+        self.log = self.props.with_suffix(".log")
+        settings = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "listeners": self.rest,
+            "plugin.discovery": "service_load",
+            "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "config.storage.topic": f"{group}-configs",
+            "offset.storage.topic": f"{group}-offsets",
+            "status.storage.topic": f"{group}-status",
+            "config.storage.replication.factor": "1",
+            "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1",
+            "offset.flush.interval.ms": "500",
+            # a lost worker's connectors and tasks move at once, not after Connect's 5 minutes
+            "scheduled.rebalance.max.delay.ms": "0",
+            "session.timeout.ms": "6000",
+            "heartbeat.interval.ms": "1000",
+            "consumer.session.timeout.ms": "6000",
+            "consumer.heartbeat.interval.ms": "1000",
+        }
+        self.props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, libs: Path) -> ConnectWorker:
+        cmd = [java(), "-Xmx384m", f"-Dlog4j2.configurationFile={CACHE / 'log4j2.xml'}", "-cp", f"{libs}/*"]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [*cmd, "org.apache.kafka.connect.cli.ConnectDistributed", str(self.props)], stdout=out, stderr=out
+            )
+        return self
+
+    def wait_healthy(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
+            try:
+                if httpx.get(f"{self.rest}/health", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"Connect worker not healthy in {timeout}s:\n{self.log.read_text()[-3000:]}")
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _wait_for(what: str, check, timeout: float = 90, logs: tuple[Path, ...] = ()) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    tails = "\n".join(p.read_text()[-2000:] for p in logs if p.exists())
+    raise AssertionError(f"timed out waiting for {what}\n{tails}")
+
+
+def test_two_connect_workers_move_lines_through_a_topic_and_carry_on_after_a_kill(gateway, tmp_path):
+    libs = ensure_jars()
+    group = "connect-cluster"
+    workers = [ConnectWorker(tmp_path, gateway.kafka, group) for _ in range(2)]
+    source, sink = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("".join(f"line-{i}\n" for i in range(20)))
+    logs = tuple(w.log for w in workers)
+    try:
+        for w in workers:
+            w.start(libs)
+        for w in workers:
+            w.wait_healthy()
+        rest = workers[0].rest
+        connectors = {
+            "file-source": {
+                "connector.class": "FileStreamSource",
+                "tasks.max": "1",
+                "file": str(source),
+                "topic": "connect-lines",
+                "topic.creation.default.replication.factor": "1",
+                "topic.creation.default.partitions": "2",
+            },
+            "file-sink": {"connector.class": "FileStreamSink", "file": str(sink), "topics": "connect-lines"},
+        }
+        for name, config in connectors.items():
+            r = httpx.post(f"{rest}/connectors", json={"name": name, "config": config}, timeout=60)
+            assert r.status_code == 201, r.text
+        _wait_for("the first lines in the sink file", lambda: len(_lines(sink)) == 20, logs=logs)
+        assert sorted(_lines(sink)) == sorted(f"line-{i}" for i in range(20))
+
+        # both workers are members of one group whose leader assigns ("connect" protocol type)
+        described = httpx.get(f"{gateway.url}/groups/{group}", timeout=30).json()
+        assert described["state"] == "Stable" and len(described["members"]) == 2
+        listed = {g["group"] for g in httpx.get(f"{gateway.url}/groups", timeout=30).json()["groups"]}
+        assert {group, "connect-file-sink"} <= listed
+        # the topic Connect wrote is a topic like any other: its lines are fetched over HTTP too
+        fetched = []
+        for p in range(2):
+            got = httpx.get(
+                f"{gateway.url}/topics/connect-lines/partitions/{p}/records?offset=0&value_format=string", timeout=30
+            ).json()
+            fetched += [r["value"] for r in got["records"]]
+        assert sorted(fetched) == sorted(f"line-{i}" for i in range(20))
+
+        time.sleep(2)  # past a few offset flushes: the sink's and the source's positions are committed
+        status = httpx.get(f"{rest}/connectors?expand=status", timeout=30).json()
+        sink_worker = status["file-sink"]["status"]["tasks"][0]["worker_id"]
+        doomed = next(w for w in workers if w.rest.endswith(sink_worker.rsplit(":", 1)[1]))
+        survivor = next(w for w in workers if w is not doomed)
+        doomed.kill9()
+        with source.open("a") as f:
+            f.write("".join(f"after-{i}\n" for i in range(10)))
+        _wait_for("the lines written after the kill", lambda: len(_lines(sink)) >= 30, timeout=120, logs=logs)
+        expected = [f"line-{i}" for i in range(20)] + [f"after-{i}" for i in range(10)]
+        assert sorted(_lines(sink)) == sorted(expected)  # every line, and none twice
+        status = httpx.get(f"{survivor.rest}/connectors?expand=status", timeout=30).json()
+        for name in connectors:
+            task = status[name]["status"]["tasks"][0]
+            assert task["state"] == "RUNNING" and survivor.rest.endswith(task["worker_id"].rsplit(":", 1)[1])
+    finally:
+        for w in workers:
+            w.stop()

@@ -34,9 +34,8 @@ from delta_log.core.records import DIGITS, offsets_for_rows
 from delta_log.core.topic_config import TopicConfig
 from delta_log.core.value_schemas import subject_for
 from delta_log.errors import InvalidRecordError, TopicExistsError, TopicNotFoundError, WriterClosedError
-from delta_log.log.group_commit import GroupCommitter
 from delta_log.log.writer import AppendRequest, AppendResult
-from delta_log.registry import TopicRegistry
+from delta_log.registry import Committer, TopicRegistry
 from delta_log.system.schemas import check_values
 
 
@@ -225,7 +224,7 @@ def plan_produce(
 
 
 async def append_here(
-    registry: TopicRegistry, topic: str, append: AppendRequest, committer: GroupCommitter | None = None
+    registry: TopicRegistry, topic: str, append: AppendRequest, committer: Committer | None = None
 ) -> AppendResult:
     """Append through this gateway's committer of `topic` (opened if `committer` is None); the
     result comes after the Delta commit that holds the records.
@@ -239,7 +238,7 @@ async def append_here(
         return await submit(append, await asyncio.to_thread(registry.committer, topic))
 
 
-def submit(append: AppendRequest, committer: GroupCommitter) -> asyncio.Future[AppendResult]:
+def submit(append: AppendRequest, committer: Committer) -> asyncio.Future[AppendResult]:
     """Hand `append` to `committer` now, on the event loop (so requests reach the writer in the
     order they are handed over); the future resolves after the Delta commit that holds it.
 

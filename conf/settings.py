@@ -78,6 +78,11 @@ class WriterSettings(BaseModel):
     deleted_file_retention: str = Field("interval 1 hours", description="delta.deletedFileRetentionDuration")
     max_row_group_rows: int = Field(8192, gt=0, description="Parquet row group size; a fetch reads only these.")
     compression: Literal["SNAPPY", "ZSTD", "LZ4_RAW", "UNCOMPRESSED"] = "SNAPPY"
+    wal_segment_bytes: int = Field(
+        64 * 1024 * 1024,
+        gt=0,
+        description="`log` topics: a write-ahead segment file rolls at this size (on an object store every write is one object).",
+    )
 
 
 class ReaderSettings(BaseModel):

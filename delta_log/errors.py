@@ -173,6 +173,14 @@ class SourcesGoneError(TopiclakeError):
     hint = "Another job changed the same files; run it again."
 
 
+class WriteAheadGapError(TopiclakeError):
+    """Records a write-ahead log acked do not continue the topic table (something other than the
+    partition's owner appended to it). Never expected; the flush stops and says so."""
+
+    code = "WRITE_AHEAD_GAP"
+    hint = "Report it with the gateway's log; the write-ahead log is kept until it flushes."
+
+
 class StorageUnavailableError(TopiclakeError):
     code = "STORAGE_UNAVAILABLE"
     retriable = True

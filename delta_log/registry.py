@@ -11,8 +11,11 @@ committing thread and must be quick (they wake waiters).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from conf import Settings
@@ -22,6 +25,7 @@ from delta_log.errors import WriterClosedError
 from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.reader import TopicReader
+from delta_log.log.write_ahead import LogTopic, WriteAhead, replay
 from delta_log.log.writer import CommitInfo, TopicWriter
 from delta_log.maintenance.delete_records import delete_records
 from delta_log.maintenance.topic_maintenance import MaintenanceClock, MaintenanceScheduler, TopicMaintenance
@@ -31,6 +35,9 @@ from delta_log.table.segment_files import ParquetOptions
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
+
+#: what produce hands requests to: a `table` topic's group committer, or a `log` topic's
+Committer = GroupCommitter | LogTopic
 
 
 class TopicRegistry:
@@ -42,7 +49,7 @@ class TopicRegistry:
         self.catalog = Catalog(self.storage, settings.writer)
         self._on_flush = on_flush
         self._lock = threading.Lock()
-        self._committers: dict[str, GroupCommitter] = {}
+        self._committers: dict[str, Committer] = {}
         self._maintenance: dict[str, TopicMaintenance] = {}
         self._readers: dict[str, TopicReader] = {}
         self._listeners: list[Callable[[CommitInfo], None]] = []
@@ -55,6 +62,9 @@ class TopicRegistry:
         self._flush_pool = FlushPool(settings.writer.flush_threads)
         self._maintenance_scheduler = MaintenanceScheduler(settings.maintenance.threads)
         self._rollup_scope: Callable[[str, int], Collection[int]] | None = None
+        self._write_ahead: WriteAhead | None = None
+        #: this process's write-ahead directory name (the gateway id, when it serves one)
+        self.wal_owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
     @property
     def offsets(self) -> OffsetStore:
@@ -106,7 +116,7 @@ class TopicRegistry:
         """The topic's partition count. Raises: InvalidTopicError, TopicNotFoundError."""
         return self.reader(topic).config.partitions
 
-    def committer(self, topic: str) -> GroupCommitter:
+    def committer(self, topic: str) -> Committer:
         """Raises: InvalidTopicError, TopicNotFoundError, WriterClosedError (the process is closing)."""
         reader = self.reader(topic)
         with self._lock:
@@ -126,16 +136,39 @@ class TopicRegistry:
             carried=carried,
             rollup_scope=lambda: self._rolled_up_here(topic),
         )
-        writer = TopicWriter(self.storage, topic, self.settings.writer, on_commit=self._fanout(reader, maintenance))
         w = self.settings.writer
-        committer = GroupCommitter(
-            writer,
-            linger_s=w.linger_ms / 1000,
-            batch_bytes=w.batch_bytes,
-            max_queue_bytes=w.max_queue_bytes,
-            on_flush=self._on_flush,
-            pool=self._flush_pool,
-        )
+        committer: Committer
+        config = reader.config
+        if config.ack_mode == "log":
+            # acked in the write-ahead log: readers learn of records at the ack, maintenance at
+            # the table commit
+            writer = TopicWriter(self.storage, topic, w, on_commit=lambda info: maintenance.notify_commit())
+            reader.hold_tail()
+
+            def flushed(hws: dict[int, int]) -> None:
+                reader.flushed(hws)
+                self.write_ahead().flushed(topic, hws)
+
+            committer = LogTopic(
+                writer,
+                self.write_ahead(),
+                max_lag_s=config.table_max_lag_ms / 1000,
+                batch_bytes=w.batch_bytes,
+                max_queue_bytes=w.max_queue_bytes,
+                on_ack=self._fanout(reader, None),
+                on_flushed=flushed,
+                on_flush=self._on_flush,
+            )
+        else:
+            writer = TopicWriter(self.storage, topic, w, on_commit=self._fanout(reader, maintenance))
+            committer = GroupCommitter(
+                writer,
+                linger_s=w.linger_ms / 1000,
+                batch_bytes=w.batch_bytes,
+                max_queue_bytes=w.max_queue_bytes,
+                on_flush=self._on_flush,
+                pool=self._flush_pool,
+            )
         with self._lock:
             existing = self._committers.get(topic)
             if existing is None:
@@ -146,10 +179,36 @@ class TopicRegistry:
         maintenance.close()
         return existing
 
-    def _fanout(self, reader: TopicReader, maintenance: TopicMaintenance) -> Callable[[CommitInfo], None]:
+    def write_ahead(self) -> WriteAhead:
+        """The process's write-ahead writer (started on first use by a `log` topic)."""
+        with self._lock:
+            if self._write_ahead is None:
+                self._write_ahead = WriteAhead(
+                    self.storage, self.wal_owner, self._flush_pool, segment_bytes=self.settings.writer.wal_segment_bytes
+                )
+            return self._write_ahead
+
+    def replay_write_ahead(self, *, live: Callable[[str], bool] = lambda owner: False) -> dict[str, int]:
+        """Write into their tables the write-ahead records of gateways that died before flushing
+        them (at start, before serving); returns the records written per topic. `live`: whether a
+        gateway id still runs (its log is replayed harmlessly but kept).
+
+        Raises: StorageUnavailableError."""
+        writers: dict[str, TopicWriter] = {}
+
+        def writer_of(topic: str) -> TopicWriter:
+            if topic not in writers:
+                writers[topic] = TopicWriter(self.storage, topic, self.settings.writer)
+            return writers[topic]
+
+        owner_of = lambda d: d.rsplit("/", 1)[-1]  # noqa: E731
+        return replay(self.storage, writer_of, skip=[self.wal_owner], delete=lambda d: not live(owner_of(d)))
+
+    def _fanout(self, reader: TopicReader, maintenance: TopicMaintenance | None) -> Callable[[CommitInfo], None]:
         def on_commit(info: CommitInfo) -> None:
             reader.on_commit(info)
-            maintenance.notify_commit()
+            if maintenance is not None:
+                maintenance.notify_commit()
             for listener in self._listeners:
                 try:
                     listener(info)
@@ -167,7 +226,14 @@ class TopicRegistry:
                 self._sticky[topic] = current + 1
             return among[current % len(among)] if among else current % partitions
 
-    def committers(self) -> dict[str, GroupCommitter]:
+    def table_lag_s(self, topic: str) -> float | None:
+        """A `log` topic's: how long its oldest acked record has waited for the table here (None:
+        a `table` topic, or no writer open here)."""
+        with self._lock:
+            c = self._committers.get(topic)
+        return c.table_lag_s if isinstance(c, LogTopic) else None
+
+    def committers(self) -> dict[str, Committer]:
         with self._lock:
             return dict(self._committers)
 
@@ -185,8 +251,15 @@ class TopicRegistry:
 
     def alter_config(self, topic: str, updates: Mapping[str, object]) -> TopicDescription:
         """Raises: TopicNotFoundError, InvalidConfigError."""
+        before = self.reader(topic).config
         desc = self.catalog.alter_config(topic, updates)
         self.reader(topic).refresh()  # the next produce validates against the new config
+        config = self.reader(topic).config
+        if (config.ack_mode, config.table_max_lag_ms) != (before.ack_mode, before.table_max_lag_ms):
+            with self._lock:  # the next produce opens the committer of the new mode
+                c = self._committers.pop(topic, None)
+            if c is not None:
+                c.close()  # a `log` topic's acked records reach the table first
         return desc
 
     def add_partitions(self, topic: str, total: int) -> TopicDescription:
@@ -240,7 +313,7 @@ class TopicRegistry:
             by_age = sorted(self._last_used.items(), key=lambda kv: kv[1])
             over = max(0, len(by_age) - max_open)
             candidates = [t for i, (t, used) in enumerate(by_age) if i < over or now - used >= idle_s]
-            released: list[tuple[str, GroupCommitter | None, TopicMaintenance | None]] = []
+            released: list[tuple[str, Committer | None, TopicMaintenance | None]] = []
             for topic in candidates:
                 committer, loop = self._committers.get(topic), self._maintenance.get(topic)
                 if (committer is not None and committer.busy) or (loop is not None and loop.busy):
@@ -269,6 +342,8 @@ class TopicRegistry:
             self._readers.clear()
         for m in loops:
             m.stop()  # all at once: then each close waits only for its running pass
+        if self._write_ahead is not None:
+            self._write_ahead.close()  # what waits is written and acked; the topics then flush
         for c in committers:
             c.close()
         for m in loops:

@@ -239,6 +239,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 verify=_peer_tls(settings),
             )
         app.state.cluster = cluster
+        # `log` topics' records acked by a gateway that died before its table flush: written now,
+        # before this gateway serves (the txn high watermarks make a replay write nothing twice)
+        if cluster is not None:
+            registry.wal_owner = cluster.me.gateway_id
+        live = (lambda gid: cluster.member(gid) is not None) if cluster is not None else (lambda gid: False)
+        replayed = await run_in_threadpool(lambda: registry.replay_write_ahead(live=live))
+        if replayed:
+            log.info("write-ahead records replayed into their tables: %s", replayed)
         coordinator = GroupCoordinator(
             registry,
             store,

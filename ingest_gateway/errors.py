@@ -39,6 +39,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.OutOfOrderSequenceError: 409,
     e.CommitConflictError: 503,
     e.StorageUnavailableError: 503,
+    e.WriteAheadGapError: 503,
     e.BackPressureError: 429,
     e.WriterClosedError: 503,
     http_errors.MalformedRequestError: 400,

@@ -65,6 +65,7 @@ class Metrics:
         phases: dict[str, dict[str, float]] | None = None,
         conflicts: dict[str, int] | None = None,
         visible: Callable[[str], bool] = lambda topic: True,
+        table_lag: dict[str, float] | None = None,
     ) -> str:
         """The Prometheus text; per-topic series only for the topics `visible` lets through."""
         lines: list[str] = []
@@ -119,6 +120,13 @@ class Metrics:
         )
         for t, v in mine(conflicts or {}):
             lines.append(f"topiclake_commit_conflicts_total{_labels(topic=t)} {v}")
+        family(
+            "topiclake_table_lag_seconds",
+            "gauge",
+            "`log` topics: how long the oldest record acked in the write-ahead log has waited for the Delta table.",
+        )
+        for t, lag in mine(table_lag or {}):
+            lines.append(f"topiclake_table_lag_seconds{_labels(topic=t)} {lag:.3f}")
         family("topiclake_writer_phase_seconds_total", "counter", "Flush time by phase, per topic.")
         for t, by_phase in mine(phases or {}):
             for phase, secs in by_phase.items():

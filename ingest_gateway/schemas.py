@@ -7,11 +7,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from delta_log.core.topic_config import (
+    ACK_MODES,
     CLEANUP_POLICY_PATTERN,
     DEFAULT_CONFIG,
     MAX_JSON_INT,
     MAX_PARTITIONS,
+    MAX_TABLE_LAG_MS,
     MAX_TOPIC_NAME_LENGTH,
+    MIN_TABLE_LAG_MS,
     TOPIC_NAME_PATTERN,
 )
 from delta_log.core.value_schemas import COMPATIBILITY_LEVELS, MAX_SCHEMA_CHARS
@@ -57,6 +60,13 @@ def _config_schema(nullable: bool) -> dict[str, Any]:
             "anyOf": [
                 {"type": "string", "maxLength": 0},
                 {"type": "string", "pattern": TOPIC_NAME_PATTERN, "maxLength": MAX_TOPIC_NAME_LENGTH},
+            ]
+        },
+        "topiclake.ack.mode": choice(*ACK_MODES),
+        "topiclake.table.max.lag.ms": {
+            "anyOf": [
+                {"type": "integer", "minimum": MIN_TABLE_LAG_MS, "maximum": MAX_TABLE_LAG_MS},
+                {"type": "string", "pattern": r"^0{0,11}([1-9][0-9]{1,5}|[12][0-9]{6}|3[0-5][0-9]{5}|3600000)$"},
             ]
         },
     }
@@ -139,6 +149,11 @@ class TopicInfo(_Model):
     table_version: int
     partition_offsets: list[PartitionInfo] | None = None
     value_schema: RegisteredSchema | None = Field(None, description="The value schema registered at creation.")
+    table_lag_ms: int | None = Field(
+        None,
+        description="`log` topics (topiclake.ack.mode=log): how long the oldest acked record has waited for the "
+        "Delta table on this gateway; 0 when the table holds every ack.",
+    )
 
 
 class TopicList(_Model):

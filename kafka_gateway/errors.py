@@ -31,6 +31,7 @@ CODES: dict[type[e.TopiclakeError], ErrorCode] = {
     e.OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
     e.CommitConflictError: ErrorCode.request_timed_out,
     e.StorageUnavailableError: ErrorCode.kafka_storage_error,
+    e.WriteAheadGapError: ErrorCode.kafka_storage_error,
     e.BackPressureError: ErrorCode.request_timed_out,
     e.WriterClosedError: ErrorCode.request_timed_out,
     e.AuthenticationError: ErrorCode.sasl_authentication_failed,

@@ -40,7 +40,13 @@ DEFAULT_CONFIG: dict[str, str] = {
     # "all" writes the valid records and sends the others to the dead-letter topic
     "errors.tolerance": "none",
     "errors.deadletterqueue.topic.name": "",  # empty: <topic>.dlq
+    # when a produce is acked: "table" after the Delta commit that holds it; "log" once durable in
+    # the gateway's write-ahead log, flushed into the table within topiclake.table.max.lag.ms
+    "topiclake.ack.mode": "table",
+    "topiclake.table.max.lag.ms": "1000",
 }
+ACK_MODES = ("table", "log")
+MIN_TABLE_LAG_MS, MAX_TABLE_LAG_MS = 10, 3_600_000
 
 #: cleanup.policy: delete, compact or both (Kafka's list syntax, spaces around items allowed)
 CLEANUP_POLICY_PATTERN = r"^ *(compact *, *delete|delete *, *compact|compact|delete) *$"
@@ -131,6 +137,12 @@ def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
                 )
         elif key == "retention.protect.unconsumed" and value not in {"true", "false"}:
             raise InvalidConfigError(f"{key} must be true or false; got {value!r}.", key=key)
+        elif key == "topiclake.ack.mode" and value not in ACK_MODES:
+            raise InvalidConfigError(f"{key} must be table or log; got {value!r}.", key=key)
+        elif key == "topiclake.table.max.lag.ms":
+            _int_value(key, raw, value, MIN_TABLE_LAG_MS)
+            if int(value) > MAX_TABLE_LAG_MS:
+                raise InvalidConfigError(f"{key} must be at most {MAX_TABLE_LAG_MS} (one hour); got {value}.", key=key)
         elif key == "errors.tolerance" and value not in {"none", "all"}:
             raise InvalidConfigError(f"{key} must be none or all; got {value!r}.", key=key)
         elif key == "errors.deadletterqueue.topic.name":
@@ -171,6 +183,14 @@ class TopicConfig:
             before_max_ms=int(self.values.get("message.timestamp.before.max.ms", MAX_OFFSET)),
             after_max_ms=int(self.values.get("message.timestamp.after.max.ms", MAX_OFFSET)),
         )
+
+    @property
+    def ack_mode(self) -> str:
+        return self.values.get("topiclake.ack.mode", "table")
+
+    @property
+    def table_max_lag_ms(self) -> int:
+        return int(self.values.get("topiclake.table.max.lag.ms", "1000"))
 
     @property
     def log_append_time(self) -> bool:

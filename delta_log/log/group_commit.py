@@ -39,7 +39,7 @@ class FlushStats:
     ok: bool
 
 
-def _resolve(
+def resolve(
     fut: Future[AppendResult], *, result: AppendResult | None = None, error: BaseException | None = None
 ) -> None:
     """Answer one request; a request whose caller gave up (its Future cancelled) is skipped, never
@@ -143,7 +143,7 @@ class GroupCommitter:
                 self._closed = True
                 self._cond.notify_all()
             for _, _, fut, _ in left:
-                _resolve(fut, error=WriterClosedError(f"The writer of topic {self.writer.topic!r} is closed."))
+                resolve(fut, error=WriterClosedError(f"The writer of topic {self.writer.topic!r} is closed."))
             return False
 
     @property
@@ -194,11 +194,11 @@ class GroupCommitter:
             results = self.writer.append_many(requests)
         except BaseException as exc:  # resolve every future; the pool thread must survive
             for _, _, fut, _ in taken:
-                _resolve(fut, error=exc)
+                resolve(fut, error=exc)
             self._report(requests, nbytes, start, ok=False)
             return
         for (_, _, fut, _), result in zip(taken, results, strict=True):
-            _resolve(fut, result=result)
+            resolve(fut, result=result)
         self._report(requests, nbytes, start, ok=True)
 
     def _report(self, requests: list[AppendRequest], nbytes: int, start: float, *, ok: bool) -> None:

@@ -183,8 +183,16 @@ class TopicReader:
         return self._snap
 
     def on_commit(self, info: CommitInfo) -> None:
-        """Feed the tail cache with records this process just committed."""
+        """Feed the tail cache with records this process just committed (of a `log` topic: acked
+        in the write-ahead log)."""
         self._tail.add(info.records)
+
+    def hold_tail(self) -> None:
+        """A `log` topic: keep acked records in the tail until `flushed` (fetches see them at once)."""
+        self._tail.hold()
+
+    def flushed(self, high_watermarks: dict[int, int]) -> None:
+        self._tail.flushed(high_watermarks)
 
     # -- offsets -------------------------------------------------------------------------------
     def _hw(self, snap: TopicSnapshot, partition: int) -> int:

@@ -1,8 +1,10 @@
 """Tail cache: the most recent committed records of each partition, contiguous by offset.
 
 Fed by this process's writer (`add`, from its commit listener) so a consumer at the end of the log
-is served from memory. Only committed data ever enters it. A gap (another writer appended in
-between) starts the partition's tail again; above `max_bytes` per partition the oldest batches go.
+is served from memory. Only committed data ever enters it: of a `log` topic, records durable in the
+write-ahead log, which stay (`hold`) until `flushed` says the table has them, so readers see acks
+at once and never lose sight of one. A gap (another writer appended in between) starts the
+partition's tail again; above `max_bytes` per partition the oldest (flushed) batches go.
 
 Concurrency contract: thread-safe (one lock per cache); tables are immutable Arrow tables.
 """
@@ -32,11 +34,38 @@ class TailCache:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._tails: dict[int, _Tail] = {}
+        #: a `log` topic's: partition -> the table's high watermark (batches below it may go)
+        self._flushed: dict[int, int] | None = None
+
+    def hold(self) -> None:
+        """Keep every record until `flushed` says the table holds it (a `log` topic's tail)."""
+        with self._lock:
+            if self._flushed is None:
+                self._flushed = {}
+
+    def flushed(self, high_watermarks: dict[int, int]) -> None:
+        with self._lock:
+            if self._flushed is not None:
+                for p, hw in high_watermarks.items():
+                    self._flushed[p] = max(self._flushed.get(p, 0), hw)
+                    tail = self._tails.get(p)
+                    if tail is not None:
+                        self._evict(p, tail)
+
+    def _evict(self, partition: int, tail: _Tail) -> None:
+        held = None if self._flushed is None else self._flushed.get(partition, 0)
+        while tail.nbytes > self.max_bytes and len(tail.tables) > 1:
+            base, old = tail.tables[0]
+            if held is not None and base + old.num_rows > held:
+                return  # not in the table yet
+            tail.tables.popleft()
+            tail.nbytes -= old.nbytes
+            tail.first_offset = tail.tables[0][0]
 
     def add(self, records: pa.Table) -> None:
         """Add committed records (TOPIC_SCHEMA, sorted by partition then offset)."""
         parts = records.column("partition").to_numpy()
-        if not len(parts) or self.max_bytes <= 0:
+        if not len(parts) or (self.max_bytes <= 0 and self._flushed is None):
             return
         starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]]))
         ends = np.concatenate([starts[1:], [len(parts)]])
@@ -51,10 +80,7 @@ class TailCache:
                 tail.tables.append((base, piece))
                 tail.end_offset = base + piece.num_rows
                 tail.nbytes += piece.nbytes
-                while tail.nbytes > self.max_bytes and len(tail.tables) > 1:
-                    _, old = tail.tables.popleft()
-                    tail.nbytes -= old.nbytes
-                    tail.first_offset = tail.tables[0][0]
+                self._evict(p, tail)
 
     def end_offset(self, partition: int) -> int:
         """One past the newest cached offset of `partition` (0 if none is cached)."""

@@ -24,6 +24,7 @@ Concurrency contract
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -50,9 +51,11 @@ from delta_log.errors import (
     StorageUnavailableError,
     TopiclakeError,
     TopicNotFoundError,
+    WriteAheadGapError,
 )
 from delta_log.table.app_transactions import (
     TransactionCache,
+    TxnSource,
     append_transactions,
     read_high_watermark,
     read_high_watermarks,
@@ -205,45 +208,66 @@ class TopicWriter:
 
     def _attempt(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         self._t = time.perf_counter()
-        arrays = [req.partition_array() for req in requests]
-        counts = [count_by_partition(a) for a in arrays]
-        producers = [req.producer for req in requests]
-        state = {
-            (pr.producer_id, p): st
-            for pr, part_counts in zip(producers, counts, strict=True)
-            if pr is not None
-            for p in part_counts
-            if (st := read_producer_state(self._txns, pr.producer_id, p)) is not None
-        }
-        plan = plan_flush(producers, counts, state)
-        results: dict[int, AppendResult] = {i: AppendResult(error=err) for i, err in plan.refused.items()}
-        results.update({i: AppendResult(ranges=r, duplicate=True) for i, r in plan.committed.items()})
-        self._tick("check")
-        pending = list(plan.append)
-        if pending:
-            touched = sorted({p for i in pending for p in counts[i]})
-            hws = read_high_watermarks(self._txns, touched)
-            plans, new_hws = plan_offsets([counts[i] for i in pending], hws)
-            records = _assemble([requests[i].batch for i in pending], [arrays[i] for i in pending], hws, self.topic)
-            self._tick("assemble")
-            producer_ranges = [
-                (pr, r.partition, r.base_offset)
-                for i, ranges in zip(pending, plans, strict=True)
-                if (pr := producers[i]) is not None
-                for r in ranges
-            ]
-            self._commit(records, append_transactions(new_hws, producer_ranges))
-            version = self._dt.version()
-            for i, ranges in zip(pending, plans, strict=True):
-                results[i] = AppendResult(ranges=tuple(ranges), table_version=version)
-            self._after_commit(
-                CommitInfo(topic=self.topic, table_version=version, records=records, high_watermarks=new_hws)
+        staged = stage(requests, self._txns, self.topic, tick=self._tick)
+        if staged.records is None:
+            return staged.results
+        self._commit(staged.records, append_transactions(staged.high_watermarks, staged.producer_ranges))
+        version = self._dt.version()
+        self._after_commit(
+            CommitInfo(
+                topic=self.topic, table_version=version, records=staged.records, high_watermarks=staged.high_watermarks
             )
-        for i, first in plan.same_as.items():  # in-flush retries share their first copy's result
-            results[i] = AppendResult(
-                ranges=results[first].ranges, duplicate=True, table_version=results[first].table_version
-            )
-        return [results[i] for i in range(len(requests))]
+        )
+        return [dataclasses.replace(r, table_version=version) if r.error is None else r for r in staged.results]
+
+    def commit_staged(self, records: pa.Table, producers: Sequence[tuple[ProducerSequence, int, int]] = ()) -> int:
+        """Commit records whose offsets were assigned before (by a write-ahead log, which acked
+        them), in ONE commit with their high watermarks and producers' txns; returns how many rows
+        were new. Rows the table already holds (a flush replayed after a crash) are dropped with
+        their producers' entries, so each record is written exactly once and no producer's state
+        goes back; the rest must continue each partition's high watermark.
+
+        `records`: TOPIC_SCHEMA sorted by (partition, offset); `producers`: (producer, partition,
+        base offset) in the order they were acked.
+
+        Raises: WriteAheadGapError (records missing before these), CommitConflictError,
+        StorageUnavailableError, TopicNotFoundError.
+        """
+        attempts = self.settings.max_commit_attempts
+        for attempt in range(attempts):
+            self._t = time.perf_counter()
+            try:
+                hws = read_high_watermarks(self._txns, _partitions_of(records))
+                fresh = _unflushed(records, hws, self.topic)
+                if fresh.num_rows == 0:
+                    return 0
+                parts, offsets = fresh.column("partition").to_numpy(), fresh.column("offset").to_numpy()
+                ends = {int(p): int(offsets[i]) + 1 for i, p in _last_of_each(parts)}
+                kept = [(pr, p, base) for pr, p, base in producers if base >= hws.get(p, 0)]
+                self._commit(fresh, append_transactions(ends, kept))
+                self._after_commit(
+                    CommitInfo(topic=self.topic, table_version=self._dt.version(), records=fresh, high_watermarks=ends)
+                )
+                return fresh.num_rows
+            except CommitFailedError as exc:
+                self.conflicts += 1
+                log.debug("commit conflict on %s (attempt %d): %s", self.topic, attempt + 1, exc)
+                self.refresh()
+                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.05)))
+            except TableNotFoundError as exc:
+                raise TopicNotFoundError(self.topic) from exc
+            except (DeltaError, OSError) as exc:
+                self._dt = self._reopen_quietly()
+                raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
+        raise CommitConflictError(
+            f"Gave up after {attempts} conflicting commits on topic {self.topic!r}.", topic=self.topic
+        )
+
+    @property
+    def transactions(self) -> TxnSource:
+        """The partitions' high watermarks and producer states as of this writer's table version
+        (single-threaded, as the writer)."""
+        return self._txns
 
     def _commit(self, records: pa.Table, txns: list[Transaction]) -> None:
         """Write one parquet file per partition, then commit their add actions and `txns` at once.
@@ -291,6 +315,102 @@ class TopicWriter:
         if self._commits_since_open >= self.settings.reopen_every_commits:
             self._commits_since_open = 0
             self._dt = self._reopen_quietly()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Staged:
+    """Requests planned for one write: each request's answer, and what to write for them."""
+
+    results: list[AppendResult]
+    records: pa.Table | None  # TOPIC_SCHEMA, sorted by (partition, offset); None: nothing to write
+    high_watermarks: dict[int, int]  # the touched partitions' new high watermarks
+    producer_ranges: list[tuple[ProducerSequence, int, int]]  # (producer, partition, base offset)
+
+
+def stage(
+    requests: Sequence[AppendRequest],
+    txns: TxnSource,
+    topic: str,
+    *,
+    tick: Callable[[str], None] = lambda phase: None,
+) -> Staged:
+    """Plan the requests of one write against the partitions' high watermarks and producer states
+    in `txns`: which are retries or refused (delta_log.core.producer.plan_flush), the offsets of
+    the rest, and their records in TOPIC_SCHEMA. Nothing is written."""
+    arrays = [req.partition_array() for req in requests]
+    counts = [count_by_partition(a) for a in arrays]
+    producers = [req.producer for req in requests]
+    state = {
+        (pr.producer_id, p): st
+        for pr, part_counts in zip(producers, counts, strict=True)
+        if pr is not None
+        for p in part_counts
+        if (st := read_producer_state(txns, pr.producer_id, p)) is not None
+    }
+    plan = plan_flush(producers, counts, state)
+    results: dict[int, AppendResult] = {i: AppendResult(error=err) for i, err in plan.refused.items()}
+    results.update({i: AppendResult(ranges=r, duplicate=True) for i, r in plan.committed.items()})
+    tick("check")
+    pending = list(plan.append)
+    records = None
+    new_hws: dict[int, int] = {}
+    producer_ranges: list[tuple[ProducerSequence, int, int]] = []
+    if pending:
+        touched = sorted({p for i in pending for p in counts[i]})
+        hws = read_high_watermarks(txns, touched)
+        plans, new_hws = plan_offsets([counts[i] for i in pending], hws)
+        records = _assemble([requests[i].batch for i in pending], [arrays[i] for i in pending], hws, topic)
+        tick("assemble")
+        producer_ranges = [
+            (pr, r.partition, r.base_offset)
+            for i, ranges in zip(pending, plans, strict=True)
+            if (pr := producers[i]) is not None
+            for r in ranges
+        ]
+        for i, ranges in zip(pending, plans, strict=True):
+            results[i] = AppendResult(ranges=tuple(ranges))
+    for i, first in plan.same_as.items():  # in-flush retries share their first copy's result
+        results[i] = AppendResult(ranges=results[first].ranges, duplicate=True)
+    return Staged(
+        results=[results[i] for i in range(len(requests))],
+        records=records,
+        high_watermarks=new_hws,
+        producer_ranges=producer_ranges,
+    )
+
+
+def _last_of_each(parts: np.ndarray) -> list[tuple[int, int]]:
+    """(index, partition) of the last row of each run of `parts` (sorted)."""
+    ends = np.flatnonzero(np.concatenate([parts[1:] != parts[:-1], [True]]))
+    return [(int(i), int(parts[i])) for i in ends]
+
+
+def _partitions_of(records: pa.Table) -> list[int]:
+    return sorted(set(np.unique(records.column("partition").to_numpy()).tolist())) if records.num_rows else []
+
+
+def _unflushed(records: pa.Table, high_watermarks: dict[int, int], topic: str) -> pa.Table:
+    """The rows of `records` (sorted by partition, offset) at or past each partition's high
+    watermark, which they must continue without a gap. Raises: WriteAheadGapError."""
+    if not records.num_rows:
+        return records
+    parts = records.column("partition").to_numpy()
+    offsets = records.column("offset").to_numpy()
+    keep = offsets >= np.vectorize(high_watermarks.__getitem__, otypes=[np.int64])(parts)
+    fresh = records.filter(pa.array(keep)) if not keep.all() else records
+    if fresh.num_rows:
+        fp, fo = fresh.column("partition").to_numpy(), fresh.column("offset").to_numpy()
+        starts = np.flatnonzero(np.concatenate([[True], fp[1:] != fp[:-1]]))
+        for s in starts.tolist():
+            p, first = int(fp[s]), int(fo[s])
+            if first != high_watermarks[p]:
+                raise WriteAheadGapError(
+                    f"Topic {topic!r} partition {p}: the table ends at offset {high_watermarks[p]} but the "
+                    f"write-ahead records to flush start at {first}.",
+                    topic=topic,
+                    partition=p,
+                )
+    return fresh
 
 
 def _assemble(batches: list[pa.Table], partitions: list[np.ndarray], hws: dict[int, int], topic: str) -> pa.Table:

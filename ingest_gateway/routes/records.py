@@ -32,8 +32,8 @@ from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import authorize
 from delta_log.core.records import producer_arrow_stream
 from delta_log.errors import RequestTooLargeError, SchemaValidationError
-from delta_log.log.group_commit import GroupCommitter
 from delta_log.log.writer import AppendResult
+from delta_log.registry import Committer
 from ingest_gateway import decoding
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
 from ingest_gateway.produce_forwarding import forward_append
@@ -205,7 +205,7 @@ async def produce(
 
 #: a decoded request: prepared for this gateway or its owner, the owner's Arrow body, this gateway's
 #: committer, and the dead letters
-_Prepared = tuple[PreparedRequest | None, bytes | None, GroupCommitter | None, DeadLetters | None]
+_Prepared = tuple[PreparedRequest | None, bytes | None, Committer | None, DeadLetters | None]
 
 
 def _schema_refusal(response: Response) -> bool:

@@ -23,7 +23,7 @@ from ingest_gateway.schemas import (
 router = APIRouter(prefix="/topics", tags=["topics"])
 
 
-def _info(d: TopicDescription, reader: TopicReader | None = None) -> TopicInfo:
+def _info(d: TopicDescription, reader: TopicReader | None = None, table_lag_s: float | None = None) -> TopicInfo:
     parts = None
     if reader is not None:
         parts = [
@@ -42,6 +42,7 @@ def _info(d: TopicDescription, reader: TopicReader | None = None) -> TopicInfo:
         config=dict(d.config.values),
         table_version=d.table_version,
         partition_offsets=parts,
+        table_lag_ms=None if table_lag_s is None else int(table_lag_s * 1000),
     )
 
 
@@ -75,7 +76,8 @@ def list_topics(registry: RegistryDep, principal: PrincipalDep) -> TopicList:
 @router.get("/{topic}", response_model=TopicInfo)
 def describe_topic(topic: TopicPath, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Describe a topic: config and, per partition, log start offset and high watermark."""
-    return _info(*admin.describe_topic(registry, principal, topic))
+    description, reader = admin.describe_topic(registry, principal, topic)
+    return _info(description, reader, registry.table_lag_s(topic))
 
 
 @router.patch("/{topic}/config", response_model=TopicInfo, response_model_exclude_none=True)

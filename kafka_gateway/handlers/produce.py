@@ -27,8 +27,8 @@ from broker.produce import ProducePlan, has_value_schema, plan_produce, submit
 from delta_log.core.producer import KAFKA_SEQUENCES, ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
 from delta_log.errors import TopiclakeError
-from delta_log.log.group_commit import GroupCommitter
 from delta_log.log.writer import AppendResult
+from delta_log.registry import Committer
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
 from kafka_gateway.records import DecodedBatches, RecordBatchError, decode_batches
@@ -104,8 +104,8 @@ class _Planned:
     out: _Partition
     topic: str
     plan: ProducePlan | None = None
-    committer: GroupCommitter | None = None
-    dead_committer: GroupCommitter | None = None
+    committer: Committer | None = None
+    dead_committer: Committer | None = None
 
 
 def _plan(conn: Connection, topic: str, records: bytes, partition: int, budget: list[int]) -> tuple[ProducePlan, bool]:

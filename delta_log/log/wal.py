@@ -1,0 +1,224 @@
+"""The write-ahead log of `log` topics (`topiclake.ack.mode=log`): where a produce is durable before
+the topic's Delta table holds it.
+
+Layout: `<root>/_wal/<gateway id>/<sequence>.wal`, one directory per gateway process. Each write is
+one frame: magic, payload length and CRC32, then an Arrow IPC stream of the records it acks
+(TOPIC_SCHEMA, every topic and partition of that write together, offsets already assigned) with the
+idempotent producers' ranges in its schema metadata. On local disk frames are appended to a segment
+file and fsynced (`os.fdatasync`) before the write returns; the segment rolls at `segment_bytes`.
+On an object store every write is one object (one PUT), durable when the PUT returns.
+
+Reading (`frames`) stops at the first torn or corrupt frame: a write that did not complete was
+never acked. A segment is deleted once every record in it is in its topic's table (`release`).
+Whoever replays a log (a restarted gateway, a gateway taking partitions over) reads every segment
+of every gateway directory and keeps the records at or past each partition's table high watermark,
+so a replay writes nothing twice.
+
+Concurrency contract: one writer thread per WriteAheadLog (`append`); `release` may be called
+from another thread (a lock guards the segment bookkeeping).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from delta_log.table.storage import StorageRoot
+
+log = logging.getLogger(__name__)
+
+WAL_DIR = "_wal"
+_MAGIC = b"TLW1"
+_HEADER = struct.Struct(">4sII")  # magic, payload bytes, crc32 of the payload
+#: the largest frame a reader accepts (a write is bounded by the writer's batch long before this)
+MAX_FRAME_BYTES = 1 << 31
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRange:
+    """An idempotent producer's request in a frame, for its txns when the frame is flushed."""
+
+    topic: str
+    partition: int
+    producer_id: str
+    sequence: int
+    base_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    records: pa.Table  # TOPIC_SCHEMA, sorted by (topic, partition, offset)
+    producers: tuple[ProducerRange, ...]
+
+
+def encode_frame(records: pa.Table, producers: list[ProducerRange]) -> list[bytes | pa.Buffer]:
+    """One write's frame, as pieces to write in order (the Arrow payload is not copied)."""
+    ranges = [[p.topic, p.partition, p.producer_id, p.sequence, p.base_offset] for p in producers]
+    meta = {b"producers": json.dumps(ranges).encode()}
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, records.schema.with_metadata(meta)) as w:
+        w.write_table(records)
+    payload = sink.getvalue()
+    return [_HEADER.pack(_MAGIC, payload.size, zlib.crc32(payload)), payload]
+
+
+def decode_frames(data: bytes | pa.Buffer) -> Iterator[Frame]:
+    """The complete frames of a segment, in order; stops at a torn or corrupt one."""
+    view = memoryview(data)
+    pos = 0
+    while pos + _HEADER.size <= len(view):
+        magic, size, crc = _HEADER.unpack_from(view, pos)
+        start, end = pos + _HEADER.size, pos + _HEADER.size + size
+        if magic != _MAGIC or size > MAX_FRAME_BYTES or end > len(view) or zlib.crc32(view[start:end]) != crc:
+            if end < len(view) or magic != _MAGIC:
+                log.warning("write-ahead segment: a corrupt frame at byte %d; the rest is ignored", pos)
+            return
+        reader = pa.ipc.open_stream(pa.py_buffer(view[start:end]))
+        records = reader.read_all()
+        raw = json.loads((reader.schema.metadata or {}).get(b"producers", b"[]"))
+        producers = tuple(ProducerRange(str(t), int(p), str(pid), int(s), int(b)) for t, p, pid, s, b in raw)
+        yield Frame(records=records.replace_schema_metadata(None), producers=producers)
+        pos = end
+
+
+@dataclass(slots=True)
+class _Segment:
+    sequence: int
+    path: str
+    nbytes: int = 0
+    #: (topic, partition) -> one past the highest offset the segment holds
+    ends: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class WriteAheadLog:
+    """One gateway's write-ahead log under the storage root."""
+
+    def __init__(self, storage: StorageRoot, owner: str, *, segment_bytes: int = 64 * 1024 * 1024) -> None:
+        self.storage = storage
+        self.owner = owner
+        self.segment_bytes = segment_bytes
+        self.fs, base = storage.filesystem()
+        self.dir = f"{base}/{WAL_DIR}/{owner}"
+        self.local = storage.is_local
+        if self.local:
+            os.makedirs(self.dir, exist_ok=True)
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = []
+        self._next = 0
+        self._fd: int | None = None
+        self.writes = 0
+        self.bytes_written = 0
+
+    # -- writing --------------------------------------------------------------------------------
+    def append(self, pieces: list[bytes | pa.Buffer], ends: Mapping[tuple[str, int], int]) -> None:
+        """Write one frame durably (fsynced, or PUT); `ends` says which offsets it holds, per
+        (topic, partition): one past the highest. Raises: OSError."""
+        size = sum(len(p) if isinstance(p, bytes) else p.size for p in pieces)
+        with self._lock:
+            seg = self._current(size)
+        if self.local:
+            assert self._fd is not None
+            os.writev(self._fd, [memoryview(p) for p in pieces])
+            os.fdatasync(self._fd)
+        else:
+            with self.fs.open_output_stream(seg.path) as out:
+                for p in pieces:
+                    out.write(p)
+        with self._lock:
+            seg.nbytes += size
+            for key, end in ends.items():
+                seg.ends[key] = max(seg.ends.get(key, 0), end)
+        self.writes += 1
+        self.bytes_written += size
+
+    def _current(self, size: int) -> _Segment:
+        """The segment the next frame goes to (a new one per write on an object store)."""
+        seg = self._segments[-1] if self._segments else None
+        if seg is not None and self.local and seg.nbytes + size <= self.segment_bytes:
+            return seg
+        seq, self._next = self._next, self._next + 1
+        seg = _Segment(sequence=seq, path=f"{self.dir}/{seq:020d}.wal")
+        self._segments.append(seg)
+        if self.local:
+            if self._fd is not None:
+                os.close(self._fd)
+            self._fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            _fsync_dir(self.dir)  # the new file's name is durable too
+        return seg
+
+    # -- releasing ------------------------------------------------------------------------------
+    def release(self, flushed: Mapping[tuple[str, int], int]) -> int:
+        """Delete the segments (but the one being written) whose every record is in its table:
+        `flushed` holds each (topic, partition)'s table high watermark (missing: nothing flushed
+        since this log began). Returns how many segments went."""
+        with self._lock:
+            written = self._segments[:-1] if self.local else list(self._segments)
+            gone = [s for s in written if all(flushed.get(k, -1) >= end for k, end in s.ends.items())]
+            for s in gone:
+                self._segments.remove(s)
+        for s in gone:
+            try:
+                self.fs.delete_file(s.path)
+            except (OSError, FileNotFoundError):
+                log.warning("could not delete write-ahead segment %s; it is replayed harmlessly", s.path)
+        return len(gone)
+
+    def pending_bytes(self) -> int:
+        with self._lock:
+            return sum(s.nbytes for s in self._segments)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- replay -------------------------------------------------------------------------------------
+def log_dirs(storage: StorageRoot) -> list[str]:
+    """Every gateway's write-ahead directory under the root (full filesystem paths)."""
+    fs, base = storage.filesystem()
+    root = f"{base}/{WAL_DIR}"
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    except OSError:
+        return []
+    return sorted(i.path for i in infos if i.type == pafs.FileType.Directory)
+
+
+def read_dir(storage: StorageRoot, path: str) -> Iterator[tuple[str, Frame]]:
+    """(segment path, frame) of one gateway's log, oldest first."""
+    fs, _ = storage.filesystem()
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    for info in sorted((i for i in infos if i.path.endswith(".wal")), key=lambda i: i.path):
+        try:
+            with fs.open_input_file(info.path) as f:
+                data = f.read_buffer()
+        except (OSError, FileNotFoundError):
+            continue  # released meanwhile: its records are in the table
+        for frame in decode_frames(data):
+            yield info.path, frame
+
+
+def delete_dir(storage: StorageRoot, path: str) -> None:
+    fs, _ = storage.filesystem()
+    try:
+        fs.delete_dir(path)
+    except (OSError, FileNotFoundError):
+        log.warning("could not delete write-ahead directory %s", path)

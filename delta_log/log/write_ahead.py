@@ -1,0 +1,454 @@
+"""The write-ahead tier: `log` topics are acked once durable in the gateway's write-ahead log
+(delta_log.log.wal), and flushed into their Delta tables within `topiclake.table.max.lag.ms`.
+
+- One writer thread per process (`WriteAhead`) takes every waiting request of every `log` topic,
+  plans each topic's (producer checks, offsets: delta_log.log.writer.stage, against the topic's
+  own view of its high watermarks and producers), writes them as ONE frame, fsyncs (or PUTs), then
+  feeds readers' tails and answers. Requests that arrive during a write form the next one, so a
+  write carries more as load grows. Offsets are assigned here and never change.
+- Each `LogTopic` keeps the records it acked but has not flushed, in memory (the readers' tails
+  hold them too, pinned until flushed, so fetches and long-polls see them at once). Its table
+  flush runs on the shared flush pool when half the max lag passed since its oldest unflushed
+  ack, or when `batch_bytes` wait: one Delta commit per topic per window, however many requests
+  came in (TopicWriter.commit_staged, with the high watermark and producers' txns).
+- A flush that fails is retried (the records stay in the log and in memory); above
+  `max_queue_bytes` unflushed a topic answers BackPressureError.
+- At start, `replay` writes every write-ahead record that is not yet in its table (the txn high
+  watermarks tell which), so a crash between ack and flush loses and duplicates nothing.
+
+Concurrency contract: `submit` is thread-safe; staging and acks run on the writer thread; a topic's
+TopicWriter is used under its own lock (the writer thread reads its txns on a topic's first use,
+the flush pool commits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from delta_log.core.producer import ProducerSequence
+from delta_log.errors import (
+    BackPressureError,
+    StorageUnavailableError,
+    TopiclakeError,
+    TopicNotFoundError,
+    WriterClosedError,
+)
+from delta_log.log.group_commit import FlushPool, FlushStats, resolve
+from delta_log.log.wal import ProducerRange, WriteAheadLog, delete_dir, encode_frame, log_dirs, read_dir
+from delta_log.log.writer import AppendRequest, AppendResult, CommitInfo, Staged, TopicWriter, stage
+from delta_log.table.app_transactions import append_transactions
+from delta_log.table.storage import StorageRoot
+
+log = logging.getLogger(__name__)
+
+_SORT = [("partition", "ascending"), ("offset", "ascending")]
+#: a txn the writer's table does not hold (a producer never seen on a partition)
+_ABSENT = -1
+#: producer entries kept in a topic's view beyond those not yet flushed
+_MAX_VIEW_ENTRIES = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Acked:
+    records: pa.Table
+    producers: list[tuple[ProducerSequence, int, int]]
+    txns: dict[str, int]
+    at: float
+    nbytes: int
+
+
+class LogTopic:
+    """A `log` topic's committer (the interface of GroupCommitter): acked through the write-ahead
+    log, flushed into the topic table within `max_lag_s`."""
+
+    def __init__(
+        self,
+        writer: TopicWriter,
+        write_ahead: WriteAhead,
+        *,
+        max_lag_s: float,
+        batch_bytes: int,
+        max_queue_bytes: int,
+        on_ack: Callable[[CommitInfo], None],
+        on_flushed: Callable[[dict[int, int]], None],
+        on_flush: Callable[[FlushStats], None] | None = None,
+    ) -> None:
+        self.writer = writer
+        self.topic = writer.topic
+        self.write_ahead = write_ahead
+        self.max_lag_s = max_lag_s
+        self.batch_bytes = batch_bytes
+        self.max_queue_bytes = max_queue_bytes
+        self.on_ack = on_ack
+        self.on_flushed = on_flushed
+        self.on_flush = on_flush
+        self._writer_lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._view: dict[str, int] = {}  # txn app id -> version: the table's, then what was acked
+        self._unflushed: deque[_Acked] = deque()
+        self._unflushed_bytes = 0
+        self._waiting = 0  # submitted, not yet written
+        self._flushing = False
+        self._flush_due: float | None = None
+        self._closed = False
+        self.last_used = time.monotonic()
+        self.flushes = 0
+        self.flush_failures = 0
+        #: seconds from a record's ack to its table commit, of the latest flush (its oldest record)
+        self.last_lag_s = 0.0
+
+    # -- the committer interface ------------------------------------------------------------------
+    def submit(self, request: AppendRequest) -> Future[AppendResult]:
+        """Raises: BackPressureError, WriterClosedError."""
+        with self._lock:
+            if self._closed:
+                raise WriterClosedError(f"The writer of topic {self.topic!r} is closed.")
+            if self._unflushed_bytes > self.max_queue_bytes:
+                raise BackPressureError(
+                    f"Topic {self.topic!r} has {self._unflushed_bytes} bytes acked but not yet in its table.",
+                    topic=self.topic,
+                    queued_bytes=self._unflushed_bytes,
+                )
+            self._waiting += 1
+            self.last_used = time.monotonic()
+        return self.write_ahead.submit(self, request)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._unflushed) + self._waiting
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._unflushed_bytes
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._unflushed or self._waiting or self._flushing)
+
+    @property
+    def table_lag_s(self) -> float:
+        """How long the oldest acked record has waited for the table (0: none waits)."""
+        with self._lock:
+            return time.monotonic() - self._unflushed[0].at if self._unflushed else 0.0
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Refuse new requests; flush what was acked into the table."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._closed = True
+            while self._waiting and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+        while self._unflushed and time.monotonic() < deadline:
+            if not self.flush_table():
+                time.sleep(0.1)
+        if self._unflushed:
+            log.error(
+                "topic %s: closed with acked records not yet in its table; the next start replays them", self.topic
+            )
+
+    # -- the writer thread -------------------------------------------------------------------------
+    def transaction_version(self, app_id: str) -> int | None:
+        """The topic's view of a txn: what was acked, else the table's (read once)."""
+        v = self._view.get(app_id)
+        if v is None:
+            with self._writer_lock:
+                got = self.writer.transactions.transaction_version(app_id)
+            v = self._view[app_id] = _ABSENT if got is None else got
+        return None if v == _ABSENT else v
+
+    def stage(self, requests: list[AppendRequest]) -> Staged:
+        return stage(requests, self, self.topic)
+
+    def acked(self, staged: Staged, now: float) -> float | None:
+        """The staged requests are durable: they count from now on. Returns when the table flush is
+        due (None: nothing to flush)."""
+        with self._lock:
+            self._waiting -= len(staged.results)
+            if staged.records is not None:
+                txns = {
+                    t.app_id: t.version for t in append_transactions(staged.high_watermarks, staged.producer_ranges)
+                }
+                self._view.update(txns)
+                nbytes = staged.records.nbytes
+                self._unflushed.append(_Acked(staged.records, staged.producer_ranges, txns, now, nbytes))
+                self._unflushed_bytes += nbytes
+            self._lock.notify_all()
+            return self._due_locked()
+
+    def abandoned(self, count: int) -> None:
+        """`count` submitted requests were answered with an error instead."""
+        with self._lock:
+            self._waiting -= count
+            self._lock.notify_all()
+
+    def _due_locked(self) -> float | None:
+        if not self._unflushed:
+            return None
+        if self._unflushed_bytes >= self.batch_bytes:
+            return time.monotonic()
+        return self._unflushed[0].at + self.max_lag_s / 2
+
+    # -- the flush pool ------------------------------------------------------------------------------
+    def flush_table(self) -> bool:
+        """Commit every acked record not yet in the table, in one Delta commit. Returns False when
+        it failed (the records stay; the caller retries)."""
+        with self._lock:
+            if self._flushing or not self._unflushed:
+                return True
+            self._flushing = True
+            batch = list(self._unflushed)
+        try:
+            records = pa.concat_tables([a.records for a in batch])
+            if len(batch) > 1:
+                records = records.sort_by(_SORT)
+            producers = [r for a in batch for r in a.producers]
+            start = time.perf_counter()
+            with self._writer_lock:
+                self.writer.commit_staged(records, producers)
+            seconds = time.perf_counter() - start
+        except TopiclakeError as exc:
+            self.flush_failures += 1
+            log.warning(
+                "topic %s: flushing %d acked records into the table failed (%s); retrying",
+                self.topic,
+                records.num_rows if batch else 0,
+                exc,
+            )
+            with self._lock:
+                self._flushing = False
+            return False
+        done = time.monotonic()
+        flushed: dict[int, int] = {}
+        with self._lock:
+            for a in batch:
+                self._unflushed.popleft()
+                self._unflushed_bytes -= a.nbytes
+            for a in batch:
+                for app_id, version in a.txns.items():
+                    if app_id.startswith("hw-"):
+                        flushed[int(app_id[3:])] = max(flushed.get(int(app_id[3:]), 0), version)
+            self._trim_view_locked()
+            self._flushing = False
+            self.flushes += 1
+            self.last_lag_s = done - batch[0].at
+            self._lock.notify_all()
+        self.on_flushed(flushed)
+        if self.on_flush is not None:
+            with contextlib.suppress(Exception):
+                self.on_flush(
+                    FlushStats(
+                        topic=self.topic,
+                        requests=len(batch),
+                        records=records.num_rows,
+                        bytes=sum(a.nbytes for a in batch),
+                        seconds=seconds,
+                        ok=True,
+                    )
+                )
+        return True
+
+    def _trim_view_locked(self) -> None:
+        """Forget producer entries the table holds, beyond a bound (high watermarks stay)."""
+        if len(self._view) <= _MAX_VIEW_ENTRIES:
+            return
+        dirty = {k for a in self._unflushed for k in a.txns}
+        self._view = {k: v for k, v in self._view.items() if k.startswith("hw-") or k in dirty}
+
+    def next_due(self) -> float | None:
+        with self._lock:
+            return self._due_locked()
+
+
+@dataclass(slots=True)
+class _Item:
+    topic: LogTopic
+    request: AppendRequest
+    future: Future[AppendResult]
+
+
+class WriteAhead:
+    """The process's write-ahead writer: every `log` topic's requests, one durable write at a time."""
+
+    def __init__(self, storage: StorageRoot, owner: str, pool: FlushPool, *, segment_bytes: int) -> None:
+        self.wal = WriteAheadLog(storage, owner, segment_bytes=segment_bytes)
+        self.pool = pool
+        self._cond = threading.Condition()
+        self._queue: deque[_Item] = deque()
+        self._due: list[tuple[float, int, LogTopic]] = []
+        self._ids = itertools.count()
+        self._flushed: dict[tuple[str, int], int] = {}
+        self._closed = False
+        self.write_seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="write-ahead", daemon=True)
+        self._thread.start()
+
+    def submit(self, topic: LogTopic, request: AppendRequest) -> Future[AppendResult]:
+        fut: Future[AppendResult] = Future()
+        with self._cond:
+            if self._closed:
+                topic.abandoned(1)
+                raise WriterClosedError("This gateway is shutting down; retry through another.")
+            self._queue.append(_Item(topic, request, fut))
+            self._cond.notify()
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    timeout = self._due[0][0] - time.monotonic() if self._due else None
+                    if timeout is not None and timeout <= 0:
+                        break
+                    self._cond.wait(timeout)
+                if self._closed and not self._queue:
+                    return
+                items = list(self._queue)
+                self._queue.clear()
+                now = time.monotonic()
+                due = []
+                while self._due and self._due[0][0] <= now:
+                    due.append(heapq.heappop(self._due)[2])
+            for topic in due:
+                self._flush_soon(topic)
+            if items:
+                try:
+                    self._write(items)
+                except Exception:  # the thread must survive: answer what it held
+                    log.exception("write-ahead write failed")
+                    for it in items:
+                        if not it.future.done():
+                            it.topic.abandoned(1)
+                            resolve(it.future, error=StorageUnavailableError("The write-ahead log failed; retry."))
+
+    def _flush_soon(self, topic: LogTopic) -> None:
+        def run() -> None:
+            if not topic.flush_table():
+                self.schedule(topic, time.monotonic() + min(1.0, topic.max_lag_s / 4))
+            elif (again := topic.next_due()) is not None:
+                self.schedule(topic, again)
+
+        with contextlib.suppress(RuntimeError):  # shutting down: close() flushes
+            self.pool.submit(run)
+
+    def schedule(self, topic: LogTopic, at: float) -> None:
+        with self._cond:
+            heapq.heappush(self._due, (at, next(self._ids), topic))
+            self._cond.notify()
+
+    def _write(self, items: list[_Item]) -> None:
+        by_topic: dict[LogTopic, list[_Item]] = {}
+        for it in items:
+            by_topic.setdefault(it.topic, []).append(it)
+        staged: list[tuple[LogTopic, list[_Item], Staged]] = []
+        for topic, group in by_topic.items():
+            try:
+                staged.append((topic, group, topic.stage([it.request for it in group])))
+            except BaseException as exc:
+                topic.abandoned(len(group))
+                for it in group:
+                    resolve(it.future, error=exc)
+        tables = [s.records for _, _, s in staged if s.records is not None]
+        if tables:
+            producers = [
+                ProducerRange(t.topic, p, pr.producer_id, pr.sequence, base)
+                for t, _, s in staged
+                for pr, p, base in s.producer_ranges
+            ]
+            ends = {(t.topic, p): hw for t, _, s in staged for p, hw in s.high_watermarks.items()}
+            start = time.perf_counter()
+            try:
+                self.wal.append(encode_frame(pa.concat_tables(tables), producers), ends)
+            except OSError as exc:
+                error = StorageUnavailableError(f"The write-ahead log could not be written: {exc}")
+                for topic, group, _ in staged:
+                    topic.abandoned(len(group))
+                    for it in group:
+                        resolve(it.future, error=error)
+                return
+            self.write_seconds += time.perf_counter() - start
+        now = time.monotonic()
+        for topic, group, s in staged:
+            due = topic.acked(s, now)
+            if s.records is not None:  # readers first: an answered client may fetch at once
+                topic.on_ack(
+                    CommitInfo(
+                        topic=topic.topic, table_version=-1, records=s.records, high_watermarks=s.high_watermarks
+                    )
+                )
+            for it, result in zip(group, s.results, strict=True):
+                resolve(it.future, result=result)
+            if due is not None:
+                with self._cond:
+                    heapq.heappush(self._due, (due, next(self._ids), topic))
+
+    def flushed(self, topic: str, high_watermarks: dict[int, int]) -> None:
+        """A topic's table now holds its records below these offsets: release what the log no
+        longer needs."""
+        with self._cond:
+            for p, hw in high_watermarks.items():
+                self._flushed[(topic, p)] = max(self._flushed.get((topic, p), 0), hw)
+            flushed = dict(self._flushed)
+        self.wal.release(flushed)
+
+    def close(self) -> None:
+        """Write what waits, then stop the writer thread (topics flush their tables on close)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(30)
+        self.wal.close()
+
+
+def replay(
+    storage: StorageRoot,
+    writer_of: Callable[[str], TopicWriter],
+    *,
+    skip: Iterable[str] = (),
+    delete: Callable[[str], bool] = lambda d: True,
+) -> dict[str, int]:
+    """Write every write-ahead record under the root that its table does not hold yet (a gateway
+    died between ack and flush), topic by topic in offset order; returns the rows written per
+    topic. `skip`: directories not to read (this process's own); `delete`: whether a directory may
+    go once replayed (not one a live gateway still writes).
+
+    Raises: StorageUnavailableError (the root cannot be read; nothing is deleted)."""
+    skipped = set(skip)
+    written: dict[str, int] = {}
+    for d in log_dirs(storage):
+        if d in skipped or d.rsplit("/", 1)[-1] in skipped:
+            continue
+        pending: dict[str, list[pa.Table]] = {}
+        producers: dict[str, list[tuple[ProducerSequence, int, int]]] = {}
+        for _path, frame in read_dir(storage, d):
+            for topic in frame.records.column("topic").unique().to_pylist():
+                pending.setdefault(topic, []).append(frame.records.filter(pc.equal(frame.records["topic"], topic)))
+            for r in frame.producers:
+                producers.setdefault(r.topic, []).append(
+                    (ProducerSequence(producer_id=r.producer_id, sequence=r.sequence), r.partition, r.base_offset)
+                )
+        for topic, tables in pending.items():
+            try:
+                writer = writer_of(topic)
+            except TopicNotFoundError:
+                log.info("write-ahead replay: topic %s is gone; its records are dropped", topic)
+                continue
+            records = pa.concat_tables(tables).sort_by(_SORT)
+            n = writer.commit_staged(records, producers.get(topic, []))
+            written[topic] = written.get(topic, 0) + n
+            if n:
+                log.info("write-ahead replay: %d records of topic %s written from %s", n, topic, d)
+        if delete(d):
+            delete_dir(storage, d)
+    return written

@@ -83,6 +83,24 @@ class WriterSettings(BaseModel):
         gt=0,
         description="`log` topics: a write-ahead segment file rolls at this size (on an object store every write is one object).",
     )
+    wal_lease_ms: int = Field(
+        6_000,
+        ge=1000,
+        description="`log` topics: a gateway acks a partition's records while it holds its lease (renewed by every table "
+        "flush); when it dies, another takes the partition over this long after its last renewal.",
+    )
+    wal_lease_margin_ms: int = Field(
+        1_500,
+        ge=100,
+        description="Acks stop this long before the lease ends: more than any write takes, and more than the gateways' "
+        "clocks may differ.",
+    )
+
+    @model_validator(mode="after")
+    def _margin_inside_lease(self) -> WriterSettings:
+        if self.wal_lease_margin_ms * 2 > self.wal_lease_ms:
+            raise ValueError("writer.wal_lease_margin_ms must be at most half of writer.wal_lease_ms")
+        return self
 
 
 class ReaderSettings(BaseModel):

@@ -25,12 +25,13 @@ from delta_log.errors import WriterClosedError
 from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.reader import TopicReader
-from delta_log.log.write_ahead import LogTopic, WriteAhead, replay
+from delta_log.log.write_ahead import LogTopic, WriteAhead, replay, replay_topic
 from delta_log.log.writer import CommitInfo, TopicWriter
 from delta_log.maintenance.delete_records import delete_records
 from delta_log.maintenance.topic_maintenance import MaintenanceClock, MaintenanceScheduler, TopicMaintenance
 from delta_log.system.offsets import OffsetStore
 from delta_log.system.schemas import SchemaStore
+from delta_log.table.app_transactions import holder_number
 from delta_log.table.segment_files import ParquetOptions
 from delta_log.table.storage import StorageRoot
 
@@ -158,6 +159,11 @@ class TopicRegistry:
                 on_ack=self._fanout(reader, None),
                 on_flushed=flushed,
                 on_flush=self._on_flush,
+                holder=holder_number(self.wal_owner),
+                lease_s=w.wal_lease_ms / 1000,
+                margin_s=w.wal_lease_margin_ms / 1000,
+                owned=lambda: self._rolled_up_here(topic),
+                replay_others=lambda writer: replay_topic(self.storage, writer, skip=[self.wal_owner]),
             )
         else:
             writer = TopicWriter(self.storage, topic, w, on_commit=self._fanout(reader, maintenance))
@@ -188,10 +194,11 @@ class TopicRegistry:
                 )
             return self._write_ahead
 
-    def replay_write_ahead(self, *, live: Callable[[str], bool] = lambda owner: False) -> dict[str, int]:
+    def replay_write_ahead(self, *, live: Callable[[str], bool] = lambda owner: False) -> tuple[dict[str, int], bool]:
         """Write into their tables the write-ahead records of gateways that died before flushing
-        them (at start, before serving); returns the records written per topic. `live`: whether a
-        gateway id still runs (its log is replayed harmlessly but kept).
+        them (at start, and when a gateway leaves); returns the records written per topic, and
+        whether all are in (False: some partitions' leases have not ended yet; replay again then).
+        `live`: whether a gateway id still runs (its log is replayed harmlessly but kept).
 
         Raises: StorageUnavailableError."""
         writers: dict[str, TopicWriter] = {}

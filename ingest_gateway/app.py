@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -23,7 +23,7 @@ from consumer_api.forwarding import GroupForwardingMiddleware
 from consumer_api.router import router as consumer_router
 from delta_log.core.acl import authenticate
 from delta_log.core.ownership import group_resource
-from delta_log.errors import AuthenticationError, RequestTooLargeError
+from delta_log.errors import AuthenticationError, RequestTooLargeError, TopiclakeError
 from delta_log.maintenance.replication import refuse_unpromoted_replica
 from delta_log.registry import TopicRegistry
 from delta_log.system.gateways import GatewayDirectory
@@ -193,6 +193,39 @@ async def _refresh_schemas(registry: TopicRegistry, settings: Settings) -> None:
             log.exception("reading the schema registry failed; will retry")
 
 
+async def _replay_write_ahead(
+    registry: TopicRegistry,
+    live: Callable[[str], bool],
+    wake: asyncio.Event,
+    settings: Settings,
+    *,
+    once: bool = False,
+) -> None:
+    """Replay the write-ahead logs of gateways that are gone into their tables, whenever woken (a
+    start, a gateway leaving). A partition still leased by the dead gateway is replayed once its
+    lease ends (within `writer.wal_lease_ms`): until then its producers are told to retry."""
+    retry_s = settings.writer.wal_lease_margin_ms / 1000
+    while True:
+        await wake.wait()
+        wake.clear()
+        while True:
+            try:
+                written, complete = await run_in_threadpool(lambda: registry.replay_write_ahead(live=live))
+            except TopiclakeError as exc:
+                log.warning("replaying write-ahead logs failed (%s); retrying", exc)
+                written, complete = {}, False
+            if written:
+                log.info("write-ahead records of gone gateways written into their tables: %s", written)
+            if complete:
+                break
+            if once:
+                wake.set()  # the background task goes on with it
+                return
+            await asyncio.sleep(retry_s)  # the dead gateway's leases end by then, or soon after
+        if once:
+            return
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; the registry (writers, readers) lives for the app's lifespan."""
     settings = settings or load_settings()
@@ -244,9 +277,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if cluster is not None:
             registry.wal_owner = cluster.me.gateway_id
         live = (lambda gid: cluster.member(gid) is not None) if cluster is not None else (lambda gid: False)
-        replayed = await run_in_threadpool(lambda: registry.replay_write_ahead(live=live))
-        if replayed:
-            log.info("write-ahead records replayed into their tables: %s", replayed)
+        orphans = asyncio.Event()  # a start, or a gateway left: its log may hold acks its table lacks
+        orphans.set()
+        await _replay_write_ahead(registry, live, orphans, settings, once=True)
+        if cluster is not None:
+            cluster.on_change(orphans.set)
+        recovery = asyncio.create_task(
+            _replay_write_ahead(registry, live, orphans, settings), name="write-ahead-replay"
+        )
         coordinator = GroupCoordinator(
             registry,
             store,
@@ -273,6 +311,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             janitor.cancel()
             schema_reader.cancel()
+            recovery.cancel()
             if listener is not None:
                 await listener.stop()
             if cluster is not None:

@@ -64,6 +64,8 @@ class MemberState:
     #: order of preference, and the opaque assignment its leader gave it
     protocols: tuple[tuple[str, bytes], ...] = ()
     leader_assignment: bytes = b""
+    #: what it owned in the generation before (a cooperative member commits it while giving it up)
+    previous_assignment: dict[str, list[int]] = field(default_factory=dict)
 
     def owns(self, topic: str, partition: int) -> bool:
         return partition in self.assignment.get(topic, ())

@@ -305,6 +305,7 @@ class GroupState:
         """A new generation whose assignment the leader will hand out (SyncGroup)."""
         self.pending = None
         for m in self.members.values():
+            m.previous_assignment = m.assignment or m.previous_assignment
             m.assignment, m.leader_assignment, m.rejoined = {}, b"", True
         self.protocol = self._vote()
         if self.leader not in self.members:
@@ -393,11 +394,20 @@ class GroupState:
             )
         if self.protocol_type != "consumer":
             partitions = ()  # nothing the coordinator can read says who owns what (Kafka checks no owner either)
+        elif self.leader_assigns and member_id in self.members:
+            # cooperative rebalancing: a member gives a partition up in the generation after it
+            # owned it, and commits it then; nobody owns it until the next generation
+            partitions = self._released_by(self.members[member_id], partitions)
         check_commit(
             self.members, self.generation, member_id=member_id, member_generation=generation, partitions=partitions
         )
         if member_id is not None:
             self.members[member_id].last_heartbeat = now
+
+    def _released_by(self, m: MemberState, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """`partitions` less those `m` owned in the previous generation and nobody owns now."""
+        owned = {(t, p) for x in self.members.values() for t, ps in x.assignment.items() for p in ps}
+        return [(t, p) for t, p in partitions if (t, p) in owned or p not in m.previous_assignment.get(t, ())]
 
     def adopt(self, generation: int, assignment: Assignment, now: float) -> bool:
         """A rebalance job wrote the next generation: drop the members it expired and rebalance so

@@ -114,6 +114,7 @@ class WriteAheadLog:
         self._lock = threading.Lock()
         self._segments: list[_Segment] = []
         self._next = 0
+        self._roll = False  # the segment being written is all in tables: the next write starts another
         self._fd: int | None = None
         self.writes = 0
         self.bytes_written = 0
@@ -143,8 +144,9 @@ class WriteAheadLog:
     def _current(self, size: int) -> _Segment:
         """The segment the next frame goes to (a new one per write on an object store)."""
         seg = self._segments[-1] if self._segments else None
-        if seg is not None and self.local and seg.nbytes + size <= self.segment_bytes:
+        if seg is not None and self.local and not self._roll and seg.nbytes + size <= self.segment_bytes:
             return seg
+        self._roll = False
         seq, self._next = self._next, self._next + 1
         seg = _Segment(sequence=seq, path=f"{self.dir}/{seq:020d}.wal")
         self._segments.append(seg)
@@ -165,6 +167,9 @@ class WriteAheadLog:
             gone = [s for s in written if all(flushed.get(k, -1) >= end for k, end in s.ends.items())]
             for s in gone:
                 self._segments.remove(s)
+            current = self._segments[-1] if self.local and self._segments else None
+            if current is not None and current.nbytes and all(flushed.get(k, -1) >= e for k, e in current.ends.items()):
+                self._roll = True  # so the log stays about as large as what its tables lack
         for s in gone:
             try:
                 self.fs.delete_file(s.path)

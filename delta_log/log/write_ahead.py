@@ -24,22 +24,25 @@ the flush pool commits).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_log.core.producer import ProducerSequence
 from delta_log.errors import (
     BackPressureError,
+    OwnerNotAvailableError,
     StorageUnavailableError,
     TopiclakeError,
     TopicNotFoundError,
@@ -48,7 +51,7 @@ from delta_log.errors import (
 from delta_log.log.group_commit import FlushPool, FlushStats, resolve
 from delta_log.log.wal import ProducerRange, WriteAheadLog, delete_dir, encode_frame, log_dirs, read_dir
 from delta_log.log.writer import AppendRequest, AppendResult, CommitInfo, Staged, TopicWriter, stage
-from delta_log.table.app_transactions import append_transactions
+from delta_log.table.app_transactions import append_transactions, partition_of
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,11 @@ class LogTopic:
         on_ack: Callable[[CommitInfo], None],
         on_flushed: Callable[[dict[int, int]], None],
         on_flush: Callable[[FlushStats], None] | None = None,
+        holder: int = 0,
+        lease_s: float = 10.0,
+        margin_s: float = 2.0,
+        owned: Callable[[], Collection[int] | None] = lambda: None,
+        replay_others: Callable[[TopicWriter], int] = lambda writer: 0,
     ) -> None:
         self.writer = writer
         self.topic = writer.topic
@@ -94,6 +102,14 @@ class LogTopic:
         self.on_ack = on_ack
         self.on_flushed = on_flushed
         self.on_flush = on_flush
+        self.holder = holder
+        self.lease_s = lease_s
+        self.margin_s = margin_s
+        self.owned = owned
+        self.replay_others = replay_others
+        #: partition -> until when (monotonic) this gateway may ack its records: its lease's end,
+        #: less the margin that covers other gateways' clocks being ahead of this one's
+        self._leases: dict[int, float] = {}
         self._writer_lock = threading.Lock()
         self._lock = threading.Condition()
         self._view: dict[str, int] = {}  # txn app id -> version: the table's, then what was acked
@@ -169,7 +185,68 @@ class LogTopic:
         return None if v == _ABSENT else v
 
     def stage(self, requests: list[AppendRequest]) -> Staged:
-        return stage(requests, self, self.topic)
+        """Plan the requests against this topic's view; a request for a partition this gateway
+        cannot hold the lease of is answered with the error instead."""
+        parts = [set(np.unique(r.partition_array()).tolist()) for r in requests]
+        refused = self._lease(set().union(*parts))
+        if not refused:
+            return stage(requests, self, self.topic)
+        ok = [i for i, ps in enumerate(parts) if not ps & set(refused)]
+        inner = stage([requests[i] for i in ok], self, self.topic) if ok else None
+        results = [AppendResult(error=refused[min(ps & set(refused))]) for ps in parts]
+        for j, i in enumerate(ok):
+            assert inner is not None
+            results[i] = inner.results[j]
+        if inner is None:
+            return Staged(results=results, records=None, high_watermarks={}, producer_ranges=[])
+        return dataclasses.replace(inner, results=results)
+
+    def _lease(self, partitions: set[int]) -> dict[int, TopiclakeError]:
+        """Make sure this gateway holds the write-ahead lease of `partitions` for at least the
+        margin, claiming (after replaying the other gateways' logs of this topic) where it does
+        not; the partitions it cannot hold, with why."""
+        now = time.monotonic()
+        wanted = sorted(p for p in partitions if self._leases.get(p, 0.0) - now < self.margin_s)
+        if not wanted:
+            return {}
+        refused: dict[int, TopiclakeError] = {}
+        owned = self.owned()
+        if owned is not None:
+            for p in [p for p in wanted if p not in owned]:
+                refused[p] = OwnerNotAvailableError(
+                    f"Partition {p} of topic {self.topic!r} is owned by another gateway; produce through it.",
+                    topic=self.topic,
+                    partition=p,
+                )
+            wanted = [p for p in wanted if p not in refused]
+        if not wanted:
+            return refused
+        start = time.monotonic()
+        try:
+            with self._writer_lock:
+                self.replay_others(self.writer)  # a gateway that died holding some: its acks first
+                self.writer.claim(wanted, self.holder, int(time.time() * 1000 + self.lease_s * 1000))
+        except TopiclakeError as exc:
+            return refused | dict.fromkeys(wanted, exc)
+        with self._lock:
+            for p in wanted:
+                self._leases[p] = start + self.lease_s - self.margin_s
+                self._forget_locked(p)  # read again from the table: others may have appended meanwhile
+        return refused
+
+    def _forget_locked(self, partition: int) -> None:
+        self._view = {k: v for k, v in self._view.items() if partition_of(k) != partition}
+
+    def leased(self, staged: Staged, now: float) -> bool:
+        """Whether this gateway still held the lease of every partition `staged` writes when its
+        write became durable (a gateway paused past its lease must not ack: another may have
+        taken the partition over)."""
+        if all(self._leases.get(p, 0.0) > now for p in staged.high_watermarks):
+            return True
+        with self._lock:
+            for p in staged.high_watermarks:
+                self._leases.pop(p, None)
+        return False
 
     def acked(self, staged: Staged, now: float) -> float | None:
         """The staged requests are durable: they count from now on. Returns when the table flush is
@@ -198,7 +275,8 @@ class LogTopic:
             return None
         if self._unflushed_bytes >= self.batch_bytes:
             return time.monotonic()
-        return self._unflushed[0].at + self.max_lag_s / 2
+        # within half the lag; and often enough that the flushes renew the partitions' leases
+        return self._unflushed[0].at + min(self.max_lag_s, self.lease_s - self.margin_s) / 2
 
     # -- the flush pool ------------------------------------------------------------------------------
     def flush_table(self) -> bool:
@@ -214,10 +292,17 @@ class LogTopic:
             if len(batch) > 1:
                 records = records.sort_by(_SORT)
             producers = [r for a in batch for r in a.producers]
-            start = time.perf_counter()
+            start, mono = time.perf_counter(), time.monotonic()
+            lease = (self.holder, int(time.time() * 1000 + self.lease_s * 1000))
             with self._writer_lock:
-                self.writer.commit_staged(records, producers)
+                self.writer.commit_staged(records, producers, lease=lease)
             seconds = time.perf_counter() - start
+        except OwnerNotAvailableError as exc:
+            # another gateway took the partitions over after this one's lease ended: it replayed
+            # this gateway's log first, so the table holds these acks; forget them here
+            log.warning("topic %s: %s; its acked records were replayed by the new holder", self.topic, exc)
+            self._handed_over(batch)
+            return True
         except TopiclakeError as exc:
             self.flush_failures += 1
             log.warning(
@@ -232,6 +317,9 @@ class LogTopic:
         done = time.monotonic()
         flushed: dict[int, int] = {}
         with self._lock:
+            for p in {int(x) for x in np.unique(records.column("partition").to_numpy())}:
+                if p in self._leases:
+                    self._leases[p] = max(self._leases[p], mono + self.lease_s - self.margin_s)
             for a in batch:
                 self._unflushed.popleft()
                 self._unflushed_bytes -= a.nbytes
@@ -258,6 +346,18 @@ class LogTopic:
                     )
                 )
         return True
+
+    def _handed_over(self, batch: list[_Acked]) -> None:
+        with self._lock:
+            for a in batch:
+                self._unflushed.popleft()
+                self._unflushed_bytes -= a.nbytes
+            parts = {int(x) for a in batch for x in np.unique(a.records.column("partition").to_numpy())}
+            for p in parts:
+                self._leases.pop(p, None)
+                self._forget_locked(p)
+            self._flushing = False
+            self._lock.notify_all()
 
     def _trim_view_locked(self) -> None:
         """Forget producer entries the table holds, beyond a bound (high watermarks stay)."""
@@ -380,6 +480,15 @@ class WriteAhead:
             self.write_seconds += time.perf_counter() - start
         now = time.monotonic()
         for topic, group, s in staged:
+            if s.records is not None and not topic.leased(s, now):
+                topic.abandoned(len(group))
+                lost = OwnerNotAvailableError(
+                    f"This gateway's write-ahead lease of topic {topic.topic!r} ended before the write was durable; retry.",
+                    topic=topic.topic,
+                )
+                for it in group:
+                    resolve(it.future, error=lost)
+                continue
             due = topic.acked(s, now)
             if s.records is not None:  # readers first: an answered client may fetch at once
                 topic.on_ack(
@@ -411,44 +520,80 @@ class WriteAhead:
         self.wal.close()
 
 
+def _collect(
+    storage: StorageRoot, *, skip: Iterable[str] = (), topic: str | None = None
+) -> tuple[dict[str, list[pa.Table]], dict[str, list[tuple[ProducerSequence, int, int]]], list[str]]:
+    """Every write-ahead record under the root (of `topic` only, if given), per topic in log order,
+    with the producers' ranges; and the directories read. `skip`: directory names not to read."""
+    skipped = set(skip)
+    records: dict[str, list[pa.Table]] = {}
+    producers: dict[str, list[tuple[ProducerSequence, int, int]]] = {}
+    dirs = [d for d in log_dirs(storage) if d.rsplit("/", 1)[-1] not in skipped]
+    for d in dirs:
+        for _path, frame in read_dir(storage, d):
+            names = frame.records.column("topic").unique().to_pylist()
+            for name in names if topic is None else [topic] if topic in names else []:
+                records.setdefault(name, []).append(frame.records.filter(pc.equal(frame.records["topic"], name)))
+            for r in frame.producers:
+                if topic is None or r.topic == topic:
+                    seq = ProducerSequence(producer_id=r.producer_id, sequence=r.sequence)
+                    producers.setdefault(r.topic, []).append((seq, r.partition, r.base_offset))
+    return records, producers, dirs
+
+
+def _latest_per_offset(tables: list[pa.Table]) -> pa.Table:
+    """The records sorted by (partition, offset), an offset written twice kept as written last (a
+    write whose ack was withheld, its offsets then given to the next write)."""
+    records = pa.concat_tables(tables)
+    parts, offsets = records.column("partition").to_numpy(), records.column("offset").to_numpy()
+    order = np.lexsort((np.arange(len(parts)), offsets, parts))
+    p, o = parts[order], offsets[order]
+    last = np.concatenate([(p[1:] != p[:-1]) | (o[1:] != o[:-1]), [True]]) if len(order) else np.zeros(0, bool)
+    return records.take(pa.array(order[last]))
+
+
+def replay_topic(storage: StorageRoot, writer: TopicWriter, *, skip: Iterable[str] = ()) -> int:
+    """Write the records of `writer`'s topic in the write-ahead logs under the root (but the
+    directories in `skip`) that its table does not hold; returns how many."""
+    records, producers, _ = _collect(storage, skip=skip, topic=writer.topic)
+    tables = records.get(writer.topic)
+    if not tables:
+        return 0
+    return writer.commit_staged(_latest_per_offset(tables), producers.get(writer.topic, []), skip_leased=True)
+
+
 def replay(
     storage: StorageRoot,
     writer_of: Callable[[str], TopicWriter],
     *,
     skip: Iterable[str] = (),
     delete: Callable[[str], bool] = lambda d: True,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], bool]:
     """Write every write-ahead record under the root that its table does not hold yet (a gateway
     died between ack and flush), topic by topic in offset order; returns the rows written per
-    topic. `skip`: directories not to read (this process's own); `delete`: whether a directory may
-    go once replayed (not one a live gateway still writes).
+    topic, and whether every record read is in its table now (False: some partitions are still
+    leased by the gateway that wrote them, whose lease has not ended: replay again later).
+    `skip`: directory names not to read (this process's own); `delete`: whether a directory may go
+    once replayed (not one a live gateway still writes).
 
     Raises: StorageUnavailableError (the root cannot be read; nothing is deleted)."""
-    skipped = set(skip)
+    records, producers, dirs = _collect(storage, skip=skip)
     written: dict[str, int] = {}
-    for d in log_dirs(storage):
-        if d in skipped or d.rsplit("/", 1)[-1] in skipped:
+    complete = True
+    for topic, tables in records.items():
+        try:
+            writer = writer_of(topic)
+        except TopicNotFoundError:
+            log.info("write-ahead replay: topic %s is gone; its records are dropped", topic)
             continue
-        pending: dict[str, list[pa.Table]] = {}
-        producers: dict[str, list[tuple[ProducerSequence, int, int]]] = {}
-        for _path, frame in read_dir(storage, d):
-            for topic in frame.records.column("topic").unique().to_pylist():
-                pending.setdefault(topic, []).append(frame.records.filter(pc.equal(frame.records["topic"], topic)))
-            for r in frame.producers:
-                producers.setdefault(r.topic, []).append(
-                    (ProducerSequence(producer_id=r.producer_id, sequence=r.sequence), r.partition, r.base_offset)
-                )
-        for topic, tables in pending.items():
-            try:
-                writer = writer_of(topic)
-            except TopicNotFoundError:
-                log.info("write-ahead replay: topic %s is gone; its records are dropped", topic)
-                continue
-            records = pa.concat_tables(tables).sort_by(_SORT)
-            n = writer.commit_staged(records, producers.get(topic, []))
-            written[topic] = written.get(topic, 0) + n
-            if n:
-                log.info("write-ahead replay: %d records of topic %s written from %s", n, topic, d)
-        if delete(d):
-            delete_dir(storage, d)
-    return written
+        batch = _latest_per_offset(tables)
+        n = writer.commit_staged(batch, producers.get(topic, []), skip_leased=True)
+        if n:
+            written[topic] = n
+            log.info("write-ahead replay: %d records of topic %s written", n, topic)
+        complete = complete and writer.holds(batch)
+    if complete:
+        for d in dirs:
+            if delete(d):
+                delete_dir(storage, d)
+    return written, complete

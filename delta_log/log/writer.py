@@ -28,11 +28,12 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -48,6 +49,7 @@ from delta_log.core.records import (
 )
 from delta_log.errors import (
     CommitConflictError,
+    OwnerNotAvailableError,
     StorageUnavailableError,
     TopiclakeError,
     TopicNotFoundError,
@@ -57,8 +59,10 @@ from delta_log.table.app_transactions import (
     TransactionCache,
     TxnSource,
     append_transactions,
+    lease_transactions,
     read_high_watermark,
     read_high_watermarks,
+    read_lease,
     read_producer_state,
 )
 from delta_log.table.segment_files import ParquetOptions, remove_files, write_segments
@@ -211,6 +215,7 @@ class TopicWriter:
         staged = stage(requests, self._txns, self.topic, tick=self._tick)
         if staged.records is None:
             return staged.results
+        self._refuse_leased(staged.high_watermarks, holder=None)
         self._commit(staged.records, append_transactions(staged.high_watermarks, staged.producer_ranges))
         version = self._dt.version()
         self._after_commit(
@@ -220,7 +225,72 @@ class TopicWriter:
         )
         return [dataclasses.replace(r, table_version=version) if r.error is None else r for r in staged.results]
 
-    def commit_staged(self, records: pa.Table, producers: Sequence[tuple[ProducerSequence, int, int]] = ()) -> int:
+    def _refuse_leased(self, partitions: Iterable[int], holder: int | None) -> None:
+        """Raises: OwnerNotAvailableError if another gateway holds a write-ahead lease on one of
+        `partitions` (a `log` topic's partition is appended to by its lease holder alone)."""
+        now_ms = int(time.time() * 1000)
+        for p in partitions:
+            lease = read_lease(self._txns, p)
+            if lease is not None and lease.held_by_other(-1 if holder is None else holder, now_ms):
+                raise OwnerNotAvailableError(
+                    f"Partition {p} of topic {self.topic!r} is written through another gateway's write-ahead log "
+                    f"for {(lease.expires_ms - now_ms) / 1000:.1f} s more; retry through its owner.",
+                    topic=self.topic,
+                    partition=p,
+                )
+
+    def holds(self, records: pa.Table) -> bool:
+        """Whether the table (as this writer last read it) holds every offset of `records`."""
+        if not records.num_rows:
+            return True
+        parts, offsets = records.column("partition").to_numpy(), records.column("offset").to_numpy()
+        hws = read_high_watermarks(self._txns, _partitions_of(records))
+        return all(hws[p] > int(offsets[i]) for i, p in _last_of_each(parts))
+
+    def _without_leased(self, records: pa.Table, partitions: list[int]) -> pa.Table:
+        now_ms = int(time.time() * 1000)
+        leased = [p for p in partitions if (lease := read_lease(self._txns, p)) and lease.expires_ms > now_ms]
+        if not leased:
+            return records
+        keep = pc.invert(pc.is_in(records.column("partition"), pa.array(leased, pa.int32())))
+        return records.filter(keep)
+
+    def claim(self, partitions: Sequence[int], holder: int, expires_ms: int) -> dict[int, int]:
+        """Take (or renew) the write-ahead lease of `partitions` for `holder` until `expires_ms`
+        (wall clock): one commit of the leases with the partitions' high watermarks, so it refuses,
+        and is refused by, any concurrent append. Returns the high watermarks it holds from.
+
+        Raises: OwnerNotAvailableError (another holder's lease has not ended), CommitConflictError,
+        StorageUnavailableError, TopicNotFoundError."""
+        for attempt in range(self.settings.max_commit_attempts):
+            self._t = time.perf_counter()
+            try:
+                self.refresh()
+                self._refuse_leased(partitions, holder)
+                hws = read_high_watermarks(self._txns, partitions)
+                self._commit(
+                    TOPIC_SCHEMA.empty_table(),
+                    append_transactions(hws) + lease_transactions(partitions, holder, expires_ms),
+                )
+                return hws
+            except CommitFailedError:
+                self.conflicts += 1
+                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.05)))
+            except TableNotFoundError as exc:
+                raise TopicNotFoundError(self.topic) from exc
+            except (DeltaError, OSError) as exc:
+                self._dt = self._reopen_quietly()
+                raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
+        raise CommitConflictError(f"Could not claim partitions of topic {self.topic!r}.", topic=self.topic)
+
+    def commit_staged(
+        self,
+        records: pa.Table,
+        producers: Sequence[tuple[ProducerSequence, int, int]] = (),
+        *,
+        lease: tuple[int, int] | None = None,
+        skip_leased: bool = False,
+    ) -> int:
         """Commit records whose offsets were assigned before (by a write-ahead log, which acked
         them), in ONE commit with their high watermarks and producers' txns; returns how many rows
         were new. Rows the table already holds (a flush replayed after a crash) are dropped with
@@ -228,23 +298,34 @@ class TopicWriter:
         goes back; the rest must continue each partition's high watermark.
 
         `records`: TOPIC_SCHEMA sorted by (partition, offset); `producers`: (producer, partition,
-        base offset) in the order they were acked.
+        base offset) in the order they were acked; `lease`: (holder, expires_ms) renewed with the
+        commit (the holder's flush); `skip_leased`: leave out the partitions another gateway holds
+        the lease of instead of refusing (a replay: that gateway is alive and flushes them itself).
 
-        Raises: WriteAheadGapError (records missing before these), CommitConflictError,
-        StorageUnavailableError, TopicNotFoundError.
+        Raises: OwnerNotAvailableError (another gateway holds a partition's lease), WriteAheadGapError
+        (records missing before these), CommitConflictError, StorageUnavailableError,
+        TopicNotFoundError.
         """
         attempts = self.settings.max_commit_attempts
         for attempt in range(attempts):
             self._t = time.perf_counter()
             try:
-                hws = read_high_watermarks(self._txns, _partitions_of(records))
+                partitions = _partitions_of(records)
+                if skip_leased:
+                    records = self._without_leased(records, partitions)
+                    partitions = _partitions_of(records)
+                self._refuse_leased(partitions, None if lease is None else lease[0])
+                hws = read_high_watermarks(self._txns, partitions)
                 fresh = _unflushed(records, hws, self.topic)
                 if fresh.num_rows == 0:
                     return 0
                 parts, offsets = fresh.column("partition").to_numpy(), fresh.column("offset").to_numpy()
                 ends = {int(p): int(offsets[i]) + 1 for i, p in _last_of_each(parts)}
                 kept = [(pr, p, base) for pr, p, base in producers if base >= hws.get(p, 0)]
-                self._commit(fresh, append_transactions(ends, kept))
+                txns = append_transactions(ends, kept)
+                if lease is not None:
+                    txns += lease_transactions(partitions, *lease)
+                self._commit(fresh, txns)
                 self._after_commit(
                     CommitInfo(topic=self.topic, table_version=self._dt.version(), records=fresh, high_watermarks=ends)
                 )

@@ -7,6 +7,11 @@ Topic tables
   committing table object's read version, so two writers never hand out one offset.
 - `p-<producer>-<p>`: an idempotent producer's last committed sequence on partition p.
 - `o-<producer>-<p>`: the base offset that sequence got on p (a retry is answered with it).
+- `lease-<p>`, `holder-<p>`: of a `log` topic (write-ahead acks), when the lease of partition p
+  ends (wall-clock ms) and which gateway holds it (`holder_number` of its write-ahead owner id).
+  Only the holder acks records of p, and only until its lease ends; a gateway claims p by
+  replaying the others' write-ahead logs and committing the pair with `hw-<p>` (so a claim and an
+  append refuse each other); every flush renews it. Any other append to p waits until it ends.
 
 System tables
 - `group-<g>`: every row of consumer group g in `_system/consumer_groups` carries it (version =
@@ -18,13 +23,16 @@ System tables
   it sees the newer epoch: a stale coordinator never writes an offset.
 
 Concurrency contract: reads are of the table object's snapshot (callers refresh it); a txn is
-written only inside the commit that carries the data it describes, never on its own.
+written only inside the commit that carries the data it describes (claims of a group or a
+partition are commits of their own).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from deltalake import DeltaTable, Transaction
@@ -44,6 +52,46 @@ def sequence_app_id(producer_id: str, partition: int) -> str:
 
 def base_offset_app_id(producer_id: str, partition: int) -> str:
     return f"o-{producer_id}-{partition}"
+
+
+def lease_app_id(partition: int) -> str:
+    return f"lease-{partition}"
+
+
+def holder_app_id(partition: int) -> str:
+    return f"holder-{partition}"
+
+
+def holder_number(owner: str) -> int:
+    """A gateway's write-ahead owner id as a txn version (62 bits of its SHA-256)."""
+    return int.from_bytes(hashlib.sha256(owner.encode()).digest()[:8], "big") >> 2
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    holder: int
+    expires_ms: int
+
+    def held_by_other(self, holder: int, now_ms: int) -> bool:
+        return self.holder != holder and self.expires_ms > now_ms
+
+
+def read_lease(dt: TxnSource, partition: int) -> Lease | None:
+    expires = dt.transaction_version(lease_app_id(partition))
+    holder = dt.transaction_version(holder_app_id(partition))
+    return None if expires is None or holder is None else Lease(int(holder), int(expires))
+
+
+def lease_transactions(partitions: Iterable[int], holder: int, expires_ms: int) -> list[Transaction]:
+    return [
+        t for p in partitions for t in (Transaction(lease_app_id(p), expires_ms), Transaction(holder_app_id(p), holder))
+    ]
+
+
+def partition_of(app_id: str) -> int | None:
+    """The partition a topic table's txn is about (None: not a per-partition one)."""
+    head, _, tail = app_id.rpartition("-")
+    return int(tail) if head and tail.isdigit() else None
 
 
 def group_app_id(group: str) -> str:

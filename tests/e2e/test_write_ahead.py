@@ -102,8 +102,12 @@ def test_kill9_under_load_keeps_every_acked_record_once_with_contiguous_offsets(
     assert len(acked) >= 300
     assert in_table < 10 * len(acked)  # acks were ahead of the table when the gateway died
 
-    srv2 = ServerProcess(root, port=srv.port).start()  # replays the dead gateway's log
+    srv2 = ServerProcess(root, port=srv.port).start()  # replays the dead gateway's log once its leases end
     try:
+        acked_count = 10 * len(acked)
+        deadline = time.monotonic() + 30
+        while len(table_rows(root, "load")) < acked_count and time.monotonic() < deadline:
+            time.sleep(0.3)
         stored = table_rows(root, "load")
         by_tag: dict[str, list[dict]] = {}
         for row in stored:

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from delta_log import ProducerSequence
-from delta_log.log.wal import WAL_DIR, log_dirs
+from delta_log.log.wal import WAL_DIR, decode_frames, log_dirs
 from delta_log.log.writer import AppendRequest
 from delta_log.registry import TopicRegistry
 from tests.integration.conftest import make_batch
@@ -99,19 +99,17 @@ with open(acks, "a", buffering=1) as out:
 """
 
 
-def test_a_kill_between_ack_and_flush_loses_and_duplicates_nothing(registry, settings, storage, tmp_path):
-    """A producer process acks into a `log` topic whose table flush is far away; kill -9 at a
-    random moment; the next start replays the log: every acked record in the table once, offsets
-    contiguous, and a second replay writes nothing."""
-    topic = log_topic(registry, partitions=3, lag_ms=300)
+def _run_worker(settings, topic: str, tmp_path: Path, acks_wanted: int, env: dict[str, str] | None = None) -> dict:
+    """Start WORKER acking into `topic`, kill -9 it once it has `acks_wanted` acks; what it acked
+    (partition -> offsets)."""
     acks = tmp_path / "acks.txt"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **(env or {})}
     proc = subprocess.Popen([sys.executable, str(script), settings.root, topic, str(acks)], env=env)
     deadline = time.monotonic() + 60
-    while (not acks.exists() or len(acks.read_text().splitlines()) < 150) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while (not acks.exists() or len(acks.read_text().splitlines()) < acks_wanted) and time.monotonic() < deadline:
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     acked: dict[int, set[int]] = {}
@@ -119,30 +117,62 @@ def test_a_kill_between_ack_and_flush_loses_and_duplicates_nothing(registry, set
         for item in line.split():
             p, base, count = map(int, item.split(":"))
             acked.setdefault(p, set()).update(range(base, base + count))
+    return acked
+
+
+def _replay_until_complete(registry: TopicRegistry, timeout: float = 30) -> dict[str, int]:
+    """Replay the dead worker's log; its partitions' leases end within the lease time."""
+    written, complete = registry.replay_write_ahead()
+    deadline = time.monotonic() + timeout
+    while not complete and time.monotonic() < deadline:
+        time.sleep(0.3)
+        more, complete = registry.replay_write_ahead()
+        for t, n in more.items():
+            written[t] = written.get(t, 0) + n
+    assert complete
+    return written
+
+
+def test_a_kill_between_ack_and_flush_loses_and_duplicates_nothing(registry, settings, storage, tmp_path):
+    """A producer process acks into a `log` topic; kill -9 at a random moment; the next start
+    replays the log: every acked record in the table once, offsets contiguous, and a second replay
+    writes nothing."""
+    topic = log_topic(registry, partitions=3, lag_ms=300)
+    acked = _run_worker(settings, topic, tmp_path, 150)
     assert sum(len(v) for v in acked.values()) >= 150 * 7
     before = table_offsets(storage, topic)
     assert sum(map(len, before.values())) < sum(map(len, acked.values()))  # some acks were only in the log
     assert log_dirs(storage)
-    written = registry.replay_write_ahead()
+    written = _replay_until_complete(registry)
     assert written.get(topic, 0) > 0
     after = table_offsets(storage, topic)
     for p, offsets in after.items():
         assert offsets == list(range(len(offsets)))  # unique and contiguous
         assert acked.get(p, set()) <= set(offsets)  # every acked record is there
-    assert registry.replay_write_ahead() == {}  # the dead process's log is gone once replayed
+    assert registry.replay_write_ahead() == ({}, True)  # the dead process's log is gone once replayed
     assert not list((Path(settings.root) / WAL_DIR).glob("*/*.wal"))
 
 
-def test_a_torn_frame_at_the_end_of_a_segment_is_ignored(registry, settings, storage):
-    topic = log_topic(registry, partitions=1, lag_ms=60_000)
-    committer = registry.committer(topic)
-    for _ in range(3):
-        committer.submit(AppendRequest(batch=make_batch(5))).result(10)
-    segment = next((Path(settings.root) / WAL_DIR).glob("*/*.wal"))
-    copy = Path(settings.root) / WAL_DIR / "dead-gateway"
-    copy.mkdir()
+def test_a_torn_frame_at_the_end_of_a_segment_is_ignored(registry, settings, storage, tmp_path):
+    """The dead worker's log ends with a write cut short: the complete frames are replayed, the
+    torn one is not (it was never acked)."""
+    topic = log_topic(registry, partitions=3, lag_ms=60_000)
+    acked = _run_worker(
+        settings,
+        topic,
+        tmp_path,
+        5,
+        env={"TOPICLAKE_WRITER__WAL_LEASE_MS": "1000", "TOPICLAKE_WRITER__WAL_LEASE_MARGIN_MS": "300"},
+    )
+    (dead,) = [Path(d) for d in log_dirs(storage)]
+    segment = max(dead.glob("*.wal"))
     data = segment.read_bytes()
-    (copy / segment.name).write_bytes(data + data[: len(data) // 5])  # a write cut short by a crash
-    written = registry.replay_write_ahead(live=lambda owner: owner == registry.wal_owner)
-    assert written == {topic: 15}
-    assert table_offsets(storage, topic) == {0: list(range(15))}
+    segment.write_bytes(data + data[: len(data) // 3])  # a write cut short by the crash
+    whole: dict[int, set[int]] = {}  # what the complete frames hold (the kill may have come after an ack)
+    for frame in decode_frames(data):
+        for p, o in zip(frame.records["partition"].to_pylist(), frame.records["offset"].to_pylist(), strict=True):
+            whole.setdefault(p, set()).add(o)
+    _replay_until_complete(registry)
+    after = {p: set(v) for p, v in table_offsets(storage, topic).items()}
+    assert after == whole and all(acked[p] <= whole[p] for p in acked)
+    assert not dead.exists()

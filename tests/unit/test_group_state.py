@@ -273,3 +273,26 @@ def test_a_leader_that_leaves_hands_leadership_to_a_remaining_member():
     kafka_join(g, 1.0, [("compatible", b"b-c"), ("default", b"b-d")], member_id=b.member_id)
     complete(g, {})
     assert (g.leader, g.protocol, g.generation) == (b.member_id, "compatible", 3)
+
+
+def test_a_cooperative_member_commits_what_it_gives_up_while_nobody_owns_it_yet():
+    """Cooperative rebalancing: in the generation after it owned t-1, the leader's plan withholds
+    t-1 (its owner gives it up first); the owner commits it then. Once another member owns it, the
+    old owner no longer may."""
+    g = GroupState(group_id="coop")
+    a, _ = kafka_join(g, 0.0, [("cooperative-sticky", b"")], assignor="kafka:consumer", topics=("t",))
+    complete(g, {"t": 2})
+    g.sync(a.member_id, 1, {a.member_id: (b"", {"t": [0, 1]})})
+    b, _ = kafka_join(g, 0.0, [("cooperative-sticky", b"")], assignor="kafka:consumer", topics=("t",))
+    kafka_join(g, 0.0, [("cooperative-sticky", b"")], assignor="kafka:consumer", topics=("t",), member_id=a.member_id)
+    complete(g, {"t": 2})
+    g.sync(a.member_id, 2, {a.member_id: (b"", {"t": [0]}), b.member_id: (b"", {})})  # t-1 withheld
+    g.check_commit(member_id=a.member_id, generation=2, partitions=[("t", 0), ("t", 1)], now=0.0)
+    with pytest.raises(FencedMemberError):  # b never owned it
+        g.check_commit(member_id=b.member_id, generation=2, partitions=[("t", 1)], now=0.0)
+    kafka_join(g, 0.0, [("cooperative-sticky", b"")], assignor="kafka:consumer", topics=("t",), member_id=a.member_id)
+    kafka_join(g, 0.0, [("cooperative-sticky", b"")], assignor="kafka:consumer", topics=("t",), member_id=b.member_id)
+    complete(g, {"t": 2})
+    g.sync(a.member_id, 3, {a.member_id: (b"", {"t": [0]}), b.member_id: (b"", {"t": [1]})})
+    with pytest.raises(FencedMemberError):  # b owns it now
+        g.check_commit(member_id=a.member_id, generation=3, partitions=[("t", 1)], now=0.0)

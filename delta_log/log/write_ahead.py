@@ -419,7 +419,10 @@ class WriteAhead:
                 now = time.monotonic()
                 due = []
                 while self._due and self._due[0][0] <= now:
-                    due.append(heapq.heappop(self._due)[2])
+                    at, _, topic = heapq.heappop(self._due)
+                    if topic._flush_due == at:  # else superseded by an earlier deadline
+                        topic._flush_due = None
+                        due.append(topic)
             for topic in due:
                 self._flush_soon(topic)
             if items:
@@ -443,7 +446,11 @@ class WriteAhead:
             self.pool.submit(run)
 
     def schedule(self, topic: LogTopic, at: float) -> None:
+        """Flush `topic`'s table at `at` (one deadline per topic: the earliest asked for)."""
         with self._cond:
+            if topic._flush_due is not None and topic._flush_due <= at:
+                return
+            topic._flush_due = at
             heapq.heappush(self._due, (at, next(self._ids), topic))
             self._cond.notify()
 
@@ -499,8 +506,7 @@ class WriteAhead:
             for it, result in zip(group, s.results, strict=True):
                 resolve(it.future, result=result)
             if due is not None:
-                with self._cond:
-                    heapq.heappush(self._due, (due, next(self._ids), topic))
+                self.schedule(topic, due)
 
     def flushed(self, topic: str, high_watermarks: dict[int, int]) -> None:
         """A topic's table now holds its records below these offsets: release what the log no

@@ -1,0 +1,229 @@
+"""The produce path on `table` and `log` topics (issue 27), side by side with Apache Kafka, in one run.
+
+    python -m bench.write_ahead_bench            # 3 alternating repeats
+    python -m bench.write_ahead_bench --quick    # 1 repeat, shorter runs
+
+Starts a real Kafka 4.x broker (bench/kafka_broker.py) and one `topiclake serve` on 127.0.0.1, and
+for each mode (`topiclake.ack.mode` table, the default; log, the write-ahead tier) measures:
+- throughput: Kafka's ProducerPerformance tool against the broker and against the listener (100 B
+  and 1 KB, acks=all, linger.ms=5, batch.size=1 MiB), and Arrow IPC over HTTP (16 requests in
+  flight, 1,000 records a request); the server's CPU seconds per million records;
+- ack latency: HTTP produce requests of 10 records at 500 requests/s, p50/p99 of the answer;
+- send -> received: confluent-kafka producer (acks=all, linger.ms=5) and consumer at 500 records/s;
+- table lag (log topics): from a request's ack until a Delta snapshot of the topic holds it, under
+  Arrow IPC load.
+Results: bench/results/write_ahead_bench.json, printed as markdown tables with ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from deltalake import DeltaTable
+
+from bench.common import percentile, print_table, write_results
+from bench.kafka_bench import PARTITIONS, kafka_latency, kafka_perf_tool, topiclake_arrow
+from bench.kafka_broker import KafkaBroker
+from tests.e2e.server import ServerProcess
+
+MODES = ("table", "log")
+CONNECTIONS = 32
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def create(url: str, name: str, mode: str, partitions: int = PARTITIONS) -> None:
+    config = {"topiclake.ack.mode": mode}
+    httpx.post(f"{url}/topics", json={"name": name, "partitions": partitions, "config": config}).raise_for_status()
+
+
+def ack_latency(url: str, topic: str, seconds: float, rate: float) -> list[float]:
+    """HTTP produce requests of 10 records at `rate` requests/s (open loop over 32 connections, so
+    one slow answer does not hold up the requests scheduled after it)."""
+    out: list[float] = []
+    lock = threading.Lock()
+    start = time.perf_counter()
+    body = {"records": [{"value": i} for i in range(10)]}
+
+    def loop(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            i = k
+            while True:
+                due = start + i / rate
+                if due - start > seconds:
+                    return
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                r = c.post(f"/topics/{topic}/records", json=body)
+                took = (time.perf_counter() - due) * 1000
+                if r.status_code == 200:
+                    with lock:
+                        out.append(took)
+                i += CONNECTIONS
+
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def table_lag(url: str, root: Path, topic: str, seconds: float) -> list[float]:
+    """Under Arrow IPC load: for sampled acks, ms from the ack until a fresh Delta snapshot's high
+    watermark of the partition covers the acked offsets."""
+    acks: list[tuple[float, int, int]] = []  # (ack time, partition, end offset)
+    stop = threading.Event()
+
+    def produce() -> None:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            while not stop.is_set():
+                r = c.post(f"/topics/{topic}/records", json={"records": [{"value": "x" * 1000, "partition": 0}] * 100})
+                if r.status_code == 200:
+                    acks.append((time.perf_counter(), 0, r.json()["offsets"][-1]["offset"] + 1))
+
+    threads = [threading.Thread(target=produce) for _ in range(4)]
+    for t in threads:
+        t.start()
+    dt = DeltaTable(str(root / "topics" / topic))
+    seen: list[float] = []
+    start = time.perf_counter()
+    checked = 0
+    while time.perf_counter() - start < seconds:
+        dt.update_incremental()
+        hw = dt.transaction_version("hw-0") or 0
+        now = time.perf_counter()
+        while checked < len(acks) and acks[checked][2] <= hw:
+            seen.append((now - acks[checked][0]) * 1000)
+            checked += 1
+        time.sleep(0.01)
+    stop.set()
+    for t in threads:
+        t.join()
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.write_ahead_bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeats", type=int)
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    seconds = 3.0 if args.quick else 6.0
+    latency_s = 5.0 if args.quick else 10.0
+    work = Path(tempfile.mkdtemp(prefix="topiclake-wal-bench-", dir=os.environ.get("BENCH_TMP")))
+    rows: list[dict[str, Any]] = []
+    latency: list[dict[str, Any]] = []
+    kafka = KafkaBroker(work / "kafka").start()
+    srv = ServerProcess(work / "topiclake" / "data").start()
+    assert srv.proc is not None
+    try:
+        for size in (100, 1024):
+            tool_records = int((400_000 if size == 100 else 150_000) * seconds)
+            kafka.create_topic(f"p{size}", partitions=PARTITIONS)
+            for mode in MODES:
+                create(srv.url, f"p{size}-{mode}", mode)
+            for rep in range(repeats):
+                r = kafka_perf_tool(kafka, f"p{size}", size, tool_records)
+                rows.append(
+                    {"workload": f"produce {size} B", "system": "Kafka ProducerPerformance", "repeat": rep, **r}
+                )
+                print(f"produce {size} B #{rep} Kafka: {r['records_s']:,.0f} records/s", flush=True)
+                for mode in MODES:
+                    topic = f"p{size}-{mode}"
+                    runs: list[tuple[str, Any, tuple[Any, ...]]] = [
+                        (f"listener ProducerPerformance, {mode}", kafka_perf_tool,
+                         (kafka, topic, size, tool_records, srv.kafka)),
+                        (f"Arrow IPC over HTTP, {mode}", topiclake_arrow, (srv.url, topic, size, seconds)),
+                    ]  # fmt: skip
+                    for system, fn, fn_args in runs:
+                        cpu0 = cpu_seconds(srv.proc.pid)
+                        t0 = time.perf_counter()
+                        r = fn(*fn_args)
+                        elapsed = time.perf_counter() - t0
+                        cpu = cpu_seconds(srv.proc.pid) - cpu0
+                        r["cpu_s_per_million"] = cpu / max(r["records_s"] * elapsed, 1) * 1e6
+                        rows.append({"workload": f"produce {size} B", "system": system, "repeat": rep, **r})
+                        print(f"produce {size} B #{rep} {system}: {r['records_s']:,.0f} records/s", flush=True)
+
+        kafka.create_topic("lat", partitions=1)
+        series: dict[str, list[float]] = {}
+        for mode in MODES:
+            create(srv.url, f"lat-{mode}", mode, partitions=1)
+            create(srv.url, f"ack-{mode}", mode, partitions=1)
+        for system, bootstrap, topic in [("Kafka", kafka.bootstrap, "lat")] + [
+            (f"listener, {m}", srv.kafka, f"lat-{m}") for m in MODES
+        ]:
+            got = kafka_latency(bootstrap, topic, latency_s, 500)
+            for measure, values in got.items():
+                series[f"{system}: {measure}"] = values
+        for mode in MODES:
+            series[f"HTTP produce ack (10 records, 500/s), {mode}"] = ack_latency(
+                srv.url, f"ack-{mode}", latency_s, 500
+            )
+        create(srv.url, "lag-log", "log", partitions=1)
+        series["table lag after ack, log (4 x 100 KB requests in a loop)"] = table_lag(
+            srv.url, work / "topiclake" / "data", "lag-log", latency_s
+        )
+        for name, values in series.items():
+            latency.append(
+                {
+                    "measure": name,
+                    "p50_ms": percentile(values, 50),
+                    "p99_ms": percentile(values, 99),
+                    "samples": len(values),
+                }
+            )
+    finally:
+        srv.stop()
+        kafka.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+    def med(workload: str, system: str, key: str = "records_s") -> float:
+        values = sorted(r[key] for r in rows if r["workload"] == workload and r["system"] == system)
+        return values[len(values) // 2] if values else float("nan")
+
+    medians = [
+        {
+            "workload": wl,
+            "system": s,
+            "records_s": med(wl, s),
+            "MB_s": med(wl, s, "mb_s"),
+            "cpu_s_per_million": med(wl, s, "cpu_s_per_million") if "cpu_s_per_million" in r else float("nan"),
+        }
+        for wl in dict.fromkeys(r["workload"] for r in rows)
+        for s, r in {r["system"]: r for r in rows if r["workload"] == wl}.items()
+    ]
+    ratios = {}
+    for size in (100, 1024):
+        kafka_rate = med(f"produce {size} B", "Kafka ProducerPerformance")
+        for mode in MODES:
+            for system in (f"listener ProducerPerformance, {mode}", f"Arrow IPC over HTTP, {mode}"):
+                ratios[f"{system} / Kafka ProducerPerformance ({size} B)"] = (
+                    med(f"produce {size} B", system) / kafka_rate
+                )
+    print("\n## Produce (medians)\n")
+    print_table(medians, ["workload", "system", "records_s", "MB_s", "cpu_s_per_million"])
+    print("\n## Latency\n")
+    print_table(latency, ["measure", "p50_ms", "p99_ms", "samples"])
+    print("\n## Ratios\n")
+    print_table([{"ratio": k, "value": v} for k, v in ratios.items()], ["ratio", "value"])
+    write_results("write_ahead_bench", rows, {"medians": medians, "latency": latency, "ratios": ratios})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

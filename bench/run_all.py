@@ -36,6 +36,7 @@ BENCHES = [
     "schema_bench",
     "jobs_bench",
     "kafka_bench",
+    "write_ahead_bench",
 ]
 QUICK_ARGS = {
     "log_bench": ["--quick"],
@@ -46,6 +47,7 @@ QUICK_ARGS = {
     "schema_bench": ["--records", "20000", "--repeats", "1"],
     "jobs_bench": ["--quick"],
     "kafka_bench": ["--quick"],
+    "write_ahead_bench": ["--quick"],
 }
 
 

@@ -83,6 +83,14 @@ class WriterSettings(BaseModel):
         gt=0,
         description="`log` topics: a write-ahead segment file rolls at this size (on an object store every write is one object).",
     )
+    wal_linger_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="`log` topics: how long a write-ahead write waits to gather more requests. 0 on local disk (the "
+        "writes that arrive during one fsync form the next); on an object store each write is a PUT, and 25-100 ms "
+        "bounds their count (and bill) at the cost of that much ack latency.",
+    )
     wal_lease_ms: int = Field(
         6_000,
         ge=1000,

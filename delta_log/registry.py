@@ -189,8 +189,13 @@ class TopicRegistry:
         """The process's write-ahead writer (started on first use by a `log` topic)."""
         with self._lock:
             if self._write_ahead is None:
+                w = self.settings.writer
                 self._write_ahead = WriteAhead(
-                    self.storage, self.wal_owner, self._flush_pool, segment_bytes=self.settings.writer.wal_segment_bytes
+                    self.storage,
+                    self.wal_owner,
+                    self._flush_pool,
+                    segment_bytes=w.wal_segment_bytes,
+                    linger_s=w.wal_linger_ms / 1000,
                 )
             return self._write_ahead
 

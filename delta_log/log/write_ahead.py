@@ -381,8 +381,11 @@ class _Item:
 class WriteAhead:
     """The process's write-ahead writer: every `log` topic's requests, one durable write at a time."""
 
-    def __init__(self, storage: StorageRoot, owner: str, pool: FlushPool, *, segment_bytes: int) -> None:
+    def __init__(
+        self, storage: StorageRoot, owner: str, pool: FlushPool, *, segment_bytes: int, linger_s: float = 0.0
+    ) -> None:
         self.wal = WriteAheadLog(storage, owner, segment_bytes=segment_bytes)
+        self.linger_s = linger_s
         self.pool = pool
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
@@ -414,6 +417,10 @@ class WriteAhead:
                     self._cond.wait(timeout)
                 if self._closed and not self._queue:
                     return
+                if self._queue and self.linger_s > 0:  # gather more into one write (one PUT on S3)
+                    until = time.monotonic() + self.linger_s
+                    while not self._closed and (left := until - time.monotonic()) > 0:
+                        self._cond.wait(left)
                 items = list(self._queue)
                 self._queue.clear()
                 now = time.monotonic()

@@ -173,6 +173,13 @@ class LogTopic:
             log.error(
                 "topic %s: closed with acked records not yet in its table; the next start replays them", self.topic
             )
+        elif self._leases:  # all flushed: end the leases, so whoever writes next need not wait them out
+            try:
+                with self._writer_lock:
+                    self.writer.claim(sorted(self._leases), self.holder, 0)
+            except TopiclakeError as exc:
+                log.info("topic %s: leases left to expire (%s)", self.topic, exc)
+            self._leases.clear()
 
     # -- the writer thread -------------------------------------------------------------------------
     def transaction_version(self, app_id: str) -> int | None:
@@ -298,11 +305,13 @@ class LogTopic:
                 self.writer.commit_staged(records, producers, lease=lease)
             seconds = time.perf_counter() - start
         except OwnerNotAvailableError as exc:
-            # another gateway took the partitions over after this one's lease ended: it replayed
-            # this gateway's log first, so the table holds these acks; forget them here
-            log.warning("topic %s: %s; its acked records were replayed by the new holder", self.topic, exc)
-            self._handed_over(batch)
-            return True
+            # another gateway took partitions over after this one's lease ended: it replayed this
+            # gateway's log first, so the table holds these acks; forget them, flush the rest
+            log.warning("topic %s: %s; the new holder replayed its acked records", self.topic, exc)
+            with self._writer_lock:
+                taken = self.writer.leased_by_others(_partitions(records), self.holder)
+            self._handed_over(taken)
+            return not taken
         except TopiclakeError as exc:
             self.flush_failures += 1
             log.warning(
@@ -326,7 +335,8 @@ class LogTopic:
             for a in batch:
                 for app_id, version in a.txns.items():
                     if app_id.startswith("hw-"):
-                        flushed[int(app_id[3:])] = max(flushed.get(int(app_id[3:]), 0), version)
+                        q = int(app_id[3:])
+                        flushed[q] = max(flushed.get(q, 0), version)
             self._trim_view_locked()
             self._flushing = False
             self.flushes += 1
@@ -347,17 +357,30 @@ class LogTopic:
                 )
         return True
 
-    def _handed_over(self, batch: list[_Acked]) -> None:
+    def _handed_over(self, taken: set[int]) -> None:
+        """Forget what this gateway acked of the partitions another gateway took over."""
+        unpinned: dict[int, int] = {}
         with self._lock:
-            for a in batch:
-                self._unflushed.popleft()
-                self._unflushed_bytes -= a.nbytes
-            parts = {int(x) for a in batch for x in np.unique(a.records.column("partition").to_numpy())}
-            for p in parts:
-                self._leases.pop(p, None)
-                self._forget_locked(p)
+            kept: deque[_Acked] = deque()
+            for a in self._unflushed:
+                parts = a.records.column("partition")
+                mine = pc.invert(pc.is_in(parts, pa.array(sorted(taken), pa.int32())))
+                for app_id, hw in a.txns.items():
+                    if app_id.startswith("hw-") and (q := int(app_id[3:])) in taken:
+                        unpinned[q] = max(unpinned.get(q, 0), hw)
+                rest = a.records.filter(mine)
+                if rest.num_rows:
+                    txns = {k: v for k, v in a.txns.items() if partition_of(k) not in taken}
+                    producers = [r for r in a.producers if r[1] not in taken]
+                    kept.append(_Acked(rest, producers, txns, a.at, rest.nbytes))
+            self._unflushed = kept
+            self._unflushed_bytes = sum(a.nbytes for a in kept)
+            for gone in taken:
+                self._leases.pop(gone, None)
+                self._forget_locked(gone)
             self._flushing = False
             self._lock.notify_all()
+        self.on_flushed(unpinned)  # the readers' tails need not hold them any longer
 
     def _trim_view_locked(self) -> None:
         """Forget producer entries the table holds, beyond a bound (high watermarks stay)."""
@@ -531,6 +554,10 @@ class WriteAhead:
             self._cond.notify_all()
         self._thread.join(30)
         self.wal.close()
+
+
+def _partitions(records: pa.Table) -> list[int]:
+    return sorted({int(x) for x in np.unique(records.column("partition").to_numpy())})
 
 
 def _collect(

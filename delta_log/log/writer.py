@@ -30,6 +30,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +70,8 @@ from delta_log.table.segment_files import ParquetOptions, remove_files, write_se
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 _NO_HOOK_CLEANUP = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
@@ -185,15 +188,23 @@ class TopicWriter:
         for req in requests:
             if req.batch.schema != BATCH_SCHEMA:
                 raise TypeError("AppendRequest.batch must be normalized (records.normalize_batch)")
+        return self._retrying(lambda: self._attempt(requests))
+
+    def _retrying(self, attempt: Callable[[], _T]) -> _T:
+        """Run `attempt` (one commit) until no other writer won its version, refreshing between.
+
+        Raises: CommitConflictError (other writers won `max_commit_attempts` times in a row),
+        StorageUnavailableError, TopicNotFoundError, and what `attempt` raises."""
         attempts = self.settings.max_commit_attempts
-        for attempt in range(attempts):
+        for n in range(attempts):
+            self._t = time.perf_counter()
             try:
-                return self._attempt(requests)
+                return attempt()
             except CommitFailedError as exc:
                 self.conflicts += 1
-                log.debug("commit conflict on %s (attempt %d): %s", self.topic, attempt + 1, exc)
+                log.debug("commit conflict on %s (attempt %d): %s", self.topic, n + 1, exc)
                 self.refresh()
-                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.05)))
+                time.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
             except TableNotFoundError as exc:
                 raise TopicNotFoundError(self.topic) from exc
             except (DeltaError, OSError) as exc:
@@ -211,7 +222,6 @@ class TopicWriter:
             return self._dt
 
     def _attempt(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        self._t = time.perf_counter()
         staged = stage(requests, self._txns, self.topic, tick=self._tick)
         if staged.records is None:
             return staged.results
@@ -239,6 +249,12 @@ class TopicWriter:
                     partition=p,
                 )
 
+    def leased_by_others(self, partitions: Iterable[int], holder: int) -> set[int]:
+        """Which of `partitions` another gateway holds the write-ahead lease of (as of a refresh)."""
+        self.refresh()
+        now_ms = int(time.time() * 1000)
+        return {p for p in partitions if (lease := read_lease(self._txns, p)) and lease.held_by_other(holder, now_ms)}
+
     def holds(self, records: pa.Table) -> bool:
         """Whether the table (as this writer last read it) holds every offset of `records`."""
         if not records.num_rows:
@@ -262,26 +278,16 @@ class TopicWriter:
 
         Raises: OwnerNotAvailableError (another holder's lease has not ended), CommitConflictError,
         StorageUnavailableError, TopicNotFoundError."""
-        for attempt in range(self.settings.max_commit_attempts):
-            self._t = time.perf_counter()
-            try:
-                self.refresh()
-                self._refuse_leased(partitions, holder)
-                hws = read_high_watermarks(self._txns, partitions)
-                self._commit(
-                    TOPIC_SCHEMA.empty_table(),
-                    append_transactions(hws) + lease_transactions(partitions, holder, expires_ms),
-                )
-                return hws
-            except CommitFailedError:
-                self.conflicts += 1
-                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.05)))
-            except TableNotFoundError as exc:
-                raise TopicNotFoundError(self.topic) from exc
-            except (DeltaError, OSError) as exc:
-                self._dt = self._reopen_quietly()
-                raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
-        raise CommitConflictError(f"Could not claim partitions of topic {self.topic!r}.", topic=self.topic)
+
+        def attempt() -> dict[int, int]:
+            self._refuse_leased(partitions, holder)
+            hws = read_high_watermarks(self._txns, partitions)
+            txns = append_transactions(hws) + lease_transactions(partitions, holder, expires_ms)
+            self._commit(TOPIC_SCHEMA.empty_table(), txns)
+            return hws
+
+        self.refresh()  # a claim decides on the newest leases
+        return self._retrying(attempt)
 
     def commit_staged(
         self,
@@ -306,43 +312,30 @@ class TopicWriter:
         (records missing before these), CommitConflictError, StorageUnavailableError,
         TopicNotFoundError.
         """
-        attempts = self.settings.max_commit_attempts
-        for attempt in range(attempts):
-            self._t = time.perf_counter()
-            try:
-                partitions = _partitions_of(records)
-                if skip_leased:
-                    records = self._without_leased(records, partitions)
-                    partitions = _partitions_of(records)
-                self._refuse_leased(partitions, None if lease is None else lease[0])
-                hws = read_high_watermarks(self._txns, partitions)
-                fresh = _unflushed(records, hws, self.topic)
-                if fresh.num_rows == 0:
-                    return 0
-                parts, offsets = fresh.column("partition").to_numpy(), fresh.column("offset").to_numpy()
-                ends = {int(p): int(offsets[i]) + 1 for i, p in _last_of_each(parts)}
-                kept = [(pr, p, base) for pr, p, base in producers if base >= hws.get(p, 0)]
-                txns = append_transactions(ends, kept)
-                if lease is not None:
-                    txns += lease_transactions(partitions, *lease)
-                self._commit(fresh, txns)
-                self._after_commit(
-                    CommitInfo(topic=self.topic, table_version=self._dt.version(), records=fresh, high_watermarks=ends)
-                )
-                return fresh.num_rows
-            except CommitFailedError as exc:
-                self.conflicts += 1
-                log.debug("commit conflict on %s (attempt %d): %s", self.topic, attempt + 1, exc)
-                self.refresh()
-                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.05)))
-            except TableNotFoundError as exc:
-                raise TopicNotFoundError(self.topic) from exc
-            except (DeltaError, OSError) as exc:
-                self._dt = self._reopen_quietly()
-                raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
-        raise CommitConflictError(
-            f"Gave up after {attempts} conflicting commits on topic {self.topic!r}.", topic=self.topic
-        )
+
+        def attempt() -> int:
+            rows, partitions = records, _partitions_of(records)
+            if skip_leased:
+                rows = self._without_leased(rows, partitions)
+                partitions = _partitions_of(rows)
+            self._refuse_leased(partitions, None if lease is None else lease[0])
+            hws = read_high_watermarks(self._txns, partitions)
+            fresh = _unflushed(rows, hws, self.topic)
+            if fresh.num_rows == 0:
+                return 0
+            parts, offsets = fresh.column("partition").to_numpy(), fresh.column("offset").to_numpy()
+            ends = {int(p): int(offsets[i]) + 1 for i, p in _last_of_each(parts)}
+            kept = [(pr, p, base) for pr, p, base in producers if base >= hws.get(p, 0)]
+            txns = append_transactions(ends, kept)
+            if lease is not None:
+                txns += lease_transactions(partitions, *lease)
+            self._commit(fresh, txns)
+            self._after_commit(
+                CommitInfo(topic=self.topic, table_version=self._dt.version(), records=fresh, high_watermarks=ends)
+            )
+            return fresh.num_rows
+
+        return self._retrying(attempt)
 
     @property
     def transactions(self) -> TxnSource:

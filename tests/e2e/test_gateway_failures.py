@@ -1,67 +1,28 @@
 """Crash, back-pressure and auth: each against its own real server process."""
 
-import json
 import threading
-import time
 
 import httpx
 import pytest
 from deltalake import DeltaTable
 
+from tests.e2e.load import ProduceLoad, check_acked_once
 from tests.e2e.server import ServerProcess
 
 
 def test_sigkill_under_load_loses_no_acked_record(tmp_path):
     srv = ServerProcess(tmp_path / "data").start()
     httpx.post(srv.url + "/topics", json={"name": "load", "partitions": 2}).raise_for_status()
-    acked: list[tuple[str, list[dict]]] = []
-    attempted: list[str] = []
-    stop = threading.Event()
-    lock = threading.Lock()
-
-    def client(cid: int) -> None:
-        with httpx.Client(base_url=srv.url, timeout=10) as c:
-            n = 0
-            while not stop.is_set():
-                tag = f"c{cid}-r{n}"
-                n += 1
-                with lock:
-                    attempted.append(tag)
-                body = {"records": [{"key": tag, "value": {"tag": tag, "i": i}} for i in range(10)]}
-                try:
-                    r = c.post("/topics/load/records", json=body)
-                except httpx.TransportError:
-                    return
-                if r.status_code == 200:
-                    with lock:
-                        acked.append((tag, r.json()["offsets"]))
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 30
-    while len(acked) < 40 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    load = ProduceLoad(srv.url, "load").start()
+    load.wait_for(40)
     srv.kill9()
-    stop.set()
-    for t in threads:
-        t.join(30)
-    assert len(acked) >= 40
+    load.stop()
+    assert len(load.acked) >= 40
 
     srv2 = ServerProcess(tmp_path / "data", port=srv.port).start()
     try:
-        table = DeltaTable(str(tmp_path / "data/topics/load")).to_pyarrow_table()
-        stored = table.to_pylist()
-        by_tag: dict[str, list[dict]] = {}
-        for row in stored:
-            by_tag.setdefault(json.loads(row["value"])["tag"], []).append(row)
-        for tag, offsets in acked:  # every acked record exactly once, at its acked offset
-            got = sorted((r["partition"], r["offset"]) for r in by_tag[tag])
-            assert got == sorted((o["partition"], o["offset"]) for o in offsets)
-        assert all(len(v) == 10 for v in by_tag.values())  # unacked: fully present or absent
-        for p in (0, 1):
-            offs = sorted(r["offset"] for r in stored if r["partition"] == p)
-            assert offs == list(range(len(offs)))  # contiguous
+        stored = DeltaTable(str(tmp_path / "data/topics/load")).to_pyarrow_table().to_pylist()
+        check_acked_once(stored, load.acked, 2)
         # the restarted server continues at the high watermark
         info = httpx.get(srv2.url + "/topics/load").json()
         r = httpx.post(srv2.url + "/topics/load/records", json={"records": [{"value": 1, "partition": 0}]})

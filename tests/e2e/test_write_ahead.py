@@ -4,14 +4,13 @@ the lag, and exactly once after kill -9 under load."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 
 import httpx
 from confluent_kafka import Consumer, Producer
 from deltalake import DeltaTable
 
+from tests.e2e.load import ProduceLoad, check_acked_once
 from tests.e2e.server import ServerProcess
 
 
@@ -69,56 +68,20 @@ def test_kill9_under_load_keeps_every_acked_record_once_with_contiguous_offsets(
     srv = ServerProcess(root).start()
     config = {"topiclake.ack.mode": "log", "topiclake.table.max.lag.ms": 3000}
     httpx.post(srv.url + "/topics", json={"name": "load", "partitions": 2, "config": config}).raise_for_status()
-    acked: list[tuple[str, list[dict]]] = []
-    stop = threading.Event()
-    lock = threading.Lock()
-
-    def client(cid: int) -> None:
-        with httpx.Client(base_url=srv.url, timeout=10) as c:
-            n = 0
-            while not stop.is_set():
-                tag = f"c{cid}-r{n}"
-                n += 1
-                body = {"records": [{"key": tag, "value": {"tag": tag, "i": i}} for i in range(10)]}
-                try:
-                    r = c.post("/topics/load/records", json=body)
-                except httpx.TransportError:
-                    return
-                if r.status_code == 200:
-                    with lock:
-                        acked.append((tag, r.json()["offsets"]))
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 30
-    while len(acked) < 300 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    load = ProduceLoad(srv.url, "load").start()
+    load.wait_for(300)
     in_table = len(table_rows(root, "load"))
     srv.kill9()
-    stop.set()
-    for t in threads:
-        t.join(30)
-    assert len(acked) >= 300
-    assert in_table < 10 * len(acked)  # acks were ahead of the table when the gateway died
+    load.stop()
+    assert len(load.acked) >= 300
+    assert in_table < 10 * len(load.acked)  # acks were ahead of the table when the gateway died
 
     srv2 = ServerProcess(root, port=srv.port).start()  # replays the dead gateway's log once its leases end
     try:
-        acked_count = 10 * len(acked)
         deadline = time.monotonic() + 30
-        while len(table_rows(root, "load")) < acked_count and time.monotonic() < deadline:
+        while len(table_rows(root, "load")) < 10 * len(load.acked) and time.monotonic() < deadline:
             time.sleep(0.3)
-        stored = table_rows(root, "load")
-        by_tag: dict[str, list[dict]] = {}
-        for row in stored:
-            by_tag.setdefault(json.loads(row["value"])["tag"], []).append(row)
-        for tag, offsets in acked:  # every acked record exactly once, at its acked offset
-            got = sorted((r["partition"], r["offset"]) for r in by_tag[tag])
-            assert got == sorted((o["partition"], o["offset"]) for o in offsets)
-        assert all(len(v) == 10 for v in by_tag.values())  # unacked: fully present or absent
-        for p in (0, 1):
-            offs = sorted(r["offset"] for r in stored if r["partition"] == p)
-            assert offs == list(range(len(offs)))  # contiguous
+        check_acked_once(table_rows(root, "load"), load.acked, 2)
         info = httpx.get(srv2.url + "/topics/load").json()
         r = httpx.post(srv2.url + "/topics/load/records", json={"records": [{"value": 1, "partition": 0}]})
         assert r.json()["offsets"][0]["offset"] == info["partition_offsets"][0]["high_watermark"]

@@ -14,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from delta_log import ProducerSequence
+from delta_log.errors import OwnerNotAvailableError
 from delta_log.log.wal import WAL_DIR, decode_frames, log_dirs
 from delta_log.log.writer import AppendRequest
 from delta_log.registry import TopicRegistry
@@ -176,3 +177,39 @@ def test_a_torn_frame_at_the_end_of_a_segment_is_ignored(registry, settings, sto
     after = {p: set(v) for p, v in table_offsets(storage, topic).items()}
     assert after == whole and all(acked[p] <= whole[p] for p in acked)
     assert not dead.exists()
+
+
+def quick_leases(settings, lease_ms: int = 1000, margin_ms: int = 300):
+    writer = settings.writer.model_copy(update={"wal_lease_ms": lease_ms, "wal_lease_margin_ms": margin_ms})
+    return settings.model_copy(update={"writer": writer})
+
+
+def test_switching_a_topic_back_to_table_acks_flushes_and_ends_the_leases(registry, storage):
+    topic = log_topic(registry, partitions=2, lag_ms=60_000)
+    first = registry.committer(topic).submit(AppendRequest(batch=make_batch(6, partitions=2))).result(10)
+    registry.alter_config(topic, {"topiclake.ack.mode": "table"})
+    assert table_offsets(storage, topic) == {0: [0, 1, 2], 1: [0, 1, 2]}  # flushed on the switch
+    # the table path appends at once: the log's leases were ended, not left to expire
+    second = registry.committer(topic).submit(AppendRequest(batch=make_batch(6, partitions=2))).result(10)
+    assert [r.base_offset for r in first.ranges] == [0, 0] and [r.base_offset for r in second.ranges] == [3, 3]
+    assert table_offsets(storage, topic) == {0: list(range(6)), 1: list(range(6))}
+
+
+def test_a_lapsed_lease_taken_over_by_another_gateway_fences_the_first(settings, storage):
+    """Two gateways, both alive: the first acks, goes quiet past its lease; the second claims the
+    partition and acks; the first is refused from then on. Offsets stay unique and contiguous."""
+    quick = quick_leases(settings)
+    first, second = TopicRegistry(quick), TopicRegistry(quick)
+    try:
+        topic = log_topic(first, partitions=1, lag_ms=200)
+        a = first.committer(topic).submit(AppendRequest(batch=make_batch(5))).result(10)
+        time.sleep(1.5)  # flushed, then idle past its lease
+        b = second.committer(topic).submit(AppendRequest(batch=make_batch(5))).result(10)
+        assert (a.ranges[0].base_offset, b.ranges[0].base_offset) == (0, 5)
+        with pytest.raises(OwnerNotAvailableError):
+            first.committer(topic).submit(AppendRequest(batch=make_batch(5))).result(10)
+        second.committer(topic).close()
+        assert table_offsets(storage, topic) == {0: list(range(10))}
+    finally:
+        second.close()
+        first.close()

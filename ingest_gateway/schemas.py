@@ -9,12 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from delta_log.core.topic_config import (
     ACK_MODES,
     CLEANUP_POLICY_PATTERN,
+    COMPRESSION_TYPES,
     DEFAULT_CONFIG,
+    INERT_CONFIG,
     MAX_JSON_INT,
     MAX_PARTITIONS,
     MAX_TABLE_LAG_MS,
     MAX_TOPIC_NAME_LENGTH,
     MIN_TABLE_LAG_MS,
+    RATIO_PATTERN,
     TOPIC_NAME_PATTERN,
 )
 from delta_log.core.value_schemas import COMPATIBILITY_LEVELS, MAX_SCHEMA_CHARS
@@ -29,6 +32,7 @@ def _config_schema(nullable: bool) -> dict[str, Any]:
 
     def integer(minimum: int) -> dict[str, Any]:
         digits = {
+            -2: r"^(-[12]|[0-9]{1,18}|9223372036854775807)$",
             -1: r"^(-1|[0-9]{1,18}|9223372036854775807)$",
             0: r"^([0-9]{1,18}|9223372036854775807)$",
             1: r"^([1-9][0-9]{0,17}|9223372036854775807)$",
@@ -70,6 +74,16 @@ def _config_schema(nullable: bool) -> dict[str, Any]:
             ]
         },
     }
+    kinds: dict[str, dict[str, Any]] = {
+        "int": integer(-2),
+        "bool": {"anyOf": [{"type": "boolean"}, choice("true", "false")]},
+        "ratio": {
+            "anyOf": [{"type": "integer", "minimum": 0, "maximum": 1}, {"type": "string", "pattern": RATIO_PATTERN}]
+        },
+        "compression": choice(*COMPRESSION_TYPES),
+        "text": {"type": "string", "maxLength": 1000},
+    }
+    keys |= {key: kinds[kind] for key, (_default, kind) in INERT_CONFIG.items()}
     assert set(keys) == set(DEFAULT_CONFIG), "document every topic config key"
     if nullable:
         keys = {k: {"anyOf": [v, {"type": "null"}]} for k, v in keys.items()}

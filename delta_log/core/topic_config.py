@@ -46,6 +46,36 @@ DEFAULT_CONFIG: dict[str, str] = {
     "topiclake.table.max.lag.ms": "1000",
 }
 ACK_MODES = ("table", "log")
+
+#: Kafka's topic configs that mean nothing for a Delta table (log segments, replicas, flushing and
+#: tiered storage are the table's and the storage root's business): accepted, validated, stored and
+#: described as Kafka does, so Kafka's tools, Connect and Streams may set them; they change nothing.
+#: key -> (Kafka's default, kind of value)
+INERT_CONFIG: dict[str, tuple[str, str]] = {
+    "compression.type": ("producer", "compression"),
+    "segment.bytes": ("1073741824", "int"),
+    "segment.ms": ("604800000", "int"),
+    "segment.jitter.ms": ("0", "int"),
+    "segment.index.bytes": ("10485760", "int"),
+    "index.interval.bytes": ("4096", "int"),
+    "min.insync.replicas": ("1", "int"),
+    "unclean.leader.election.enable": ("false", "bool"),
+    "flush.messages": ("9223372036854775807", "int"),
+    "flush.ms": ("9223372036854775807", "int"),
+    "min.cleanable.dirty.ratio": ("0.5", "ratio"),
+    "max.compaction.lag.ms": ("9223372036854775807", "int"),
+    "file.delete.delay.ms": ("60000", "int"),
+    "preallocate": ("false", "bool"),
+    "remote.storage.enable": ("false", "bool"),
+    "local.retention.ms": ("-2", "int"),
+    "local.retention.bytes": ("-2", "int"),
+    "leader.replication.throttled.replicas": ("", "text"),
+    "follower.replication.throttled.replicas": ("", "text"),
+}
+DEFAULT_CONFIG.update({k: default for k, (default, _kind) in INERT_CONFIG.items()})
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+#: a number between 0 and 1, at most 6 decimals (min.cleanable.dirty.ratio)
+RATIO_PATTERN = r"^(0(\.[0-9]{1,6})?|1(\.0{1,6})?)$"
 MIN_TABLE_LAG_MS, MAX_TABLE_LAG_MS = 10, 3_600_000
 
 #: cleanup.policy: delete, compact or both (Kafka's list syntax, spaces around items allowed)
@@ -100,6 +130,20 @@ def _int_value(key: str, raw: object, value: str, minimum: int) -> None:
         raise InvalidConfigError(f"{key} must be between {minimum} and {MAX_OFFSET}; got {number}.", key=key)
 
 
+def _inert_value(key: str, raw: object, value: str, kind: str) -> None:
+    """Raises: InvalidConfigError for a value Kafka would refuse for `key`."""
+    if kind == "int":
+        _int_value(key, raw, value, -2)
+    elif kind == "bool" and value not in {"true", "false"}:
+        raise InvalidConfigError(f"{key} must be true or false; got {value!r}.", key=key)
+    elif kind == "ratio" and not re.fullmatch(RATIO_PATTERN, value):
+        raise InvalidConfigError(f"{key} must be a number between 0 and 1; got {value!r}.", key=key)
+    elif kind == "compression" and value not in COMPRESSION_TYPES:
+        raise InvalidConfigError(f"{key} must be one of {', '.join(COMPRESSION_TYPES)}; got {value!r}.", key=key)
+    elif kind == "text" and (not isinstance(raw, str) or len(value) > 1000):
+        raise InvalidConfigError(f"{key} is a string of at most 1000 characters.", key=key)
+
+
 def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
     """Validate config updates; return them as strings.
 
@@ -137,6 +181,8 @@ def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
                 )
         elif key == "retention.protect.unconsumed" and value not in {"true", "false"}:
             raise InvalidConfigError(f"{key} must be true or false; got {value!r}.", key=key)
+        elif key in INERT_CONFIG:
+            _inert_value(key, raw, value, INERT_CONFIG[key][1])
         elif key == "topiclake.ack.mode" and value not in ACK_MODES:
             raise InvalidConfigError(f"{key} must be table or log; got {value!r}.", key=key)
         elif key == "topiclake.table.max.lag.ms":

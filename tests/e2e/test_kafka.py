@@ -88,10 +88,16 @@ def test_admin_creates_a_topic_that_metadata_and_http_see(gateway, admin):
 
 
 def test_configs_are_described_and_altered(gateway, admin):
-    name = new_topic(admin)
+    # Kafka's configs that mean nothing for a table (what Streams and Connect set) are accepted
+    name = new_topic(admin, **{"min.insync.replicas": "1", "segment.bytes": "1048576"})
     resource = ConfigResource("topic", name)
     configs = admin.describe_configs([resource])[resource].result(30)
     assert configs["cleanup.policy"].value == "delete"
+    assert configs["segment.bytes"].value == "1048576" and configs["unclean.leader.election.enable"].value == "false"
+    refused = admin.create_topics([NewTopic(f"{name}-bad", 1, 1, config={"segment.bytes": "lots"})])
+    with pytest.raises(Exception) as bad:
+        refused[f"{name}-bad"].result(30)
+    assert bad.value.args[0].code() == KafkaError.INVALID_CONFIG
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
     entry = ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)

@@ -112,6 +112,8 @@ class GroupCoordinator:
         self._claims: dict[str, asyncio.Lock] = {}
         self._persisted_version = -1
         self._persisted_groups: Mapping[str, GroupRecord] = {}
+        #: when each group's subscribed topics were last compared with its assignment
+        self._checked: dict[str, float] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -295,18 +297,21 @@ class GroupCoordinator:
         assignor: str = "range",
         principal: str | None = None,
         protocols: Sequence[tuple[str, bytes]] = (),
+        missing_topics_ok: bool = False,
     ) -> JoinResult:
         """Join (or rejoin) and wait for the group's next generation (Stable; or, where the leader
         assigns, CompletingRebalance until the leader's SyncGroup: see `sync`).
 
         Raises: InvalidGroupError, UnknownAssignorError, UnknownMemberError, TopicNotFoundError,
-        InconsistentGroupProtocolError.
+        InconsistentGroupProtocolError. `missing_topics_ok`: topics that do not exist are joined
+        with no partitions (Kafka's way) instead of refused.
         """
         validate_group_id(group_id)
         topics = validate_join(assignor, session_timeout_ms, topics)
         validate_instance_id(instance_id)
-        for t in topics:
-            await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
+        if not missing_topics_ok:  # (Kafka's consumers may subscribe to topics not created yet)
+            for t in topics:
+                await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
         g = await self._ensure(group_id, create=assignor)
         assert g is not None
         member, settled = g.join(
@@ -416,7 +421,37 @@ class GroupCoordinator:
         Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError,
         NotCoordinatorError."""
         await self._ensure(group_id)
-        return self.group(group_id).heartbeat(member_id, generation, self.clock(), principal)
+        g = self.group(group_id)
+        result = g.heartbeat(member_id, generation, self.clock(), principal)
+        if not result.rebalance and await self._partitions_changed(g):
+            g.start_rebalance(self.clock())  # as Kafka's group leader does when metadata changes
+            self._wake(g)
+            log.info("group %r: a subscribed topic appeared or grew; rebalancing", group_id)
+            return HeartbeatResult(generation=result.generation, rebalance=True, assignment=result.assignment)
+        return result
+
+    async def _partitions_changed(self, g: GroupState) -> bool:
+        """Whether a topic the group's members subscribe to was created, deleted or given more
+        partitions since the assignment (checked at most once a second per group). Where the
+        coordinator assigns, no member watches metadata: it does, as Kafka's leader would."""
+        now = self.clock()
+        if g.leader_assigns or g.state != STABLE or now - self._checked.get(g.group_id, 0.0) < 1.0:
+            return False
+        self._checked[g.group_id] = now
+        counts = await asyncio.to_thread(self._partition_counts, {t for m in g.members.values() for t in m.topics})
+        if not g.assigned_counts:  # restored from the groups table, which does not keep them
+            g.assigned_counts = counts
+            return False
+        return counts != {t: n for t, n in g.assigned_counts.items() if t in counts}
+
+    def _partition_counts(self, topics: set[str]) -> dict[str, int]:
+        out = {}
+        for t in topics:
+            try:
+                out[t] = self.registry.partitions(t)
+            except TopiclakeError:
+                out[t] = 0  # not created yet, or deleted
+        return out
 
     async def leave(self, group_id: str, member_id: str, *, principal: str | None = None) -> None:
         """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError, NotCoordinatorError."""

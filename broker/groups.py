@@ -39,6 +39,7 @@ async def join(
     session_timeout_ms: int,
     assignor: str,
     protocols: Sequence[tuple[str, bytes]] = (),
+    missing_topics_ok: bool = False,
 ) -> JoinResult:
     """Join (or rejoin) and wait for the group's next generation.
 
@@ -55,6 +56,7 @@ async def join(
         assignor=assignor,
         principal=owner_of(principal),
         protocols=protocols,
+        missing_topics_ok=missing_topics_ok,
     )
 
 

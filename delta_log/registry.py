@@ -163,7 +163,7 @@ class TopicRegistry:
                 lease_s=w.wal_lease_ms / 1000,
                 margin_s=w.wal_lease_margin_ms / 1000,
                 owned=lambda: self._rolled_up_here(topic),
-                replay_others=lambda writer: replay_topic(self.storage, writer, skip=[self.wal_owner]),
+                replay_others=lambda writer: replay_topic(self.storage, writer, skip=self._own_log),
             )
         else:
             writer = TopicWriter(self.storage, topic, w, on_commit=self._fanout(reader, maintenance))
@@ -203,7 +203,7 @@ class TopicRegistry:
         """Write into their tables the write-ahead records of gateways that died before flushing
         them (at start, and when a gateway leaves); returns the records written per topic, and
         whether all are in (False: some partitions' leases have not ended yet; replay again then).
-        `live`: whether a gateway id still runs (its log is replayed harmlessly but kept).
+        `live`: whether a gateway id still runs (its log is its own to flush: not read, not deleted).
 
         Raises: StorageUnavailableError."""
         writers: dict[str, TopicWriter] = {}
@@ -213,8 +213,10 @@ class TopicRegistry:
                 writers[topic] = TopicWriter(self.storage, topic, self.settings.writer)
             return writers[topic]
 
-        owner_of = lambda d: d.rsplit("/", 1)[-1]  # noqa: E731
-        return replay(self.storage, writer_of, skip=[self.wal_owner], delete=lambda d: not live(owner_of(d)))
+        return replay(self.storage, writer_of, skip=lambda name: self._own_log(name) or live(name))
+
+    def _own_log(self, name: str) -> bool:
+        return name == self.wal_owner
 
     def _fanout(self, reader: TopicReader, maintenance: TopicMaintenance | None) -> Callable[[CommitInfo], None]:
         def on_commit(info: CommitInfo) -> None:

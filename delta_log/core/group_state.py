@@ -99,6 +99,8 @@ class GroupState:
     #: where the leader assigns: this generation's protocol and leader
     protocol: str | None = None
     leader: str | None = None
+    #: topic -> partition count the current assignment was made for (0: the topic did not exist)
+    assigned_counts: dict[str, int] = field(default_factory=dict)
 
     # -- queries ---------------------------------------------------------------------------------
     def member(self, member_id: str, principal: str | None = None) -> MemberState:
@@ -282,6 +284,7 @@ class GroupState:
         `partitions`: topic -> partition count for `topics_to_assign()` (0 for a deleted topic).
         """
         self.topics_to_assign()
+        self.assigned_counts = dict(partitions)
         if self.leader_assigns:
             self._complete_for_leader()
             return

@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -561,14 +561,13 @@ def _partitions(records: pa.Table) -> list[int]:
 
 
 def _collect(
-    storage: StorageRoot, *, skip: Iterable[str] = (), topic: str | None = None
+    storage: StorageRoot, *, skip: Callable[[str], bool], topic: str | None = None
 ) -> tuple[dict[str, list[pa.Table]], dict[str, list[tuple[ProducerSequence, int, int]]], list[str]]:
     """Every write-ahead record under the root (of `topic` only, if given), per topic in log order,
-    with the producers' ranges; and the directories read. `skip`: directory names not to read."""
-    skipped = set(skip)
+    with the producers' ranges; and the directories read. `skip(name)`: a directory not to read."""
     records: dict[str, list[pa.Table]] = {}
     producers: dict[str, list[tuple[ProducerSequence, int, int]]] = {}
-    dirs = [d for d in log_dirs(storage) if d.rsplit("/", 1)[-1] not in skipped]
+    dirs = [d for d in log_dirs(storage) if not skip(d.rsplit("/", 1)[-1])]
     for d in dirs:
         for _path, frame in read_dir(storage, d):
             names = frame.records.column("topic").unique().to_pylist()
@@ -592,9 +591,9 @@ def _latest_per_offset(tables: list[pa.Table]) -> pa.Table:
     return records.take(pa.array(order[last]))
 
 
-def replay_topic(storage: StorageRoot, writer: TopicWriter, *, skip: Iterable[str] = ()) -> int:
+def replay_topic(storage: StorageRoot, writer: TopicWriter, *, skip: Callable[[str], bool]) -> int:
     """Write the records of `writer`'s topic in the write-ahead logs under the root (but the
-    directories in `skip`) that its table does not hold; returns how many."""
+    directories `skip` names) that its table does not hold; returns how many."""
     records, producers, _ = _collect(storage, skip=skip, topic=writer.topic)
     tables = records.get(writer.topic)
     if not tables:
@@ -606,15 +605,14 @@ def replay(
     storage: StorageRoot,
     writer_of: Callable[[str], TopicWriter],
     *,
-    skip: Iterable[str] = (),
-    delete: Callable[[str], bool] = lambda d: True,
+    skip: Callable[[str], bool] = lambda name: False,
 ) -> tuple[dict[str, int], bool]:
     """Write every write-ahead record under the root that its table does not hold yet (a gateway
     died between ack and flush), topic by topic in offset order; returns the rows written per
     topic, and whether every record read is in its table now (False: some partitions are still
     leased by the gateway that wrote them, whose lease has not ended: replay again later).
-    `skip`: directory names not to read (this process's own); `delete`: whether a directory may go
-    once replayed (not one a live gateway still writes).
+    `skip(name)`: a directory not to read (this process's own, and live gateways': they flush their
+    own); the others are deleted once their tables hold all they held.
 
     Raises: StorageUnavailableError (the root cannot be read; nothing is deleted)."""
     records, producers, dirs = _collect(storage, skip=skip)
@@ -634,6 +632,5 @@ def replay(
         complete = complete and writer.holds(batch)
     if complete:
         for d in dirs:
-            if delete(d):
-                delete_dir(storage, d)
+            delete_dir(storage, d)
     return written, complete

@@ -19,7 +19,6 @@ when its first member joins:
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -86,17 +85,17 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
 
     async def answer() -> dict[str, Any]:
         try:
-            existing_topics = await asyncio.to_thread(_existing, conn, topics)
             result = await groups.join(
                 coordinator,
                 principal,
                 group,
-                topics=existing_topics,
+                topics=topics,
                 member_id=request.member_id or None,
                 instance_id=getattr(request, "group_instance_id", None),
                 session_timeout_ms=session_ms,
                 assignor=assignor,
                 protocols=offered if leader_mode else (),
+                missing_topics_ok=True,  # a consumer may subscribe before the topic exists
             )
         except TopiclakeError as exc:
             return fail | {"error_code": code_of(exc)}
@@ -124,21 +123,6 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
         return answer
 
     return answer()
-
-
-def _existing(conn: Connection, topics: list[str]) -> list[str]:
-    """The subscribed topics that exist (a consumer may subscribe to one not created yet; it gets
-    no partitions of it). Raises: TopicNotFoundError when none does."""
-    if not topics:
-        return topics
-    out = []
-    for t in topics:
-        try:
-            conn.services.registry.partitions(t)
-            out.append(t)
-        except TopiclakeError:
-            continue
-    return out or topics
 
 
 @api(14, "SyncGroup", 0, 5)

@@ -386,3 +386,25 @@ def test_a_cooperative_group_is_assigned_by_its_leader_as_in_kafka(gateway, admi
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "INCONSISTENT_GROUP_PROTOCOL"
     first.close()
     second.close()
+
+
+def test_a_consumer_subscribed_before_its_topic_exists_gets_it_once_created(gateway, admin):
+    """Kafka's consumers may subscribe to a topic nobody created yet (Connect's sink tasks do):
+    they join with no partitions, and the group rebalances once the topic appears."""
+    name = f"later-{next(_ids)}"
+    c = Consumer({"bootstrap.servers": gateway.kafka, "group.id": f"g-{name}", "auto.offset.reset": "earliest"})
+    c.subscribe([name])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        assert m is None or m.error() is None or m.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART, m.error()
+    admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])[name].result(30)
+    produce(gateway, name, [(b"k", b"v")])
+    got = []
+    deadline = time.monotonic() + 60
+    while not got and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    assert got == [b"v"] and len(c.assignment()) == 2
+    c.close()

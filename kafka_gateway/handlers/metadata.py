@@ -106,9 +106,9 @@ TRANSACTION_KEY = 1
 def _coordinator(conn: Connection, key: str, key_type: int) -> dict[str, Any]:
     assert conn.principal is not None
     none = {"key": key, "node_id": -1, "host": "", "port": -1}
-    if key_type != GROUP_KEY:
+    if key_type != GROUP_KEY:  # not retriable: a transactional producer fails at once, not after minutes
         return none | {
-            "error_code": ErrorCode.coordinator_not_available,
+            "error_code": ErrorCode.unsupported_version,
             "error_message": "Transactions are not supported yet (docs/KAFKA.md); use an idempotent producer.",
         }
     if not conn.principal.allows_group("describe", key):

@@ -50,8 +50,8 @@ from delta_log.errors import (
 )
 from delta_log.log.group_commit import FlushPool, FlushStats, resolve
 from delta_log.log.wal import ProducerRange, WriteAheadLog, delete_dir, encode_frame, log_dirs, read_dir
-from delta_log.log.writer import AppendRequest, AppendResult, CommitInfo, Staged, TopicWriter, stage
-from delta_log.table.app_transactions import append_transactions, partition_of
+from delta_log.log.writer import AppendRequest, AppendResult, CommitInfo, Staged, TopicWriter, partitions_of, stage
+from delta_log.table.app_transactions import append_transactions, hw_app_id, partition_of
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,15 @@ class _Acked:
     txns: dict[str, int]
     at: float
     nbytes: int
+
+    def high_watermarks(self) -> dict[int, int]:
+        """The partitions' high watermarks once these records are in (their `hw-<p>` txns)."""
+        out = {}
+        for app_id, version in self.txns.items():
+            p = partition_of(app_id)
+            if p is not None and app_id == hw_app_id(p):
+                out[p] = version
+        return out
 
 
 class LogTopic:
@@ -309,7 +318,7 @@ class LogTopic:
             # gateway's log first, so the table holds these acks; forget them, flush the rest
             log.warning("topic %s: %s; the new holder replayed its acked records", self.topic, exc)
             with self._writer_lock:
-                taken = self.writer.leased_by_others(_partitions(records), self.holder)
+                taken = self.writer.leased_by_others(partitions_of(records), self.holder)
             self._handed_over(taken)
             return not taken
         except TopiclakeError as exc:
@@ -326,17 +335,15 @@ class LogTopic:
         done = time.monotonic()
         flushed: dict[int, int] = {}
         with self._lock:
-            for p in {int(x) for x in np.unique(records.column("partition").to_numpy())}:
+            for p in partitions_of(records):
                 if p in self._leases:
                     self._leases[p] = max(self._leases[p], mono + self.lease_s - self.margin_s)
             for a in batch:
                 self._unflushed.popleft()
                 self._unflushed_bytes -= a.nbytes
             for a in batch:
-                for app_id, version in a.txns.items():
-                    if app_id.startswith("hw-"):
-                        q = int(app_id[3:])
-                        flushed[q] = max(flushed.get(q, 0), version)
+                for q, hw in a.high_watermarks().items():
+                    flushed[q] = max(flushed.get(q, 0), hw)
             self._trim_view_locked()
             self._flushing = False
             self.flushes += 1
@@ -365,8 +372,8 @@ class LogTopic:
             for a in self._unflushed:
                 parts = a.records.column("partition")
                 mine = pc.invert(pc.is_in(parts, pa.array(sorted(taken), pa.int32())))
-                for app_id, hw in a.txns.items():
-                    if app_id.startswith("hw-") and (q := int(app_id[3:])) in taken:
+                for q, hw in a.high_watermarks().items():
+                    if q in taken:
                         unpinned[q] = max(unpinned.get(q, 0), hw)
                 rest = a.records.filter(mine)
                 if rest.num_rows:
@@ -554,10 +561,6 @@ class WriteAhead:
             self._cond.notify_all()
         self._thread.join(30)
         self.wal.close()
-
-
-def _partitions(records: pa.Table) -> list[int]:
-    return sorted({int(x) for x in np.unique(records.column("partition").to_numpy())})
 
 
 def _collect(

@@ -260,7 +260,7 @@ class TopicWriter:
         if not records.num_rows:
             return True
         parts, offsets = records.column("partition").to_numpy(), records.column("offset").to_numpy()
-        hws = read_high_watermarks(self._txns, _partitions_of(records))
+        hws = read_high_watermarks(self._txns, partitions_of(records))
         return all(hws[p] > int(offsets[i]) for i, p in _last_of_each(parts))
 
     def _without_leased(self, records: pa.Table, partitions: list[int]) -> pa.Table:
@@ -314,10 +314,10 @@ class TopicWriter:
         """
 
         def attempt() -> int:
-            rows, partitions = records, _partitions_of(records)
+            rows, partitions = records, partitions_of(records)
             if skip_leased:
                 rows = self._without_leased(rows, partitions)
-                partitions = _partitions_of(rows)
+                partitions = partitions_of(rows)
             self._refuse_leased(partitions, None if lease is None else lease[0])
             hws = read_high_watermarks(self._txns, partitions)
             fresh = _unflushed(rows, hws, self.topic)
@@ -459,7 +459,8 @@ def _last_of_each(parts: np.ndarray) -> list[tuple[int, int]]:
     return [(int(i), int(parts[i])) for i in ends]
 
 
-def _partitions_of(records: pa.Table) -> list[int]:
+def partitions_of(records: pa.Table) -> list[int]:
+    """The partitions `records` (TOPIC_SCHEMA) hold rows of, ascending."""
     return sorted(set(np.unique(records.column("partition").to_numpy()).tolist())) if records.num_rows else []
 
 

@@ -145,7 +145,7 @@ def prepare_dead_letters(
         registry.reader(dlq)
     except TopicNotFoundError:
         with contextlib.suppress(TopicExistsError):  # another request (or gateway) created it first
-            registry.catalog.create_topic(dlq, partitions=config.partitions)
+            registry.catalog.create_topic(dlq, partitions=config.partitions, config=config.dead_letter_config())
     # the dead letters' own producer: sequences are per source topic, and two topics may share a
     # dead-letter topic (their producers' sequence 7 are different requests)
     own = None

@@ -25,7 +25,7 @@ from delta_log.errors import WriterClosedError
 from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.reader import TopicReader
-from delta_log.log.write_ahead import LogTopic, WriteAhead, replay, replay_topic
+from delta_log.log.write_ahead import LogTopic, WriteAhead, replay
 from delta_log.log.writer import CommitInfo, TopicWriter
 from delta_log.maintenance.delete_records import delete_records
 from delta_log.maintenance.topic_maintenance import MaintenanceClock, MaintenanceScheduler, TopicMaintenance
@@ -163,7 +163,7 @@ class TopicRegistry:
                 lease_s=w.wal_lease_ms / 1000,
                 margin_s=w.wal_lease_margin_ms / 1000,
                 owned=lambda: self._rolled_up_here(topic),
-                replay_others=lambda writer: replay_topic(self.storage, writer, skip=self._own_log),
+                replay_others=lambda writer: writer.replay_write_ahead(skip=self._own_log),
             )
         else:
             writer = TopicWriter(self.storage, topic, w, on_commit=self._fanout(reader, maintenance))

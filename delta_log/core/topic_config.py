@@ -242,6 +242,12 @@ class TopicConfig:
     def log_append_time(self) -> bool:
         return self.values["message.timestamp.type"] == "LogAppendTime"
 
+    def dead_letter_config(self) -> dict[str, str]:
+        """What a dead-letter topic created on first use inherits from its topic: how it acks (a
+        `log` topic's requests must not wait for a Delta commit of their dead letters)."""
+        keys = ("topiclake.ack.mode", "topiclake.table.max.lag.ms")
+        return {k: self.values[k] for k in keys if k in self.values}
+
     def dead_letter_topic(self, topic: str) -> str | None:
         """Where `topic`'s invalid records go (None: errors.tolerance=none, they are refused).
 

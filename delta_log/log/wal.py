@@ -26,12 +26,15 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from delta_log.core.producer import ProducerSequence
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
@@ -227,3 +230,43 @@ def delete_dir(storage: StorageRoot, path: str) -> None:
         fs.delete_dir(path)
     except (OSError, FileNotFoundError):
         log.warning("could not delete write-ahead directory %s", path)
+
+
+def collect(
+    storage: StorageRoot, *, skip: Callable[[str], bool], topic: str | None = None
+) -> tuple[dict[str, list[pa.Table]], dict[str, list[tuple[ProducerSequence, int, int]]], list[str]]:
+    """Every write-ahead record under the root (of `topic` only, if given), per topic in log order,
+    with the producers' ranges; and the directories read. `skip(name)`: a directory not to read."""
+    records: dict[str, list[pa.Table]] = {}
+    producers: dict[str, list[tuple[ProducerSequence, int, int]]] = {}
+    dirs = [d for d in log_dirs(storage) if not skip(d.rsplit("/", 1)[-1])]
+    for d in dirs:
+        for _path, frame in read_dir(storage, d):
+            names = frame.records.column("topic").unique().to_pylist()
+            for name in names if topic is None else [topic] if topic in names else []:
+                records.setdefault(name, []).append(frame.records.filter(pc.equal(frame.records["topic"], name)))
+            for r in frame.producers:
+                if topic is None or r.topic == topic:
+                    seq = ProducerSequence(producer_id=r.producer_id, sequence=r.sequence)
+                    producers.setdefault(r.topic, []).append((seq, r.partition, r.base_offset))
+    return records, producers, dirs
+
+
+def latest_per_offset(tables: list[pa.Table]) -> pa.Table:
+    """The records sorted by (partition, offset), an offset written twice kept as written last (a
+    write whose ack was withheld, its offsets then given to the next write)."""
+    records = pa.concat_tables(tables)
+    parts, offsets = records.column("partition").to_numpy(), records.column("offset").to_numpy()
+    order = np.lexsort((np.arange(len(parts)), offsets, parts))
+    p, o = parts[order], offsets[order]
+    last = np.concatenate([(p[1:] != p[:-1]) | (o[1:] != o[:-1]), [True]]) if len(order) else np.zeros(0, bool)
+    return records.take(pa.array(order[last]))
+
+
+def read_topic(
+    storage: StorageRoot, topic: str, *, skip: Callable[[str], bool]
+) -> tuple[list[pa.Table], list[tuple[ProducerSequence, int, int]]]:
+    """`topic`'s records in every write-ahead log under the root (but the directories `skip`
+    names), in log order, with its producers' ranges."""
+    records, producers, _ = collect(storage, skip=skip, topic=topic)
+    return records.get(topic, []), producers.get(topic, [])

@@ -49,7 +49,7 @@ from delta_log.errors import (
     WriterClosedError,
 )
 from delta_log.log.group_commit import FlushPool, FlushStats, resolve
-from delta_log.log.wal import ProducerRange, WriteAheadLog, delete_dir, encode_frame, log_dirs, read_dir
+from delta_log.log.wal import ProducerRange, WriteAheadLog, collect, delete_dir, encode_frame, latest_per_offset
 from delta_log.log.writer import AppendRequest, AppendResult, CommitInfo, Staged, TopicWriter, partitions_of, stage
 from delta_log.table.app_transactions import append_transactions, hw_app_id, partition_of
 from delta_log.table.storage import StorageRoot
@@ -563,47 +563,6 @@ class WriteAhead:
         self.wal.close()
 
 
-def _collect(
-    storage: StorageRoot, *, skip: Callable[[str], bool], topic: str | None = None
-) -> tuple[dict[str, list[pa.Table]], dict[str, list[tuple[ProducerSequence, int, int]]], list[str]]:
-    """Every write-ahead record under the root (of `topic` only, if given), per topic in log order,
-    with the producers' ranges; and the directories read. `skip(name)`: a directory not to read."""
-    records: dict[str, list[pa.Table]] = {}
-    producers: dict[str, list[tuple[ProducerSequence, int, int]]] = {}
-    dirs = [d for d in log_dirs(storage) if not skip(d.rsplit("/", 1)[-1])]
-    for d in dirs:
-        for _path, frame in read_dir(storage, d):
-            names = frame.records.column("topic").unique().to_pylist()
-            for name in names if topic is None else [topic] if topic in names else []:
-                records.setdefault(name, []).append(frame.records.filter(pc.equal(frame.records["topic"], name)))
-            for r in frame.producers:
-                if topic is None or r.topic == topic:
-                    seq = ProducerSequence(producer_id=r.producer_id, sequence=r.sequence)
-                    producers.setdefault(r.topic, []).append((seq, r.partition, r.base_offset))
-    return records, producers, dirs
-
-
-def _latest_per_offset(tables: list[pa.Table]) -> pa.Table:
-    """The records sorted by (partition, offset), an offset written twice kept as written last (a
-    write whose ack was withheld, its offsets then given to the next write)."""
-    records = pa.concat_tables(tables)
-    parts, offsets = records.column("partition").to_numpy(), records.column("offset").to_numpy()
-    order = np.lexsort((np.arange(len(parts)), offsets, parts))
-    p, o = parts[order], offsets[order]
-    last = np.concatenate([(p[1:] != p[:-1]) | (o[1:] != o[:-1]), [True]]) if len(order) else np.zeros(0, bool)
-    return records.take(pa.array(order[last]))
-
-
-def replay_topic(storage: StorageRoot, writer: TopicWriter, *, skip: Callable[[str], bool]) -> int:
-    """Write the records of `writer`'s topic in the write-ahead logs under the root (but the
-    directories `skip` names) that its table does not hold; returns how many."""
-    records, producers, _ = _collect(storage, skip=skip, topic=writer.topic)
-    tables = records.get(writer.topic)
-    if not tables:
-        return 0
-    return writer.commit_staged(_latest_per_offset(tables), producers.get(writer.topic, []), skip_leased=True)
-
-
 def replay(
     storage: StorageRoot,
     writer_of: Callable[[str], TopicWriter],
@@ -618,7 +577,7 @@ def replay(
     own); the others are deleted once their tables hold all they held.
 
     Raises: StorageUnavailableError (the root cannot be read; nothing is deleted)."""
-    records, producers, dirs = _collect(storage, skip=skip)
+    records, producers, dirs = collect(storage, skip=skip)
     written: dict[str, int] = {}
     complete = True
     for topic, tables in records.items():
@@ -627,7 +586,7 @@ def replay(
         except TopicNotFoundError:
             log.info("write-ahead replay: topic %s is gone; its records are dropped", topic)
             continue
-        batch = _latest_per_offset(tables)
+        batch = latest_per_offset(tables)
         n = writer.commit_staged(batch, producers.get(topic, []), skip_leased=True)
         if n:
             written[topic] = n

@@ -56,10 +56,12 @@ from delta_log.errors import (
     TopicNotFoundError,
     WriteAheadGapError,
 )
+from delta_log.log.wal import latest_per_offset, read_topic
 from delta_log.table.app_transactions import (
     TransactionCache,
     TxnSource,
     append_transactions,
+    lease_app_id,
     lease_transactions,
     read_high_watermark,
     read_high_watermarks,
@@ -222,11 +224,15 @@ class TopicWriter:
             return self._dt
 
     def _attempt(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        lapsed = self._lapsed_leases(requests)
+        if lapsed:
+            self.replay_write_ahead()
         staged = stage(requests, self._txns, self.topic, tick=self._tick)
         if staged.records is None:
             return staged.results
         self._refuse_leased(staged.high_watermarks, holder=None)
-        self._commit(staged.records, append_transactions(staged.high_watermarks, staged.producer_ranges))
+        txns = append_transactions(staged.high_watermarks, staged.producer_ranges)
+        self._commit(staged.records, txns + [Transaction(lease_app_id(p), 0) for p in lapsed])
         version = self._dt.version()
         self._after_commit(
             CommitInfo(
@@ -234,6 +240,26 @@ class TopicWriter:
             )
         )
         return [dataclasses.replace(r, table_version=version) if r.error is None else r for r in staged.results]
+
+    def _lapsed_leases(self, requests: Sequence[AppendRequest]) -> list[int]:
+        """The partitions `requests` write whose write-ahead lease lapsed instead of being ended:
+        their holder died (or stalled) and its log may hold acked records the table lacks."""
+        leases = [(p, read_lease(self._txns, p)) for p in partitions_of_requests(requests)]
+        now_ms = int(time.time() * 1000)
+        return [p for p, lease in leases if lease is not None and 0 < lease.expires_ms <= now_ms]
+
+    def replay_write_ahead(self, *, skip: Callable[[str], bool] = lambda name: False) -> int:
+        """Write the records of this topic in the write-ahead logs under the root (but the
+        directories `skip` names) that the table does not hold; returns how many. Partitions another
+        gateway holds the lease of are left to it. Before the table path appends to a partition of
+        a `log` topic whose holder died, so no acked record is overwritten by a new offset."""
+        tables, producers = read_topic(self.storage, self.topic, skip=skip)
+        if not tables:
+            return 0
+        n = self.commit_staged(latest_per_offset(tables), producers, skip_leased=True)
+        if n:
+            log.info("write-ahead replay: %d records of topic %s written", n, self.topic)
+        return n
 
     def _refuse_leased(self, partitions: Iterable[int], holder: int | None) -> None:
         """Raises: OwnerNotAvailableError if another gateway holds a write-ahead lease on one of
@@ -457,6 +483,13 @@ def _last_of_each(parts: np.ndarray) -> list[tuple[int, int]]:
     """(index, partition) of the last row of each run of `parts` (sorted)."""
     ends = np.flatnonzero(np.concatenate([parts[1:] != parts[:-1], [True]]))
     return [(int(i), int(parts[i])) for i in ends]
+
+
+def partitions_of_requests(requests: Sequence[AppendRequest]) -> list[int]:
+    """The partitions some of `requests` write, ascending."""
+    if not requests:
+        return []
+    return np.unique(np.concatenate([r.partition_array() for r in requests])).tolist()
 
 
 def partitions_of(records: pa.Table) -> list[int]:

@@ -207,7 +207,7 @@ class _Stager:
                 assert dlq is not None, "only a topic with errors.tolerance=all splits its rows"
                 with contextlib.suppress(TopicExistsError):  # another task, the driver or a gateway did
                     if not self.storage.is_table(self.storage.topic_uri(dlq)):
-                        self.catalog.create_topic(dlq, partitions=config.partitions)
+                        self.catalog.create_topic(dlq, partitions=config.partitions, config=config.dead_letter_config())
                 self._stage_one(dlq, split.dead, self.config(dlq))
                 records = split.valid
             if records.num_rows:

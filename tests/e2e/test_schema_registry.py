@@ -195,9 +195,11 @@ def test_json_serializer_values_are_checked_by_their_schema_id(server, http, fre
     assert deserializer(base64.b64decode(rec["value"]), ctx) == {"user": "ada", "n": 3}
 
 
-def test_dead_letters_take_the_bad_records(server, http, fresh_topic):
+@pytest.mark.parametrize("ack_mode", ["table", "log"])
+def test_dead_letters_take_the_bad_records(server, http, fresh_topic, ack_mode):
     _register_json_schema(server, fresh_topic)
-    r = http.patch(f"/topics/{fresh_topic}/config", json={"config": {"errors.tolerance": "all"}})
+    config = {"errors.tolerance": "all", "topiclake.ack.mode": ack_mode}
+    r = http.patch(f"/topics/{fresh_topic}/config", json={"config": config})
     assert r.status_code == 200, r.text
     records = [
         {"key": "a", "value": {"user": "ada", "n": 1}},
@@ -222,11 +224,15 @@ def test_dead_letters_take_the_bad_records(server, http, fresh_topic):
     assert headers["__connect.errors.topic"] == fresh_topic
     assert "n" in headers["__connect.errors.exception.message"]
     assert headers["topiclake.errors.record.index"] == "1"
+    # the dead-letter topic acks as its topic does (a `log` topic's request waits for no Delta commit)
+    assert http.get(f"/topics/{dlq}").json()["config"]["topiclake.ack.mode"] == ack_mode
 
 
-def test_idempotent_retry_with_dead_letters_writes_once(server, http, fresh_topic):
+@pytest.mark.parametrize("ack_mode", ["table", "log"])
+def test_idempotent_retry_with_dead_letters_writes_once(server, http, fresh_topic, ack_mode):
     _register_json_schema(server, fresh_topic)
-    http.patch(f"/topics/{fresh_topic}/config", json={"config": {"errors.tolerance": "all"}})
+    config = {"errors.tolerance": "all", "topiclake.ack.mode": ack_mode}
+    assert http.patch(f"/topics/{fresh_topic}/config", json={"config": config}).status_code == 200
     records = {"records": [{"value": {"user": "ada", "n": 1}}, {"value": {"n": 1}}]}
     headers = {"Producer-Id": f"p-{fresh_topic}", "Producer-Sequence": "0"}
     first = http.post(f"/topics/{fresh_topic}/records", json=records, headers=headers).json()

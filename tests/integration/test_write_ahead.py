@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,11 +17,17 @@ from deltalake import DeltaTable
 from delta_log import ProducerSequence
 from delta_log.errors import OwnerNotAvailableError
 from delta_log.log.wal import WAL_DIR, decode_frames, log_dirs
-from delta_log.log.writer import AppendRequest
+from delta_log.log.writer import AppendRequest, TopicWriter
+from delta_log.maintenance.compaction import compact_topic
+from delta_log.maintenance.retention import apply_retention
 from delta_log.registry import TopicRegistry
+from delta_log.table.storage import StorageRoot
 from tests.integration.conftest import make_batch
+from tests.integration.test_compaction import keyed
+from tests.integration.test_retention import old_batch
 
 LOG = {"topiclake.ack.mode": "log"}
+QUICK_LEASES = {"TOPICLAKE_WRITER__WAL_LEASE_MS": "1000", "TOPICLAKE_WRITER__WAL_LEASE_MARGIN_MS": "300"}
 
 
 def table_offsets(storage, topic) -> dict[int, list[int]]:
@@ -38,9 +45,10 @@ def registry(settings):
     r.close()
 
 
-def log_topic(registry: TopicRegistry, partitions: int = 2, lag_ms: int = 60_000) -> str:
+def log_topic(registry: TopicRegistry, partitions: int = 2, lag_ms: int = 60_000, **config: str) -> str:
     name = f"log-{time.monotonic_ns() % 10**9}"
-    registry.catalog.create_topic(name, partitions=partitions, config=LOG | {"topiclake.table.max.lag.ms": str(lag_ms)})
+    config = LOG | {"topiclake.table.max.lag.ms": str(lag_ms)} | {k.replace("_", "."): v for k, v in config.items()}
+    registry.catalog.create_topic(name, partitions=partitions, config=config)
     return name
 
 
@@ -87,8 +95,13 @@ WORKER = """
 import os, sys, time
 from conf import load_settings
 from delta_log.registry import TopicRegistry
-from delta_log.log.writer import AppendRequest
+from delta_log.log.writer import AppendRequest, TopicWriter
+from delta_log.maintenance.compaction import compact_topic
+from delta_log.maintenance.retention import apply_retention
+from delta_log.table.storage import StorageRoot
 from tests.integration.conftest import make_batch
+from tests.integration.test_compaction import keyed
+from tests.integration.test_retention import old_batch
 root, topic, acks = sys.argv[1:4]
 registry = TopicRegistry(load_settings(root=root))
 committer = registry.committer(topic)
@@ -163,7 +176,7 @@ def test_a_torn_frame_at_the_end_of_a_segment_is_ignored(registry, settings, sto
         topic,
         tmp_path,
         5,
-        env={"TOPICLAKE_WRITER__WAL_LEASE_MS": "1000", "TOPICLAKE_WRITER__WAL_LEASE_MARGIN_MS": "300"},
+        env=QUICK_LEASES,
     )
     (dead,) = [Path(d) for d in log_dirs(storage)]
     segment = max(dead.glob("*.wal"))
@@ -177,6 +190,29 @@ def test_a_torn_frame_at_the_end_of_a_segment_is_ignored(registry, settings, sto
     after = {p: set(v) for p, v in table_offsets(storage, topic).items()}
     assert after == whole and all(acked[p] <= whole[p] for p in acked)
     assert not dead.exists()
+
+
+@pytest.mark.parametrize("path", ["switched to table", "direct writer"])
+def test_the_table_path_replays_a_dead_holders_log_before_it_appends(registry, settings, storage, tmp_path, path):
+    """A gateway dies holding acks in its log; with no gateway replaying it, the topic is switched
+    back to `table` (or a direct writer, as the Spark sink without a gateway, appends): the first
+    append after the lease lapsed writes the dead gateway's acks first, then its own after them."""
+    topic = log_topic(registry, partitions=3, lag_ms=60_000)
+    acked = _run_worker(settings, topic, tmp_path, 20, env=QUICK_LEASES)
+    assert table_offsets(storage, topic) == {}  # every ack is in the dead worker's log alone
+    time.sleep(1.2)  # its leases lapse
+    batch = make_batch(9, partitions=3, key_prefix="after-")
+    if path == "switched to table":
+        registry.alter_config(topic, {"topiclake.ack.mode": "table"})
+        result = registry.committer(topic).submit(AppendRequest(batch=batch)).result(30)
+    else:
+        result = TopicWriter(storage, topic, settings.writer).append(batch)
+    after = table_offsets(storage, topic)
+    bases = {r.partition: r.base_offset for r in result.ranges}
+    for p in range(3):
+        assert bases[p] >= len(acked[p])  # (a write may have been durable just before the kill, unacked)
+        assert after[p] == list(range(bases[p] + 3)) and acked[p] <= set(after[p])
+    assert TopicWriter(storage, topic, settings.writer).replay_write_ahead() == 0  # nothing left, nothing twice
 
 
 def quick_leases(settings, lease_ms: int = 1000, margin_ms: int = 300):
@@ -213,3 +249,76 @@ def test_a_lapsed_lease_taken_over_by_another_gateway_fences_the_first(settings,
     finally:
         second.close()
         first.close()
+
+
+# -- the jobs on `log` topics: they work on the table, beside a flusher appending what was acked ------
+def test_retention_beside_a_log_topics_acks_and_flushes(registry, storage, settings):
+    topic = log_topic(registry, partitions=1, lag_ms=100, retention_ms="60000")
+    committer = registry.committer(topic)
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    for _ in range(5):
+        committer.submit(AppendRequest(batch=old_batch(10, hour_ago, topic))).result(10)
+    committer.flush_table()
+    stop, acked, errors = threading.Event(), [], []
+
+    def produce() -> None:
+        try:
+            while not stop.is_set():
+                r = committer.submit(AppendRequest(batch=old_batch(5, int(time.time() * 1000), topic))).result(10)
+                acked.append(r.ranges[0].base_offset)
+        except Exception as exc:  # pragma: no cover - the assertion below shows it
+            errors.append(exc)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        time.sleep(0.3)  # acks in the log, flushes under way
+        report = apply_retention(storage, topic, settings.writer)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        t.join()
+    committer.close()
+    assert not errors and report.committed and report.records_removed == 50
+    assert registry.reader(topic).log_start_offset(0) == 50
+    end = max(acked) + 5
+    assert table_offsets(storage, topic) == {0: list(range(50, end))}  # the old prefix went, every ack stayed
+
+
+def test_key_compaction_of_a_log_topic_keeps_the_latest_per_key_at_its_offset(registry, storage, settings):
+    topic = log_topic(registry, partitions=1, cleanup_policy="compact", delete_retention_ms="0")
+    committer = registry.committer(topic)
+
+    def ack_and_flush(keys: list[bytes], values: list[bytes | None]) -> None:
+        committer.submit(AppendRequest(batch=keyed(keys, values, topic))).result(10)
+        committer.flush_table()  # one segment per flush
+
+    ack_and_flush([b"a", b"b", b"a", b"c"], [b"1", b"1", b"2", b"1"])
+    ack_and_flush([b"b", b"c"], [b"2", None])
+    ack_and_flush([b"a"], [b"3"])
+    report = compact_topic(storage, topic, settings.writer, target_bytes=1 << 30)
+    assert report.committed and report.records_removed == 5
+    # acked after the compaction, read from the log's tail before the table holds it
+    after = committer.submit(AppendRequest(batch=keyed([b"z"], [b"1"], topic))).result(10)
+    assert after.ranges[0].base_offset == 7
+    registry.drop(topic)  # a fresh reader: what the table and the tail hold, not a cache of before
+    assert registry.reader(topic).fetch(0, 0, max_records=10).records.column("offset").to_pylist() == [4, 6, 7]
+
+
+def test_replication_of_a_log_topic_copies_what_its_table_holds(registry, storage, settings, tmp_path):
+    from jobs import replication
+
+    topic = log_topic(registry, partitions=2, retention_ms="86400000")
+    committer = registry.committer(topic)
+    replica = StorageRoot(str(tmp_path / "replica"))
+    jobs = settings.jobs.model_copy(update={"replica_root": replica.root})
+    for _ in range(5):
+        committer.submit(AppendRequest(batch=make_batch(40, partitions=2))).result(10)
+    committer.flush_table()
+    committer.submit(AppendRequest(batch=make_batch(10, partitions=2))).result(10)  # acked, not flushed
+    first = replication.run(None, settings.model_copy(update={"jobs": jobs}))
+    assert first.records_copied == 200  # what the table holds; the log's tail follows
+    committer.flush_table()
+    second = replication.run(None, settings.model_copy(update={"jobs": jobs}))
+    assert second.records_copied == 10
+    assert table_offsets(replica, topic) == table_offsets(storage, topic) == {0: list(range(105)), 1: list(range(105))}

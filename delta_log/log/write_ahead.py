@@ -119,6 +119,12 @@ class LogTopic:
         #: partition -> until when (monotonic) this gateway may ack its records: its lease's end,
         #: less the margin that covers other gateways' clocks being ahead of this one's
         self._leases: dict[int, float] = {}
+        #: requests (in arrival order) waiting for a claim of their partitions, which runs on the
+        #: flush pool: the writer thread never waits for a Delta commit
+        self._parked: list[_Item] = []
+        self._claiming = False
+        self._renewing = False
+        self._refused: dict[int, TopiclakeError] = {}  # by the latest claim
         self._writer_lock = threading.Lock()
         self._lock = threading.Condition()
         self._view: dict[str, int] = {}  # txn app id -> version: the table's, then what was acked
@@ -200,11 +206,79 @@ class LogTopic:
             v = self._view[app_id] = _ABSENT if got is None else got
         return None if v == _ABSENT else v
 
+    def park(self, items: list[_Item], now: float) -> bool:
+        """On the writer thread, before staging: park `items` (True) while a claim of their
+        partitions runs on the flush pool, started here when one is needed; requests parked before
+        go first, so a partition's requests keep their order. A lease inside its margin is renewed
+        in the background meanwhile (the requests are staged now)."""
+        parts = set().union(*(np.unique(it.request.partition_array()).tolist() for it in items))
+        with self._lock:
+            if not self._claiming and all(self._leases.get(p, 0.0) > now for p in parts):
+                if not self._renewing and any(self._leases[p] - now < self.margin_s for p in parts):
+                    self._renewing = True
+                    self._in_pool(self._renew, parts)
+                return False
+            self._parked.extend(items)
+            if self._claiming:
+                return True
+            self._claiming = True
+        self._in_pool(self._claim_parked, parts)
+        return True
+
+    def _in_pool(self, task: Callable[[set[int]], None], parts: set[int]) -> None:
+        try:
+            self.write_ahead.pool.submit(lambda: task(parts))
+        except RuntimeError:  # the pool is shut down: this process is closing
+            task(parts)
+
+    def _renew(self, parts: set[int]) -> None:
+        try:
+            self._lease(parts)
+        finally:
+            with self._lock:
+                self._renewing = False
+
+    def _claim_parked(self, parts: set[int]) -> None:
+        """Claim the parked requests' partitions (after replaying other gateways' logs of this
+        topic), then hand the requests back to the writer thread."""
+        refused: dict[int, TopiclakeError] = {}
+        try:
+            refused = self._lease(parts)
+        finally:
+            with self._lock:
+                self._refused = refused
+            self.write_ahead.ready(self)
+
+    def unpark(self) -> tuple[list[_Item], list[tuple[_Item, TopiclakeError]]]:
+        """On the writer thread, once a claim ended: the parked requests to stage now (their
+        partitions claimed, or claimed since by a claim they started) and the ones refused."""
+        with self._lock:
+            items, self._parked, self._claiming = self._parked, [], False
+            refused, self._refused = self._refused, {}
+        ok: list[_Item] = []
+        failed: list[tuple[_Item, TopiclakeError]] = []
+        for it in items:
+            hit = set(np.unique(it.request.partition_array()).tolist()) & refused.keys()
+            if hit:
+                failed.append((it, refused[min(hit)]))
+            else:
+                ok.append(it)
+        return ok, failed
+
     def stage(self, requests: list[AppendRequest]) -> Staged:
-        """Plan the requests against this topic's view; a request for a partition this gateway
-        cannot hold the lease of is answered with the error instead."""
+        """Plan the requests against this topic's view; a request for a partition whose lease this
+        gateway does not hold now (it ended since `park` looked) is answered with an error instead."""
         parts = [set(np.unique(r.partition_array()).tolist()) for r in requests]
-        refused = self._lease(set().union(*parts))
+        now = time.monotonic()
+        refused: dict[int, TopiclakeError] = {
+            p: OwnerNotAvailableError(
+                f"This gateway's write-ahead lease of partition {p} of topic {self.topic!r} ended; retry.",
+                topic=self.topic,
+                partition=p,
+            )
+            for p in set().union(*parts)
+            if self._leases.get(p, 0.0) <= now
+        }
         if not refused:
             return stage(requests, self, self.topic)
         ok = [i for i, ps in enumerate(parts) if not ps & set(refused)]
@@ -241,13 +315,16 @@ class LogTopic:
         try:
             with self._writer_lock:
                 self.replay_others(self.writer)  # a gateway that died holding some: its acks first
-                self.writer.claim(wanted, self.holder, int(time.time() * 1000 + self.lease_s * 1000))
+                hws = self.writer.claim(wanted, self.holder, int(time.time() * 1000 + self.lease_s * 1000))
         except TopiclakeError as exc:
             return refused | dict.fromkeys(wanted, exc)
         with self._lock:
             for p in wanted:
                 self._leases[p] = start + self.lease_s - self.margin_s
-                self._forget_locked(p)  # read again from the table: others may have appended meanwhile
+                acked = self._view.get(hw_app_id(p), _ABSENT)
+                if hws.get(p, 0) > acked:  # another gateway appended meanwhile: read p from the table
+                    self._forget_locked(p)
+                # (else what this gateway acked and has not flushed yet stays its view of p)
         return refused
 
     def _forget_locked(self, partition: int) -> None:
@@ -419,6 +496,7 @@ class WriteAhead:
         self.pool = pool
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
+        self._ready: list[LogTopic] = []  # topics whose parked requests may be staged again
         self._due: list[tuple[float, int, LogTopic]] = []
         self._ids = itertools.count()
         self._flushed: dict[tuple[str, int], int] = {}
@@ -437,20 +515,35 @@ class WriteAhead:
             self._cond.notify()
         return fut
 
+    def ready(self, topic: LogTopic) -> None:
+        """`topic`'s claim ended: its parked requests go into the next write (or, closing, are
+        answered that this gateway stops)."""
+        with self._cond:
+            if not self._closed:
+                self._ready.append(topic)
+                self._cond.notify()
+                return
+        items, refused = topic.unpark()
+        closing = WriterClosedError("This gateway is shutting down; retry through another.")
+        for it, error in [(it, closing) for it in items] + refused:
+            it.topic.abandoned(1)
+            resolve(it.future, error=error)
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._queue and not self._ready and not self._closed:
                     timeout = self._due[0][0] - time.monotonic() if self._due else None
                     if timeout is not None and timeout <= 0:
                         break
                     self._cond.wait(timeout)
-                if self._closed and not self._queue:
+                if self._closed and not self._queue and not self._ready:
                     return
                 if self._queue and self.linger_s > 0:  # gather more into one write (one PUT on S3)
                     until = time.monotonic() + self.linger_s
                     while not self._closed and (left := until - time.monotonic()) > 0:
                         self._cond.wait(left)
+                ready, self._ready = self._ready, []
                 items = list(self._queue)
                 self._queue.clear()
                 now = time.monotonic()
@@ -462,6 +555,12 @@ class WriteAhead:
                         due.append(topic)
             for topic in due:
                 self._flush_soon(topic)
+            for topic in ready:  # parked before anything in the queue: they go first
+                unparked, refused = topic.unpark()
+                items[:0] = unparked
+                topic.abandoned(len(refused))
+                for it, error in refused:
+                    resolve(it.future, error=error)
             if items:
                 try:
                     self._write(items)
@@ -496,8 +595,11 @@ class WriteAhead:
         for it in items:
             by_topic.setdefault(it.topic, []).append(it)
         staged: list[tuple[LogTopic, list[_Item], Staged]] = []
+        now = time.monotonic()
         for topic, group in by_topic.items():
             try:
+                if topic.park(group, now):
+                    continue
                 staged.append((topic, group, topic.stage([it.request for it in group])))
             except BaseException as exc:
                 topic.abandoned(len(group))

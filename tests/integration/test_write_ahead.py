@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from delta_log import ProducerSequence
-from delta_log.errors import OwnerNotAvailableError
+from delta_log.errors import OwnerNotAvailableError, StorageUnavailableError
 from delta_log.log.wal import WAL_DIR, decode_frames, log_dirs
 from delta_log.log.writer import AppendRequest, TopicWriter
 from delta_log.maintenance.compaction import compact_topic
@@ -322,3 +322,43 @@ def test_replication_of_a_log_topic_copies_what_its_table_holds(registry, storag
     second = replication.run(None, settings.model_copy(update={"jobs": jobs}))
     assert second.records_copied == 10
     assert table_offsets(replica, topic) == table_offsets(storage, topic) == {0: list(range(105)), 1: list(range(105))}
+
+
+def test_a_lease_renewed_while_acks_wait_for_the_table_keeps_their_offsets(settings, storage):
+    """The table flush keeps failing (storage trouble), so the lease is renewed by a claim of its
+    own while acked records are only in the log; the claim runs beside the writer thread, and the
+    acks after it continue the offsets (the table's high watermark is behind the acks)."""
+    registry = TopicRegistry(quick_leases(settings))
+    try:
+        topic = log_topic(registry, partitions=1, lag_ms=200)
+        committer = registry.committer(topic)
+        healthy = committer.writer.commit_staged
+
+        def failing(*args, **kwargs):
+            raise StorageUnavailableError("the storage is down (injected)")
+
+        committer.writer.commit_staged = failing
+        bases = []
+        for _ in range(8):  # 2 s: past a lease's renewal point, with nothing flushed
+            bases.append(committer.submit(AppendRequest(batch=make_batch(5))).result(10).ranges[0].base_offset)
+            time.sleep(0.25)
+        assert committer.flush_failures > 0 and table_offsets(storage, topic) == {}
+        assert bases == list(range(0, 40, 5))
+        committer.writer.commit_staged = healthy
+        committer.close()
+        assert table_offsets(storage, topic) == {0: list(range(40))}
+    finally:
+        registry.close()
+
+
+def test_a_slow_claim_does_not_hold_up_other_topics_acks(registry):
+    """A topic's first write claims its partitions (a Delta commit, after replaying other
+    gateways' logs): it runs on the flush pool, so the writer thread goes on acking other topics."""
+    slow, fast = log_topic(registry, partitions=1), log_topic(registry, partitions=1)
+    stuck = registry.committer(slow)
+    with stuck._writer_lock:  # its claim waits here, as behind a slow storage
+        waiting = stuck.submit(AppendRequest(batch=make_batch(3)))
+        acked = registry.committer(fast).submit(AppendRequest(batch=make_batch(3))).result(10)
+        assert acked.ranges[0].base_offset == 0 and not waiting.done()
+        later = stuck.submit(AppendRequest(batch=make_batch(3)))  # parked behind the first, in order
+    assert [f.result(10).ranges[0].base_offset for f in (waiting, later)] == [0, 3]

@@ -2,14 +2,16 @@
 
     python -m bench.many_topics_bench                 # 1,000 topics, 25 s measured per mode
     python -m bench.many_topics_bench --quick         # 1,000 topics, 10 s
-    python -m bench.many_topics_bench --topics 200 --rate 10
+    python -m bench.many_topics_bench --topics 200 --rate 10 --modes log --producers idempotent
 
 One real `topiclake serve` (embedded root, Kafka listener on). For each mode, `--topics` one-partition
 topics are created with `topiclake.ack.mode` set, then a confluent-kafka producer (acks=all,
 linger.ms=5, as a Kafka application writing to many topics would run it) sends `--rate` records of
-100 B a second to every topic, open loop, spread evenly over time. librdkafka puts the records of
-every topic that are ready into one Produce request per broker, so "10 requests a second per topic"
-becomes ~200 Produce requests a second that each name ~50 topics: what a Kafka client does.
+100 B a second to every topic, open loop, spread evenly over time. How many records travel in
+one Produce request depends on the client's in-flight limit: with confluent-kafka's defaults (no
+idempotence, up to 1,000,000 requests in flight) it sends what each linger window holds, a few
+records, without waiting for answers; with enable.idempotence=true (the Java client's default) at
+most 5 requests are in flight, so the records that wait meanwhile travel together. Both are run (`--producers`).
 
 Printed per mode: records/s offered and acked; ack latency p50/p99 (send -> delivery report); Delta
 commits a second and records per commit (from /metrics); the server's CPU (cores, and microseconds
@@ -143,7 +145,8 @@ def drive(
     sampler.stop.set()
     sampler.join()
     measuring[0] = False
-    producer.flush(120)
+    producer.purge()  # what a saturated run still holds is not measured: drop it
+    producer.flush(10)
     acked_s = len(latencies) / elapsed
     return {
         "offered_s": sent / elapsed,
@@ -160,6 +163,29 @@ def drive(
     }
 
 
+def one_run(args: argparse.Namespace, mode: str, kind: str, seconds: float) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="topiclake-topics-bench-", dir=os.environ.get("BENCH_TMP")))
+    srv = ServerProcess(work / "data").start()
+    assert srv.proc is not None
+    try:
+        names = [f"{mode}-{i:05d}" for i in range(args.topics)]
+        made = create_topics(srv.url, names, mode, args.lag_ms if mode == "log" else None)
+        print(f"{mode}: {args.topics} topics created in {made:.1f} s", flush=True)
+        spy = None
+        if os.environ.get("BENCH_PROFILE"):  # py-spy the server meanwhile: BENCH_PROFILE=<path prefix>
+            spy = subprocess.Popen(
+                ["py-spy", "record", "-p", str(srv.proc.pid), "-d", str(int(seconds) + 5), "-o",
+                 f"{os.environ['BENCH_PROFILE']}.{mode}.{kind}.txt", "-f", "raw", "--nonblocking"]
+            )  # fmt: skip
+        r = drive(srv.kafka, names, args.rate, 5.0, seconds, srv, idempotent=kind == "idempotent")
+        if spy is not None:
+            spy.wait(60)
+        return r
+    finally:
+        srv.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.many_topics_bench", description=__doc__)
     ap.add_argument("--quick", action="store_true")
@@ -167,35 +193,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=10.0, help="records a second per topic")
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--lag-ms", type=int, help="topiclake.table.max.lag.ms of the log topics (default: its default)")
-    ap.add_argument("--idempotent", action="store_true", help="enable.idempotence=true (5 requests in flight)")
+    ap.add_argument(
+        "--producers",
+        nargs="+",
+        choices=("plain", "idempotent"),
+        default=["plain", "idempotent"],
+        help="confluent-kafka's default (many small requests in flight), and enable.idempotence=true (5 in flight)",
+    )
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     args = ap.parse_args(argv)
     seconds = args.seconds or (10.0 if args.quick else 25.0)
-    work = Path(tempfile.mkdtemp(prefix="topiclake-topics-bench-", dir=os.environ.get("BENCH_TMP")))
-    srv = ServerProcess(work / "data").start()
     rows: list[dict[str, Any]] = []
-    try:
-        for mode in args.modes:
-            names = [f"{mode}-{i:05d}" for i in range(args.topics)]
-            made = create_topics(srv.url, names, mode, args.lag_ms if mode == "log" else None)
-            print(f"{mode}: {args.topics} topics created in {made:.1f} s", flush=True)
-            spy = None
-            if os.environ.get("BENCH_PROFILE"):  # py-spy the server meanwhile: BENCH_PROFILE=<path prefix>
-                assert srv.proc is not None
-                spy = subprocess.Popen(
-                    ["py-spy", "record", "-p", str(srv.proc.pid), "-d", str(int(seconds) + 5), "-o",
-                     f"{os.environ['BENCH_PROFILE']}.{mode}.txt", "-f", "raw", "--nonblocking"]
-                )  # fmt: skip
-            r = drive(srv.kafka, names, args.rate, 5.0, seconds, srv, idempotent=args.idempotent)
-            if spy is not None:
-                spy.wait(60)
-            rows.append({"mode": mode, "topics": args.topics, "rate_per_topic": args.rate, **r})
-            print(f"{mode}: {r}", flush=True)
-    finally:
-        srv.stop()
-    shutil.rmtree(work, ignore_errors=True)
+    for mode in args.modes:
+        for kind in args.producers:
+            # a server of its own for each run: a saturated run leaves a backlog behind for minutes
+            r = one_run(args, mode, kind, seconds)
+            rows.append({"mode": mode, "producer": kind, "topics": args.topics, "rate_per_topic": args.rate, **r})
+            print(f"{mode}, {kind}: {r}", flush=True)
     columns = [
         "mode",
+        "producer",
         "offered_s",
         "acked_s",
         "ack_p50_ms",

@@ -37,6 +37,7 @@ BENCHES = [
     "jobs_bench",
     "kafka_bench",
     "write_ahead_bench",
+    "many_topics_bench",
 ]
 QUICK_ARGS = {
     "log_bench": ["--quick"],
@@ -48,6 +49,7 @@ QUICK_ARGS = {
     "jobs_bench": ["--quick"],
     "kafka_bench": ["--quick"],
     "write_ahead_bench": ["--quick"],
+    "many_topics_bench": ["--quick"],
 }
 
 

@@ -117,6 +117,14 @@ class TopicRegistry:
         """The topic's partition count. Raises: InvalidTopicError, TopicNotFoundError."""
         return self.reader(topic).config.partitions
 
+    def recent_partitions(self, topic: str, max_age_s: float = 5.0) -> int | None:
+        """The partition count of an open topic as read within `max_age_s`, without I/O (None:
+        not open, or older: call `partitions` off the event loop)."""
+        with self._lock:
+            r = self._readers.get(topic)
+        config = None if r is None else r.recent_config(max_age_s)
+        return None if config is None else config.partitions
+
     def committer(self, topic: str) -> Committer:
         """Raises: InvalidTopicError, TopicNotFoundError, WriterClosedError (the process is closing)."""
         reader = self.reader(topic)

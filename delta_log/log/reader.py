@@ -163,6 +163,12 @@ class TopicReader:
     def config(self) -> TopicConfig:
         return self._fresh().config
 
+    def recent_config(self, max_age_s: float) -> TopicConfig | None:
+        """The config as of the current snapshot if it was loaded within `max_age_s`, without
+        reading the table (None: older; read `config`). For the event loop's hot paths."""
+        snap = self._snap
+        return snap.config if time.monotonic() - snap.loaded_at <= max_age_s else None
+
     @property
     def table_version(self) -> int:
         return self._snap.table_version

@@ -11,6 +11,10 @@
   flush runs on the shared flush pool when half the max lag passed since its oldest unflushed
   ack, or when `batch_bytes` wait: one Delta commit per topic per window, however many requests
   came in (TopicWriter.commit_staged, with the high watermark and producers' txns).
+- A partition is acked only while this gateway holds its lease (renewed by each flush). Claiming
+  one (after replaying other gateways' logs of the topic: a Delta commit) runs on two lease
+  threads of the process while the partition's requests wait parked, in order; the writer thread
+  never waits for a commit, and a claim never queues behind the flushes of many topics.
 - A flush that fails is retried (the records stay in the log and in memory); above
   `max_queue_bytes` unflushed a topic answers BackPressureError.
 - At start, `replay` writes every write-ahead record that is not yet in its table (the txn high
@@ -18,7 +22,7 @@
 
 Concurrency contract: `submit` is thread-safe; staging and acks run on the writer thread; a topic's
 TopicWriter is used under its own lock (the writer thread reads its txns on a topic's first use,
-the flush pool commits).
+the flush pool and the lease threads commit).
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ class LogTopic:
         #: less the margin that covers other gateways' clocks being ahead of this one's
         self._leases: dict[int, float] = {}
         #: requests (in arrival order) waiting for a claim of their partitions, which runs on the
-        #: flush pool: the writer thread never waits for a Delta commit
+        #: lease threads: the writer thread never waits for a Delta commit
         self._parked: list[_Item] = []
         self._claiming = False
         self._renewing = False
@@ -208,7 +212,7 @@ class LogTopic:
 
     def park(self, items: list[_Item], now: float) -> bool:
         """On the writer thread, before staging: park `items` (True) while a claim of their
-        partitions runs on the flush pool, started here when one is needed; requests parked before
+        partitions runs on a lease thread, started here when one is needed; requests parked before
         go first, so a partition's requests keep their order. A lease inside its margin is renewed
         in the background meanwhile (the requests are staged now)."""
         parts = set().union(*(np.unique(it.request.partition_array()).tolist() for it in items))
@@ -227,7 +231,7 @@ class LogTopic:
 
     def _in_pool(self, task: Callable[[set[int]], None], parts: set[int]) -> None:
         try:
-            self.write_ahead.pool.submit(lambda: task(parts))
+            self.write_ahead.leases.submit(lambda: task(parts))
         except RuntimeError:  # the pool is shut down: this process is closing
             task(parts)
 
@@ -494,6 +498,9 @@ class WriteAhead:
         self.wal = WriteAheadLog(storage, owner, segment_bytes=segment_bytes)
         self.linger_s = linger_s
         self.pool = pool
+        #: claims and renewals of leases, on threads of their own: queued behind the flushes of
+        #: many topics (a backlog when commits are short), the leases they renew lapsed meanwhile
+        self.leases = FlushPool(2, name="write-ahead-lease")
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
         self._ready: list[LogTopic] = []  # topics whose parked requests may be staged again
@@ -662,6 +669,7 @@ class WriteAhead:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(30)
+        self.leases.close()
         self.wal.close()
 
 

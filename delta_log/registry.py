@@ -201,7 +201,6 @@ class TopicRegistry:
                 self._write_ahead = WriteAhead(
                     self.storage,
                     self.wal_owner,
-                    self._flush_pool,
                     segment_bytes=w.wal_segment_bytes,
                     linger_s=w.wal_linger_ms / 1000,
                 )

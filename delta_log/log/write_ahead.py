@@ -8,7 +8,7 @@
   write carries more as load grows. Offsets are assigned here and never change.
 - Each `LogTopic` keeps the records it acked but has not flushed, in memory (the readers' tails
   hold them too, pinned until flushed, so fetches and long-polls see them at once). Its table
-  flush runs on the shared flush pool when half the max lag passed since its oldest unflushed
+  flush runs on the process's one write-ahead flush thread (oldest due first) when half the max lag passed since its oldest unflushed
   ack, or when `batch_bytes` wait: one Delta commit per topic per window, however many requests
   came in (TopicWriter.commit_staged, with the high watermark and producers' txns).
 - A partition is acked only while this gateway holds its lease (renewed by each flush). Claiming
@@ -22,7 +22,7 @@
 
 Concurrency contract: `submit` is thread-safe; staging and acks run on the writer thread; a topic's
 TopicWriter is used under its own lock (the writer thread reads its txns on a topic's first use,
-the flush pool and the lease threads commit).
+the flush thread and the lease threads commit).
 """
 
 from __future__ import annotations
@@ -492,12 +492,15 @@ class _Item:
 class WriteAhead:
     """The process's write-ahead writer: every `log` topic's requests, one durable write at a time."""
 
-    def __init__(
-        self, storage: StorageRoot, owner: str, pool: FlushPool, *, segment_bytes: int, linger_s: float = 0.0
-    ) -> None:
+    def __init__(self, storage: StorageRoot, owner: str, *, segment_bytes: int, linger_s: float = 0.0) -> None:
         self.wal = WriteAheadLog(storage, owner, segment_bytes=segment_bytes)
         self.linger_s = linger_s
-        self.pool = pool
+        #: the table flushes of every `log` topic, one at a time (the process's flush pool is the
+        #: table path's). A commit costs ~12 ms of CPU whatever it holds; flushed in
+        #: parallel, many topics' flushes took every core and the acks waited (1 record a flush);
+        #: one at a time, the oldest due first, they take at most about a core, and under more
+        #: topics than commits a second can serve the lag grows instead, each flush carrying more.
+        self.pool = FlushPool(1, name="write-ahead-flush")
         #: claims and renewals of leases, on threads of their own: queued behind the flushes of
         #: many topics (a backlog when commits are short), the leases they renew lapsed meanwhile
         self.leases = FlushPool(2, name="write-ahead-lease")
@@ -670,6 +673,7 @@ class WriteAhead:
             self._cond.notify_all()
         self._thread.join(30)
         self.leases.close()
+        self.pool.close()
         self.wal.close()
 
 

@@ -137,6 +137,7 @@ class LogTopic:
         self._waiting = 0  # submitted, not yet written
         self._flushing = False
         self._flush_due: float | None = None
+        self._flush_queued = False  # a flush task waits on the flush thread (WriteAhead._flush_soon)
         self._closed = False
         self.last_used = time.monotonic()
         self.flushes = 0
@@ -183,7 +184,7 @@ class LogTopic:
         deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
-            while self._waiting and (left := deadline - time.monotonic()) > 0:
+            while self._waiting > 0 and (left := deadline - time.monotonic()) > 0:
                 self._lock.wait(left)
         while self._unflushed and time.monotonic() < deadline:
             if not self.flush_table():
@@ -222,6 +223,8 @@ class LogTopic:
                     self._renewing = True
                     self._in_pool(self._renew, parts)
                 return False
+            for it in items:
+                it.parked = True
             self._parked.extend(items)
             if self._claiming:
                 return True
@@ -238,16 +241,23 @@ class LogTopic:
     def _renew(self, parts: set[int]) -> None:
         try:
             self._lease(parts)
+        except Exception:  # the lease is claimed again when it ends; say why it was not renewed
+            log.exception("topic %s: renewing the write-ahead lease of partitions %s failed", self.topic, sorted(parts))
         finally:
             with self._lock:
                 self._renewing = False
 
     def _claim_parked(self, parts: set[int]) -> None:
         """Claim the parked requests' partitions (after replaying other gateways' logs of this
-        topic), then hand the requests back to the writer thread."""
+        topic), then hand the requests back to the writer thread: those whose partitions were
+        refused (or whose claim failed) are answered with why."""
         refused: dict[int, TopiclakeError] = {}
         try:
             refused = self._lease(parts)
+        except Exception as exc:  # not a refusal: answer the requests rather than claim again forever
+            log.exception("topic %s: claiming partitions %s failed", self.topic, sorted(parts))
+            failed = StorageUnavailableError(f"Claiming the partitions of topic {self.topic!r} failed: {exc}")
+            refused = dict.fromkeys(parts, failed)
         finally:
             with self._lock:
                 self._refused = refused
@@ -259,6 +269,8 @@ class LogTopic:
         with self._lock:
             items, self._parked, self._claiming = self._parked, [], False
             refused, self._refused = self._refused, {}
+        for it in items:
+            it.parked = False
         ok: list[_Item] = []
         failed: list[tuple[_Item, TopiclakeError]] = []
         for it in items:
@@ -332,7 +344,8 @@ class LogTopic:
         return refused
 
     def _forget_locked(self, partition: int) -> None:
-        self._view = {k: v for k, v in self._view.items() if partition_of(k) != partition}
+        # a copy first: the writer thread adds entries without the lock (dict() copies atomically)
+        self._view = {k: v for k, v in dict(self._view).items() if partition_of(k) != partition}
 
     def leased(self, staged: Staged, now: float) -> bool:
         """Whether this gateway still held the lease of every partition `staged` writes when its
@@ -392,7 +405,7 @@ class LogTopic:
             start, mono = time.perf_counter(), time.monotonic()
             lease = (self.holder, int(time.time() * 1000 + self.lease_s * 1000))
             with self._writer_lock:
-                self.writer.commit_staged(records, producers, lease=lease)
+                renewed = self.writer.commit_staged(records, producers, lease=lease) > 0
             seconds = time.perf_counter() - start
         except OwnerNotAvailableError as exc:
             # another gateway took partitions over after this one's lease ended: it replayed this
@@ -416,7 +429,7 @@ class LogTopic:
         done = time.monotonic()
         flushed: dict[int, int] = {}
         with self._lock:
-            for p in partitions_of(records):
+            for p in partitions_of(records) if renewed else []:  # (a commit of nothing renews nothing)
                 if p in self._leases:
                     self._leases[p] = max(self._leases[p], mono + self.lease_s - self.margin_s)
             for a in batch:
@@ -487,6 +500,7 @@ class _Item:
     topic: LogTopic
     request: AppendRequest
     future: Future[AppendResult]
+    parked: bool = False  # held by its topic until a claim ends (not the writer thread's to answer)
 
 
 class WriteAhead:
@@ -577,19 +591,28 @@ class WriteAhead:
                 except Exception:  # the thread must survive: answer what it held
                     log.exception("write-ahead write failed")
                     for it in items:
-                        if not it.future.done():
+                        if not it.future.done() and not it.parked:
                             it.topic.abandoned(1)
                             resolve(it.future, error=StorageUnavailableError("The write-ahead log failed; retry."))
 
     def _flush_soon(self, topic: LogTopic) -> None:
+        with self._cond:
+            if topic._flush_queued:  # one flush task a topic: a queued one takes what came meanwhile
+                return
+            topic._flush_queued = True
+
         def run() -> None:
+            with self._cond:
+                topic._flush_queued = False
             if not topic.flush_table():
                 self.schedule(topic, time.monotonic() + min(1.0, topic.max_lag_s / 4))
             elif (again := topic.next_due()) is not None:
                 self.schedule(topic, again)
 
-        with contextlib.suppress(RuntimeError):  # shutting down: close() flushes
+        try:
             self.pool.submit(run)
+        except RuntimeError:  # shutting down: close() flushes
+            topic._flush_queued = False
 
     def schedule(self, topic: LogTopic, at: float) -> None:
         """Flush `topic`'s table at `at` (one deadline per topic: the earliest asked for)."""

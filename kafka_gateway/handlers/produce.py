@@ -228,7 +228,10 @@ async def produce(conn: Connection, request: Any, version: int) -> Awaitable[dic
     acks = request.acks
     started: list[tuple[str, list[_Partition]]] = []
     work: list[tuple[bytes, _Planned]] = []
-    counts = await _partition_counts(conn, request.topic_data)
+    allowed = request.transactional_id is None and acks in (0, 1, -1)
+    counts = await _partition_counts(
+        conn, [t for t in request.topic_data if allowed and conn.principal.allows("produce", t.name)]
+    )
     for t in request.topic_data:
         parts: list[_Partition] = []
         if request.transactional_id is not None:

@@ -353,7 +353,7 @@ def test_a_lease_renewed_while_acks_wait_for_the_table_keeps_their_offsets(setti
 
 def test_a_slow_claim_does_not_hold_up_other_topics_acks(registry):
     """A topic's first write claims its partitions (a Delta commit, after replaying other
-    gateways' logs): it runs on the flush pool, so the writer thread goes on acking other topics."""
+    gateways' logs): it runs on a lease thread, so the writer thread goes on acking other topics."""
     slow, fast = log_topic(registry, partitions=1), log_topic(registry, partitions=1)
     stuck = registry.committer(slow)
     with stuck._writer_lock:  # its claim waits here, as behind a slow storage
@@ -362,3 +362,21 @@ def test_a_slow_claim_does_not_hold_up_other_topics_acks(registry):
         assert acked.ranges[0].base_offset == 0 and not waiting.done()
         later = stuck.submit(AppendRequest(batch=make_batch(3)))  # parked behind the first, in order
     assert [f.result(10).ranges[0].base_offset for f in (waiting, later)] == [0, 3]
+
+
+def test_a_claim_that_fails_answers_its_requests_with_the_reason(registry):
+    """A claim that raises something other than a refusal (a bug, an unreadable log) answers its
+    parked requests with a storage error; it does not claim again and again with them waiting."""
+    topic = log_topic(registry, partitions=1)
+    committer = registry.committer(topic)
+
+    def unreadable(writer):
+        raise RuntimeError("the write-ahead directory cannot be listed (injected)")
+
+    committer.replay_others = unreadable
+    with pytest.raises(StorageUnavailableError, match="injected"):
+        committer.submit(AppendRequest(batch=make_batch(3))).result(10)
+    committer.replay_others = lambda writer: 0
+    assert committer.submit(AppendRequest(batch=make_batch(3))).result(10).ranges[0].base_offset == 0
+    committer.close()  # nothing left waiting: it does not sit out its timeout
+    assert committer.queue_depth == 0

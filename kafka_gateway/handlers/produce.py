@@ -197,9 +197,9 @@ async def _finish(out: _Partition) -> dict[str, Any]:
 
 
 async def _partition_counts(conn: Connection, topic_data: list[Any]) -> dict[str, int | TopiclakeError]:
-    """Each topic's partition count: of open topics as read lately (no I/O, and fresh when a
-    partition the request names is past it: one added since), the others in ONE thread hop (a
-    hop per topic of a request naming 50 topics held its connection ~200 ms)."""
+    """Each topic's partition count: of open topics as read lately (no I/O; read afresh when a
+    partition the request names is past it: one added since), the others in ONE thread hop for
+    the request (not one per topic: a request may name hundreds)."""
     registry = conn.services.registry
     out: dict[str, int | TopiclakeError] = {}
     for t in topic_data:

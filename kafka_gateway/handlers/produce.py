@@ -222,26 +222,29 @@ async def _partition_counts(conn: Connection, topic_data: list[Any]) -> dict[str
     return out
 
 
+def _refusal(conn: Connection, request: Any, topic: str) -> tuple[int, str | None]:
+    """Why the request may not write `topic` at all (Kafka's error code and message), or (0, None)."""
+    assert conn.principal is not None
+    if request.transactional_id is not None:
+        return ErrorCode.transactional_id_authorization_failed, "Transactions are not supported yet."
+    if request.acks not in (0, 1, -1):
+        return ErrorCode.invalid_required_acks, "acks must be 0, 1 or all (-1)."
+    if not conn.principal.allows("produce", topic):
+        return ErrorCode.topic_authorization_failed, f"No produce ACL on topic {topic!r}."
+    return ErrorCode.none, None
+
+
 @api(0, "Produce", 3, 12)
 async def produce(conn: Connection, request: Any, version: int) -> Awaitable[dict[str, Any] | None]:
     assert conn.principal is not None
     acks = request.acks
     started: list[tuple[str, list[_Partition]]] = []
     work: list[tuple[bytes, _Planned]] = []
-    allowed = request.transactional_id is None and acks in (0, 1, -1)
-    counts = await _partition_counts(
-        conn, [t for t in request.topic_data if allowed and conn.principal.allows("produce", t.name)]
-    )
+    refusals = {t.name: _refusal(conn, request, t.name) for t in request.topic_data}
+    counts = await _partition_counts(conn, [t for t in request.topic_data if not refusals[t.name][0]])
     for t in request.topic_data:
         parts: list[_Partition] = []
-        if request.transactional_id is not None:
-            code, why = ErrorCode.transactional_id_authorization_failed, "Transactions are not supported yet."
-        elif acks not in (0, 1, -1):
-            code, why = ErrorCode.invalid_required_acks, "acks must be 0, 1 or all (-1)."
-        elif not conn.principal.allows("produce", t.name):
-            code, why = ErrorCode.topic_authorization_failed, f"No produce ACL on topic {t.name!r}."
-        else:
-            code, why = ErrorCode.none, None
+        code, why = refusals[t.name]
         n = 0
         if not code:
             got = counts[t.name]

@@ -224,12 +224,15 @@ class TopicWriter:
             return self._dt
 
     def _attempt(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        lapsed = self._lapsed_leases(requests)
-        if lapsed:
-            self.replay_write_ahead()
         staged = stage(requests, self._txns, self.topic, tick=self._tick)
         if staged.records is None:
             return staged.results
+        lapsed = self._lapsed_leases(staged.high_watermarks)
+        if lapsed:  # the dead holder's acks first; then the offsets (and duplicates) are planned again
+            self.replay_write_ahead()
+            staged = stage(requests, self._txns, self.topic, tick=self._tick)
+            if staged.records is None:
+                return staged.results
         self._refuse_leased(staged.high_watermarks, holder=None)
         txns = append_transactions(staged.high_watermarks, staged.producer_ranges)
         self._commit(staged.records, txns + [Transaction(lease_app_id(p), 0) for p in lapsed])
@@ -241,10 +244,10 @@ class TopicWriter:
         )
         return [dataclasses.replace(r, table_version=version) if r.error is None else r for r in staged.results]
 
-    def _lapsed_leases(self, requests: Sequence[AppendRequest]) -> list[int]:
-        """The partitions `requests` write whose write-ahead lease lapsed instead of being ended:
-        their holder died (or stalled) and its log may hold acked records the table lacks."""
-        leases = [(p, read_lease(self._txns, p)) for p in partitions_of_requests(requests)]
+    def _lapsed_leases(self, partitions: Iterable[int]) -> list[int]:
+        """Which of `partitions` have a write-ahead lease that lapsed instead of being ended: their
+        holder died (or stalled) and its log may hold acked records the table lacks."""
+        leases = [(p, read_lease(self._txns, p)) for p in partitions]
         now_ms = int(time.time() * 1000)
         return [p for p, lease in leases if lease is not None and 0 < lease.expires_ms <= now_ms]
 
@@ -483,13 +486,6 @@ def _last_of_each(parts: np.ndarray) -> list[tuple[int, int]]:
     """(index, partition) of the last row of each run of `parts` (sorted)."""
     ends = np.flatnonzero(np.concatenate([parts[1:] != parts[:-1], [True]]))
     return [(int(i), int(parts[i])) for i in ends]
-
-
-def partitions_of_requests(requests: Sequence[AppendRequest]) -> list[int]:
-    """The partitions some of `requests` write, ascending."""
-    if not requests:
-        return []
-    return np.unique(np.concatenate([r.partition_array() for r in requests])).tolist()
 
 
 def partitions_of(records: pa.Table) -> list[int]:

@@ -40,6 +40,8 @@ def check_depth(data: bytes, *, where: str = "The body") -> None:
     """Raises: JsonTooDeepError. Counts brackets in C; a body over the limit is counted again with its
     strings removed (brackets inside strings do not nest). Closing brackets inside strings can hide
     depth from the count: the parser's own recursion guard (`loads`) still answers 400 for those."""
+    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
+        return  # too few brackets to nest that deep (most small bodies: no numpy pass)
     if _depth(data) > MAX_JSON_DEPTH and _depth(_STRING.sub(b'""', data)) > MAX_JSON_DEPTH:
         raise JsonTooDeepError(f"{where} nests objects and arrays deeper than {MAX_JSON_DEPTH} levels.")
 
@@ -62,4 +64,8 @@ def loads(data: bytes, *, where: str = "The body") -> Any:
 def dumps_value(value: Any) -> bytes:
     """A parsed JSON value back to compact UTF-8. Raises: ValueError (a non-finite number, as 1e400
     parses to inf), UnicodeEncodeError (a lone surrogate such as "\\ud800")."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return _COMPACT.encode(value).encode()
+
+
+# one encoder for every value: json.dumps with options builds a new one per call
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

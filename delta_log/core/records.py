@@ -188,9 +188,9 @@ def normalize_batch(
     if partition.null_count:
         idx = _first_index(pc.is_null(partition))
         raise InvalidRecordError(f"Record {idx} has no partition.", index=idx)
-    bad = pc.or_(pc.less(partition, 0), pc.greater_equal(partition, partitions))
-    if pc.any(bad).as_py():
-        idx = _first_index(bad)
+    bounds = pc.min_max(partition)
+    if bounds["min"].as_py() < 0 or bounds["max"].as_py() >= partitions:
+        idx = _first_index(pc.or_(pc.less(partition, 0), pc.greater_equal(partition, partitions)))
         exc = PartitionNotFoundError(topic, int(partition[idx].as_py()), partitions)
         exc.details["index"] = idx
         raise exc
@@ -202,7 +202,7 @@ def normalize_batch(
         headers = pa.chunked_array([pa.nulls(n, HEADERS_TYPE)])
     ts = _column(table, "timestamp", TIMESTAMP_TYPE)
     now = pa.scalar(now_us, TIMESTAMP_TYPE)
-    if ts is None or log_append_time:
+    if ts is None or log_append_time or ts.null_count == n:  # no producer timestamps: the server's time
         ts = pa.chunked_array([pa.array(np.full(n, now_us, dtype=np.int64), TIMESTAMP_TYPE)])
         ts_type = pa.chunked_array([pa.array(np.full(n, LOG_APPEND_TIME, dtype=np.int32))])
     else:
@@ -211,6 +211,8 @@ def normalize_batch(
         ts_type = pc.if_else(missing, pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32()))
         ts = pc.if_else(missing, now, ts)
     out = pa.table([key, value, partition, ts, ts_type, headers], schema=BATCH_SCHEMA)
+    if key.nbytes + value.nbytes + headers.nbytes <= max_message_bytes:
+        return out  # the columns' buffers bound every record's size: none can be over (small batches)
     sizes = record_sizes(out)
     over = np.flatnonzero(sizes > max_message_bytes)
     if len(over):

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 
-.PHONY: setup minio kafka-jars run test test-fast lint bench clean
+.PHONY: setup minio kafka-jars chromium run test test-fast lint bench clean
 
 # The Kafka codec (kafka_gateway/codec, Rust) is compiled by this install (setuptools-rust, cargo);
 # its build directory is cached under ~/.cache, so a fresh clone rebuilds only what changed.
@@ -33,9 +33,28 @@ minio: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -c "from bench.kafka_broker import ensure_jars; print(ensure_jars())"
 
-setup: $(STAMP) $(JARS_STAMP) minio kafka-jars
+# The console's charting library, from npm at a pinned version (no CDN at run time); the download
+# is cached under ~/.cache, and no lock file is kept.
+CHARTJS_VERSION := 4.6.1
+CONSOLE_NPM := $(HOME)/.cache/topiclake/console-npm
+CHART_JS := console/static/vendor/chart.umd.min.js
+CHART_STAMP := console/static/vendor/.chart.js-$(CHARTJS_VERSION)
 
-run: $(STAMP)
+$(CHART_STAMP):
+	mkdir -p $(CONSOLE_NPM) console/static/vendor
+	cd $(CONSOLE_NPM) && npm install --no-package-lock --no-audit --no-fund --silent chart.js@$(CHARTJS_VERSION)
+	cp $(CONSOLE_NPM)/node_modules/chart.js/dist/chart.umd.min.js $(CHART_JS)
+	rm -f console/static/vendor/.chart.js-* && touch $(CHART_STAMP)
+
+# Debian's chromium and its chromedriver, for the console's browser tests (tests/console).
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
+
+setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) minio kafka-jars chromium
+
+run: $(STAMP) $(CHART_STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}
 
 test: setup

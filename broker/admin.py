@@ -58,9 +58,25 @@ def create_topic(
     return CreatedTopic(description=d, schema=registered)
 
 
-def list_topics(registry: TopicRegistry, principal: Principal) -> list[str]:
-    """The topics this key may describe."""
-    return [n for n in registry.catalog.list_topics() if principal.allows("describe", n)]
+def list_topics(
+    registry: TopicRegistry,
+    principal: Principal,
+    *,
+    search: str = "",
+    after: str = "",
+    limit: int | None = None,
+) -> tuple[list[str], str | None]:
+    """The topics this key may describe, by name: those containing `search` (case-insensitive),
+    after the name `after`, at most `limit` of them; and the name to ask `after` next (None: no more)."""
+    needle = search.lower()
+    names = sorted(
+        n
+        for n in registry.catalog.list_topics()
+        if n > after and needle in n.lower() and principal.allows("describe", n)
+    )
+    if limit is not None and len(names) > limit:
+        return names[:limit], names[limit - 1]
+    return names, None
 
 
 def describe_topic(registry: TopicRegistry, principal: Principal, name: str) -> tuple[TopicDescription, TopicReader]:

@@ -244,6 +244,11 @@ class ServerSettings(BaseModel):
     heartbeat_persist_interval_s: float = Field(
         5.0, gt=0, description="How often live groups' heartbeats are persisted to _system/consumer_groups."
     )
+    console: bool = Field(
+        True,
+        description="Serve the web console at /console (its pages and scripts hold no data and load without "
+        "a key; everything they show comes from the API, with the key the user logs in with).",
+    )
 
 
 class ClusterSettings(BaseModel):

@@ -19,6 +19,7 @@ from broker.coordinator import GroupCoordinator
 from broker.notifier import CommitNotifier
 from broker.services import Services
 from conf import AuthSettings, Settings, load_settings
+from console.app import install_console, is_console_file
 from consumer_api.forwarding import GroupForwardingMiddleware
 from consumer_api.router import router as consumer_router
 from delta_log.core.acl import authenticate
@@ -70,10 +71,11 @@ class AuthenticationMiddleware:
     route it reaches (one gate for the whole app: routes added later, the docs pages and 404s
     included). Authorization of each operation on each resource stays with the routes."""
 
-    def __init__(self, app: ASGIApp, auth: AuthSettings, retry_after: int) -> None:
+    def __init__(self, app: ASGIApp, auth: AuthSettings, retry_after: int, *, console: bool = False) -> None:
         self.app = app
         self.auth = auth
         self.retry_after = retry_after
+        self.console = console  # the console's own files (no data in them) load without a key
         self.open = (
             OPEN_PATHS
             | (DOCS_PATHS if auth.open_docs else frozenset())
@@ -81,7 +83,12 @@ class AuthenticationMiddleware:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.auth.enabled or scope["path"] in self.open:
+        if (
+            scope["type"] != "http"
+            or not self.auth.enabled
+            or scope["path"] in self.open
+            or (self.console and is_console_file(scope["method"], scope["path"]))
+        ):
             await self.app(scope, receive, send)
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
@@ -335,7 +342,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodyLimitMiddleware, limit=settings.server.max_body_bytes, retry_after=settings.server.retry_after_seconds
     )
-    app.add_middleware(AuthenticationMiddleware, auth=settings.auth, retry_after=settings.server.retry_after_seconds)
+    app.add_middleware(
+        AuthenticationMiddleware,
+        auth=settings.auth,
+        retry_after=settings.server.retry_after_seconds,
+        console=settings.server.console,
+    )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
 
     install_error_handlers(app, retry_after=settings.server.retry_after_seconds, on_error=metrics.on_error)
@@ -344,5 +356,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(records.router)
     app.include_router(consumer_router)
     app.include_router(registry_routes.router)
+    if settings.server.console:
+        install_console(app)
     install_openapi(app, settings)
     return app

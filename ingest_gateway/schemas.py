@@ -172,6 +172,7 @@ class TopicInfo(_Model):
 
 class TopicList(_Model):
     topics: list[str]
+    next: str | None = Field(None, description="More names follow: pass this as `after` for the next page.")
 
 
 class RecordOffset(_Model):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from broker import admin
@@ -67,10 +69,18 @@ def create_topic(body: CreateTopic, registry: RegistryDep, principal: PrincipalD
     return _info(created.description).model_copy(update={"value_schema": registered})
 
 
-@router.get("", response_model=TopicList)
-def list_topics(registry: RegistryDep, principal: PrincipalDep) -> TopicList:
-    """List topics this key may see."""
-    return TopicList(topics=admin.list_topics(registry, principal))
+@router.get("", response_model=TopicList, response_model_exclude_none=True)
+def list_topics(
+    registry: RegistryDep,
+    principal: PrincipalDep,
+    search: Annotated[str, Query(max_length=249, description="Only names containing this (any case).")] = "",
+    after: Annotated[str, Query(max_length=249, description="Only names after this one: the `next` of a page.")] = "",
+    limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many names (a page).")] = None,
+) -> TopicList:
+    """List topics this key may see, by name; a page of them with `limit` (then `next` names the
+    last one: pass it as `after` for the next page)."""
+    names, last = admin.list_topics(registry, principal, search=search, after=after, limit=limit)
+    return TopicList(topics=names, next=last)
 
 
 @router.get("/{topic}", response_model=TopicInfo)

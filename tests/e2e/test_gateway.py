@@ -42,6 +42,20 @@ def test_topic_admin_lifecycle(http):
     assert http.delete("/topics/admin-t").json()["error"]["code"] == "UNKNOWN_TOPIC"
 
 
+def test_topic_list_pages_and_search(http):
+    """GET /topics pages by name (`limit`, then `after` = the page's `next`) and filters by a
+    substring, server-side: a console with 10,000 topics asks for one page at a time."""
+    names = [f"page-{c}-{i}" for c in "ab" for i in range(3)]
+    for name in names:
+        assert http.post("/topics", json={"name": name}).status_code == 201
+    first = http.get("/topics", params={"search": "PAGE-", "limit": 4}).json()
+    assert first == {"topics": names[:4], "next": names[3]}
+    rest = http.get("/topics", params={"search": "page-", "limit": 4, "after": first["next"]}).json()
+    assert rest == {"topics": names[4:]}  # the last page has no `next`
+    assert http.get("/topics", params={"search": "page-b"}).json()["topics"] == names[3:]
+    assert http.get("/topics", params={"limit": 0}).status_code == 422
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [

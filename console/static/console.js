@@ -1,0 +1,530 @@
+// topiclake console: a small single-page app over the HTTP API (docs/CONSOLE.md).
+// Every value shown comes from the API, called with the key the user logged in with (kept in
+// sessionStorage only). The DOM is built with textContent, never from HTML strings: topic names,
+// keys and values are user data.
+
+const KEY = "topiclake.key";
+const PAGE_SIZE = 50;
+const main = document.getElementById("main");
+const banner = document.getElementById("banner");
+let charts = [];
+let timers = [];
+let streamAbort = null;
+let notice = null; // a success to show once the next page has drawn
+
+// -- the DOM ------------------------------------------------------------------------------------
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function show(...nodes) {
+  for (const c of charts) c.destroy();
+  charts = [];
+  main.replaceChildren(...nodes);
+}
+
+function say(message, ok = false) {
+  banner.textContent = message;
+  banner.className = ok ? "ok" : "";
+  banner.hidden = !message;
+}
+
+// -- the API --------------------------------------------------------------------------------------
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(method, path, { json, body, query } = {}) {
+  const headers = { Accept: "application/json" };
+  const key = sessionStorage.getItem(KEY);
+  if (key) headers.Authorization = `Bearer ${key}`;
+  if (json !== undefined) {
+    headers["Content-Type"] = "application/json";
+    body = JSON.stringify(json);
+  } else if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+  }
+  let url = path;
+  if (query) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== "") q.set(k, v);
+    if ([...q].length) url += `?${q}`;
+  }
+  const r = await fetch(url, { method, headers, body });
+  if (r.status === 204) return null;
+  const text = await r.text();
+  let doc = null;
+  try { doc = text ? JSON.parse(text) : null; } catch { doc = null; }
+  if (!r.ok) {
+    const err = doc && doc.error ? doc.error : { code: String(r.status), message: text || r.statusText };
+    if (r.status === 401) showLogin(err.message);
+    throw new ApiError(r.status, err.code, err.message);
+  }
+  return { doc, headers: r.headers };
+}
+
+const get = async (path, query) => (await api("GET", path, { query })).doc;
+const enc = encodeURIComponent;
+
+// a failed call shows the API's own message in the banner
+function guarded(fn) {
+  return async (...args) => {
+    try {
+      say("");
+      await fn(...args);
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 401) return;
+      say(e instanceof ApiError ? `${e.message} (${e.code})` : String(e.message || e));
+    }
+  };
+}
+
+// -- login ----------------------------------------------------------------------------------------
+function showLogin(message) {
+  sessionStorage.removeItem(KEY);
+  document.getElementById("logout").hidden = true;
+  document.getElementById("who").textContent = "";
+  const input = h("input", { type: "password", id: "api-key", autocomplete: "off", placeholder: "API key" });
+  const form = h(
+    "form",
+    {
+      class: "panel login",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        sessionStorage.setItem(KEY, input.value);
+        say("");
+        route();
+      },
+    },
+    h("h1", {}, "Log in"),
+    h("p", { class: "muted" }, "This server needs an API key. It is kept in this browser tab only."),
+    input,
+    h("div", { class: "row" }, h("button", { type: "submit", id: "login" }, "Log in")),
+  );
+  show(form);
+  say(message || "");
+  input.focus();
+}
+
+document.getElementById("logout").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY);
+  showLogin("Logged out.");
+});
+
+// -- formatting ---------------------------------------------------------------------------------
+const fmt = new Intl.NumberFormat("en");
+function bytes(n) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) { n /= 1000; i += 1; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+function duration(ms) {
+  const n = Number(ms);
+  if (!Number.isFinite(n) || n < 0) return "forever";
+  for (const [u, d] of [["d", 86400000], ["h", 3600000], ["min", 60000], ["s", 1000]]) if (n >= d && n % d === 0) return `${n / d} ${u}`;
+  return `${n} ms`;
+}
+
+// base64 (the API's binary format) -> bytes, and the detected form of those bytes
+function fromBase64(b64) {
+  if (b64 === null || b64 === undefined) return null;
+  const s = atob(b64);
+  const out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out;
+}
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+function hex(b) {
+  return Array.from(b.slice(0, 4096), (x) => x.toString(16).padStart(2, "0")).join(" ") + (b.length > 4096 ? " ..." : "");
+}
+function render(b, as) {
+  if (b === null) return { kind: "null", text: "null" };
+  if (as === "hex") return { kind: "hex", text: hex(b) };
+  if ((as === "auto" || as === "avro") && b.length > 5 && b[0] === 0) {
+    const id = new DataView(b.buffer, b.byteOffset + 1, 4).getInt32(0);
+    return { kind: "avro", text: `schema id ${id}: ${hex(b.slice(5))}` };
+  }
+  let text;
+  try { text = utf8.decode(b); } catch { return { kind: "hex", text: hex(b) }; }
+  if (as === "text") return { kind: "text", text };
+  try {
+    const v = JSON.parse(text);
+    return { kind: "json", text: JSON.stringify(v, null, 2) };
+  } catch {
+    return as === "json" ? { kind: "hex", text: hex(b) } : { kind: "text", text };
+  }
+}
+
+// -- topics -------------------------------------------------------------------------------------
+async function topicsPage(params) {
+  const search = params.get("search") || "";
+  const after = params.get("after") || "";
+  const page = await get("/topics", { search, after, limit: PAGE_SIZE });
+  const subjects = new Set(await get("/subjects").catch(() => []));
+  const details = await Promise.all(page.topics.map((t) => get(`/topics/${enc(t)}`).catch(() => null)));
+  const rows = page.topics.map((name, i) => {
+    const d = details[i];
+    const parts = d ? d.partition_offsets || [] : [];
+    const records = parts.reduce((s, p) => s + (p.high_watermark - p.log_start_offset), 0);
+    const size = parts.reduce((s, p) => s + p.size_bytes, 0);
+    const cfg = d ? d.config : {};
+    return h(
+      "tr",
+      { "data-topic": name },
+      h("td", {}, h("a", { href: `#/topic/${enc(name)}` }, name)),
+      h("td", { class: "num" }, d ? d.partitions : "?"),
+      h("td", { class: "num" }, d ? fmt.format(records) : "?"),
+      h("td", { class: "num" }, d ? bytes(size) : "?"),
+      h("td", {}, duration(cfg["retention.ms"] ?? 604800000)),
+      h("td", {}, cfg["cleanup.policy"] || "delete"),
+      h("td", {}, subjects.has(`${name}-value`) ? h("span", { class: "tag" }, `${name}-value`) : ""),
+      h("td", {}, h("a", { href: `#/messages/${enc(name)}` }, "messages")),
+    );
+  });
+  const box = h("input", { id: "topic-search", value: search, placeholder: "name contains" });
+  const go = (q) => { location.hash = `#/topics?${new URLSearchParams(q)}`; };
+  show(
+    h("h1", {}, "Topics"),
+    h(
+      "form",
+      { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
+      h("label", {}, "Search", box),
+      h("button", { type: "submit" }, "Search"),
+    ),
+    h(
+      "table",
+      { id: "topics" },
+      h("thead", {}, h("tr", {}, ["Topic", "Partitions", "Records", "Size", "Retention", "Cleanup", "Value schema", ""].map((c, i) => h("th", { class: i > 0 && i < 4 ? "num" : "" }, c)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No topics."))),
+    ),
+    h(
+      "div",
+      { class: "row" },
+      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
+      page.next ? h("button", { class: "plain", type: "button", id: "next-page", onclick: () => go({ search, after: page.next }) }, "Next page") : null,
+    ),
+    createTopicForm(),
+  );
+}
+
+function createTopicForm() {
+  const name = h("input", { id: "new-topic-name", required: true, placeholder: "orders" });
+  const partitions = h("input", { id: "new-topic-partitions", type: "number", value: 1 });
+  const schemaType = h("select", { id: "new-topic-schema-type" }, ["none", "AVRO", "JSON"].map((t) => h("option", { value: t }, t)));
+  const schema = h("textarea", { id: "new-topic-schema", placeholder: "value schema (optional)" });
+  const submit = guarded(async () => {
+    const body = { name: name.value, partitions: Number(partitions.value) };
+    if (schemaType.value !== "none") body.value_schema = { schemaType: schemaType.value, schema: schema.value };
+    await api("POST", "/topics", { json: body });
+    notice = `Created topic ${name.value}.`;
+    location.hash = `#/topic/${enc(name.value)}`;
+  });
+  return h(
+    "form",
+    { class: "panel", id: "create-topic", onsubmit: (ev) => { ev.preventDefault(); submit(); } },
+    h("h2", {}, "Create a topic"),
+    h("div", { class: "row" }, h("label", {}, "Name", name), h("label", {}, "Partitions", partitions), h("label", {}, "Value schema", schemaType)),
+    schema,
+    h("div", { class: "row" }, h("button", { type: "submit" }, "Create")),
+  );
+}
+
+async function topicPage(name) {
+  const d = await get(`/topics/${enc(name)}`);
+  const parts = d.partition_offsets || [];
+  // errors.tolerance=all sends invalid records to errors.deadletterqueue.topic.name, or <topic>.dlq
+  const deadLetters = d.config["errors.tolerance"] === "all" ? d.config["errors.deadletterqueue.topic.name"] || `${name}.dlq` : null;
+  const owners = {};
+  for (const o of (await get("/cluster", { topic: name }).catch(() => ({}))).partitions || []) owners[o.partition] = o.owner;
+  const canvas = h("canvas", { id: "partition-chart" });
+  const key = h("input", { id: "config-key", placeholder: "retention.ms" });
+  const value = h("input", { id: "config-value", placeholder: "value (empty: default)" });
+  const more = h("input", { id: "partition-count", type: "number", value: d.partitions + 1 });
+  const confirm = h("input", { id: "delete-confirm", placeholder: `type ${name} to confirm` });
+  const alter = guarded(async () => {
+    await api("PATCH", `/topics/${enc(name)}/config`, { json: { config: { [key.value]: value.value === "" ? null : value.value } } });
+    await topicPage(name);
+    say(`Set ${key.value}.`, true);
+  });
+  const grow = guarded(async () => {
+    await api("POST", `/topics/${enc(name)}/partitions`, { json: { count: Number(more.value) } });
+    await topicPage(name);
+    say(`${name} has ${more.value} partitions.`, true);
+  });
+  const remove = guarded(async () => {
+    if (confirm.value !== name) throw new Error(`Type the topic's name (${name}) to delete it.`);
+    await api("DELETE", `/topics/${enc(name)}`);
+    notice = `Deleted topic ${name}.`;
+    location.hash = "#/topics";
+  });
+  show(
+    h("h1", {}, "Topic ", h("span", { id: "topic-name" }, name)),
+    h("p", {}, h("a", { href: `#/messages/${enc(name)}` }, "Browse messages"),
+      deadLetters ? [" · ", h("a", { href: `#/messages/${enc(deadLetters)}`, id: "dead-letters" }, "dead letters")] : ""),
+    h("div", { class: "charts" }, h("div", { class: "chart" }, canvas)),
+    h("h2", {}, "Partitions"),
+    h("table", { id: "partitions" },
+      h("thead", {}, h("tr", {}, ["Partition", "Log start", "High watermark", "Records", "Segments", "Size", "Owner gateway"].map((c, i) => h("th", { class: i < 6 ? "num" : "" }, c)))),
+      h("tbody", {}, parts.map((p) => h("tr", {},
+        h("td", { class: "num" }, p.partition), h("td", { class: "num" }, p.log_start_offset), h("td", { class: "num" }, p.high_watermark),
+        h("td", { class: "num" }, p.high_watermark - p.log_start_offset), h("td", { class: "num" }, p.segments), h("td", { class: "num" }, bytes(p.size_bytes)),
+        h("td", {}, owners[p.partition] || ""))))),
+    h("h2", {}, "Configuration"),
+    h("table", { id: "config" }, h("tbody", {}, Object.entries(d.config).sort().map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", {}, v))))),
+    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); alter(); } }, h("label", {}, "Config key", key), h("label", {}, "Value", value), h("button", { type: "submit", id: "set-config" }, "Set")),
+    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); grow(); } }, h("label", {}, "Partitions", more), h("button", { type: "submit", id: "add-partitions" }, "Add partitions")),
+    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); remove(); } }, h("label", {}, "Delete", confirm), h("button", { type: "submit", class: "danger", id: "delete-topic" }, "Delete topic")),
+  );
+  chart(canvas, "bar", parts.map((p) => `p${p.partition}`), [{ label: "records", data: parts.map((p) => p.high_watermark - p.log_start_offset) }]);
+}
+
+// -- messages ---------------------------------------------------------------------------------------
+async function messagesPage(name, params) {
+  const d = await get(`/topics/${enc(name)}`);
+  const partition = Number(params.get("p") || 0);
+  const from = params.get("from") || "newest";
+  const as = params.get("as") || "auto";
+  const direction = params.get("dir") || "forward";
+  const info = (d.partition_offsets || []).find((p) => p.partition === partition) || { log_start_offset: 0, high_watermark: 0 };
+  let offset;
+  if (from === "offset") offset = Number(params.get("offset") || 0);
+  else if (from === "timestamp") {
+    const at = Date.parse(params.get("ts") || "");
+    const found = await get(`/topics/${enc(name)}/offsets`, { at: Number.isFinite(at) ? Math.max(at, 0) : "earliest" });
+    offset = (found.partitions.find((p) => p.partition === partition) || {}).offset ?? info.high_watermark;
+  } else if (from === "earliest") offset = info.log_start_offset;
+  else offset = info.high_watermark; // newest: the page before the high watermark
+  let start = offset;
+  if (from === "newest" || direction === "backward") start = Math.max(info.log_start_offset, offset - PAGE_SIZE);
+  let records = [];
+  if (start < info.high_watermark) {
+    const page = await get(`/topics/${enc(name)}/partitions/${partition}/records`, { offset: start, max_records: from === "newest" || direction === "backward" ? offset - start : PAGE_SIZE, key_format: "binary", value_format: "binary" });
+    records = page.records;
+  }
+  const set = (q) => { const p = new URLSearchParams(params); for (const [k, v] of Object.entries(q)) p.set(k, v); location.hash = `#/messages/${enc(name)}?${p}`; };
+  const partSel = h("select", { id: "msg-partition" }, Array.from({ length: d.partitions }, (_, i) => h("option", { value: i, selected: i === partition }, `partition ${i}`)));
+  const fromSel = h("select", { id: "msg-from" }, ["newest", "earliest", "offset", "timestamp"].map((f) => h("option", { value: f, selected: f === from }, f)));
+  const offIn = h("input", { id: "msg-offset", type: "number", value: params.get("offset") || info.log_start_offset });
+  const tsIn = h("input", { id: "msg-ts", type: "datetime-local", value: params.get("ts") || "" });
+  const dirSel = h("select", { id: "msg-dir" }, ["forward", "backward"].map((f) => h("option", { value: f, selected: f === direction }, f)));
+  const asSel = h("select", { id: "msg-as" }, ["auto", "json", "text", "avro", "hex"].map((f) => h("option", { value: f, selected: f === as }, f)));
+  const find = h("input", { id: "msg-search", placeholder: "search this page" });
+  const body = h("tbody");
+  const draw = () => {
+    const needle = find.value.toLowerCase();
+    body.replaceChildren(...records.map((r) => {
+      const key = render(fromBase64(r.key), as === "hex" ? "hex" : "auto");
+      const value = render(fromBase64(r.value), as);
+      const headers = Object.entries(r.headers || {}).map(([k, v]) => `${k}=${v === null ? "null" : v}`);
+      const line = `${key.text} ${value.text} ${headers.join(" ")}`.toLowerCase();
+      if (needle && !line.includes(needle)) return null;
+      return h("tr", { class: "record", "data-offset": r.offset },
+        h("td", { class: "num" }, r.offset),
+        h("td", {}, new Date(r.timestamp).toISOString(), h("br"), h("span", { class: "tag" }, r.timestamp_type === 1 ? "LogAppendTime" : "CreateTime")),
+        h("td", {}, h("pre", { class: "value" }, key.text)),
+        h("td", {}, h("span", { class: "tag" }, value.kind), h("pre", { class: "value" }, value.text)),
+        h("td", {}, headers.map((x) => h("div", { class: "header" }, x))));
+    }).filter(Boolean));
+  };
+  find.addEventListener("input", draw);
+  const follow = h("button", { type: "button", class: "plain", id: "msg-follow" }, "Follow live");
+  follow.addEventListener("click", () => followLive(name, partition, records, draw, follow));
+  show(
+    h("h1", {}, "Messages of ", h("a", { href: `#/topic/${enc(name)}` }, name)),
+    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); set({ p: partSel.value, from: fromSel.value, offset: offIn.value, ts: tsIn.value, dir: dirSel.value, as: asSel.value }); } },
+      h("label", {}, "Partition", partSel), h("label", {}, "From", fromSel), h("label", {}, "Offset", offIn), h("label", {}, "Time", tsIn),
+      h("label", {}, "Direction", dirSel), h("label", {}, "Show as", asSel), h("button", { type: "submit", id: "msg-go" }, "Browse")),
+    h("div", { class: "row" }, h("label", {}, "Find", find), follow,
+      h("span", { class: "muted", id: "msg-position" }, `offsets ${info.log_start_offset} .. ${info.high_watermark - 1} · showing ${records.length}`)),
+    h("table", { id: "messages" }, h("thead", {}, h("tr", {}, ["Offset", "Timestamp", "Key", "Value", "Headers"].map((c) => h("th", {}, c)))), body),
+    produceForm(name, partition),
+  );
+  draw();
+}
+
+// Server-sent events through fetch (an EventSource cannot send the Authorization header).
+async function followLive(name, partition, records, draw, button) {
+  if (streamAbort) { streamAbort.abort(); streamAbort = null; button.textContent = "Follow live"; return; }
+  streamAbort = new AbortController();
+  button.textContent = "Stop following";
+  const headers = { Accept: "text/event-stream" };
+  const key = sessionStorage.getItem(KEY);
+  if (key) headers.Authorization = `Bearer ${key}`;
+  try {
+    const r = await fetch(`/topics/${enc(name)}/partitions/${partition}/stream?key_format=binary&value_format=binary`, { headers, signal: streamAbort.signal });
+    if (!r.ok) throw new ApiError(r.status, String(r.status), (await r.json()).error.message);
+    const reader = r.body.getReader();
+    const text = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += text.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf("\n\n")) >= 0) {
+        const event = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        const kind = (event.match(/^event: (.*)$/m) || [])[1];
+        const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+        if (kind === "record" && data) {
+          records.push(JSON.parse(data));
+          if (records.length > 500) records.shift();
+          draw();
+        }
+      }
+    }
+  } catch (e) {
+    if (e.name !== "AbortError") say(e.message || String(e));
+  }
+}
+
+function produceForm(name, partition) {
+  const key = h("input", { id: "produce-key", placeholder: "key (optional)" });
+  const value = h("textarea", { id: "produce-value", placeholder: '{"hello": "world"}' });
+  const valueAs = h("select", { id: "produce-as" }, [h("option", { value: "json" }, "JSON"), h("option", { value: "string" }, "text")]);
+  const headers = h("input", { id: "produce-headers", placeholder: "headers: a=1, b=2" });
+  const send = guarded(async () => {
+    const hdrs = {};
+    for (const part of headers.value.split(",").map((s) => s.trim()).filter(Boolean)) {
+      const [k, ...v] = part.split("=");
+      hdrs[k.trim()] = v.join("=").trim();
+    }
+    // The value goes to the API as typed: malformed JSON is the API's to refuse, with its message.
+    const record = [`"partition":${partition}`];
+    if (key.value) record.push(`"key":${JSON.stringify(key.value)}`);
+    if (Object.keys(hdrs).length) record.push(`"headers":${JSON.stringify(hdrs)}`);
+    record.push(`"value":${valueAs.value === "json" ? value.value : JSON.stringify(value.value)}`);
+    const body = `{"value_format":${JSON.stringify(valueAs.value)},"records":[{${record.join(",")}}]}`;
+    const { doc } = await api("POST", `/topics/${enc(name)}/records`, { body });
+    say(`Produced at offset ${doc.offsets[0].offset} of partition ${doc.offsets[0].partition}.`, true);
+  });
+  return h("form", { class: "panel", id: "produce", onsubmit: (ev) => { ev.preventDefault(); send(); } },
+    h("h2", {}, `Produce a test record to partition ${partition}`),
+    h("div", { class: "row" }, h("label", {}, "Key", key), h("label", {}, "Value as", valueAs), h("label", {}, "Headers", headers)),
+    value, h("div", { class: "row" }, h("button", { type: "submit", id: "produce-send" }, "Produce")));
+}
+
+// -- cluster ------------------------------------------------------------------------------------------
+function metricTotals(text) {
+  const out = {};
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const m = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([-+0-9.eE]+|NaN|\+Inf)$/);
+    if (m) out[m[1]] = (out[m[1]] || 0) + Number(m[3]);
+  }
+  return out;
+}
+
+async function clusterPage() {
+  const c = await get("/cluster");
+  const rateCanvas = h("canvas", { id: "produce-rate-chart" });
+  const commitCanvas = h("canvas", { id: "commit-latency-chart" });
+  const fetchCanvas = h("canvas", { id: "fetch-rate-chart" });
+  show(
+    h("h1", {}, "Cluster"),
+    h("table", { id: "gateways" },
+      h("thead", {}, h("tr", {}, ["Gateway", "HTTP", "Kafka (node id)", "Health", "Groups coordinated"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, (c.gateways || []).map((g) => h("tr", { "data-gateway": g.gateway_id },
+        h("td", {}, g.gateway_id, " ", g.gateway_id === c.self ? h("span", { class: "tag" }, "this gateway") : ""),
+        h("td", {}, g.url || ""),
+        h("td", {}, g.kafka ? `${g.kafka} (${g.node_id})` : "off"),
+        h("td", {}, `${g.live ? "live" : "gone"}, heartbeat ${(g.heartbeat_age_ms / 1000).toFixed(1)} s ago`),
+        h("td", {}, (g.groups || []).join(", ")))))),
+    h("p", { class: "muted", id: "transport" }, `This page: ${location.protocol === "https:" ? "TLS" : "no TLS"}; ${sessionStorage.getItem(KEY) ? "API key in use" : "no API key (auth off)"}.`),
+    h("h2", {}, "This gateway, live"),
+    h("div", { class: "charts" }, h("div", { class: "chart" }, rateCanvas), h("div", { class: "chart" }, commitCanvas), h("div", { class: "chart" }, fetchCanvas)),
+  );
+  const rate = chart(rateCanvas, "line", [], [{ label: "records produced / s", data: [] }]);
+  const commit = chart(commitCanvas, "line", [], [{ label: "mean commit latency, ms", data: [] }]);
+  const fetches = chart(fetchCanvas, "line", [], [{ label: "HTTP requests / s", data: [] }]);
+  let last = null;
+  const sample = async () => {
+    const r = await fetch("/metrics", { headers: sessionStorage.getItem(KEY) ? { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` } : {} });
+    if (!r.ok) return;
+    const m = metricTotals(await r.text());
+    const now = Date.now();
+    if (last) {
+      const dt = (now - last.at) / 1000;
+      const label = new Date(now).toLocaleTimeString();
+      const commits = (m.topiclake_commit_latency_seconds_count || 0) - (last.m.topiclake_commit_latency_seconds_count || 0);
+      const secs = (m.topiclake_commit_latency_seconds_sum || 0) - (last.m.topiclake_commit_latency_seconds_sum || 0);
+      push(rate, label, ((m.topiclake_records_in_total || 0) - (last.m.topiclake_records_in_total || 0)) / dt);
+      push(commit, label, commits > 0 ? (secs / commits) * 1000 : 0);
+      push(fetches, label, ((m.topiclake_http_requests_total || 0) - (last.m.topiclake_http_requests_total || 0)) / dt);
+    }
+    last = { at: now, m };
+  };
+  await sample();
+  timers.push(setInterval(() => sample().catch(() => {}), 2000));
+}
+
+// -- charts (Chart.js, built by make setup) ---------------------------------------------------------
+function chart(canvas, type, labels, datasets) {
+  if (!window.Chart) {
+    canvas.replaceWith(h("p", { class: "muted" }, "The chart library is missing: run make setup."));
+    return null;
+  }
+  const c = new window.Chart(canvas, {
+    type,
+    data: { labels, datasets },
+    options: { animation: false, responsive: true, maintainAspectRatio: false, plugins: { legend: { display: true } } },
+  });
+  charts.push(c);
+  return c;
+}
+
+function push(c, label, value) {
+  if (!c) return;
+  c.data.labels.push(label);
+  c.data.datasets[0].data.push(value);
+  if (c.data.labels.length > 60) { c.data.labels.shift(); c.data.datasets[0].data.shift(); }
+  c.update();
+}
+
+// -- routing ------------------------------------------------------------------------------------------
+const ROUTES = [
+  [/^#\/topics$/, (m, q) => topicsPage(q), "topics"],
+  [/^#\/topic\/([^?]+)$/, (m) => topicPage(decodeURIComponent(m[1])), "topics"],
+  [/^#\/messages\/([^?]+)$/, (m, q) => messagesPage(decodeURIComponent(m[1]), q), "topics"],
+  [/^#\/cluster$/, () => clusterPage(), "cluster"],
+];
+
+async function route() {
+  for (const t of timers) clearInterval(t);
+  timers = [];
+  if (streamAbort) { streamAbort.abort(); streamAbort = null; }
+  const [path, query] = (location.hash || "#/topics").split("?");
+  const params = new URLSearchParams(query || "");
+  const key = sessionStorage.getItem(KEY);
+  document.getElementById("logout").hidden = !key;
+  document.getElementById("who").textContent = key ? "logged in with a key" : "";
+  for (const [re, page, nav] of ROUTES) {
+    const m = path.match(re);
+    if (!m) continue;
+    for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === nav);
+    await guarded(page)(m, params);
+    if (notice) { say(notice, true); notice = null; }
+    document.body.dataset.ready = location.hash;
+    return;
+  }
+  location.hash = "#/topics";
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("load", route);

@@ -1,0 +1,250 @@
+"""The web console in a real headless Chromium against a real server: what a user sees and does."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.e2e.server import ServerProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+WAIT = 30
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = ServerProcess(tmp_path_factory.mktemp("console") / "data").start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def api(server):
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        yield client
+
+
+def open_page(driver, url: str, hash_: str):
+    """Load a console page and wait until it has drawn (the app marks the body when a route is done)."""
+    driver.get(f"{url}/console/{hash_}")
+    driver.execute_script("document.body.dataset.ready = ''")
+    driver.refresh()
+    wait_ready(driver, hash_)
+
+
+def wait_ready(driver, hash_: str) -> None:
+    WebDriverWait(driver, WAIT).until(lambda d: d.execute_script("return document.body.dataset.ready") == hash_)
+
+
+def banner(driver) -> str:
+    el = driver.find_element(By.ID, "banner")
+    return el.text if el.is_displayed() else ""
+
+
+def wait_banner(driver, text: str) -> str:
+    WebDriverWait(driver, WAIT).until(lambda d: text in banner(d))
+    return banner(driver)
+
+
+def chart_points(driver, canvas_id: str) -> list:
+    return driver.execute_script(
+        "const c = window.Chart && Chart.getChart(document.getElementById(arguments[0]));"
+        "return c ? c.data.datasets[0].data : null;",
+        canvas_id,
+    )
+
+
+def fill(driver, element_id: str, text: str) -> None:
+    el = driver.find_element(By.ID, element_id)
+    el.clear()
+    el.send_keys(text)
+
+
+def test_the_topics_page_lists_topics_with_their_figures(server, api, browser, screenshots):
+    assert (
+        api.post("/topics", json={"name": "orders", "partitions": 3, "config": {"retention.ms": 3600000}}).status_code
+        == 201
+    )
+    api.post("/topics/orders/records", json={"records": [{"key": f"k{i}", "value": {"n": i}} for i in range(5)]})
+    open_page(browser, server.url, "#/topics")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-topic="orders"]')
+    cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:3] == ["orders", "3", "5"]
+    assert cells[4:6] == ["1 h", "delete"]
+    screenshots(browser, "topics")
+    # server-side search: the page asks the API for matching names only
+    fill(browser, "topic-search", "nomatch")
+    browser.find_element(By.ID, "topic-search").submit()
+    wait_ready(browser, "#/topics?search=nomatch")
+    assert "No topics." in browser.find_element(By.ID, "topics").text
+
+
+def test_create_produce_browse_in_the_browser(server, api, browser, screenshots):
+    """Click through: create a topic, produce a test record, browse it, see the partition chart."""
+    open_page(browser, server.url, "#/topics")
+    fill(browser, "new-topic-name", "clicks")
+    fill(browser, "new-topic-partitions", "2")
+    browser.find_element(By.ID, "create-topic").submit()
+    wait_ready(browser, "#/topic/clicks")
+    assert "Created topic clicks." in banner(browser)
+    assert api.get("/topics/clicks").json()["partitions"] == 2  # written through the API
+    assert chart_points(browser, "partition-chart") == [0, 0]  # Chart.js drew one bar per partition
+    owners = [
+        r.find_elements(By.TAG_NAME, "td")[-1].text
+        for r in browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")
+    ]
+    assert len(owners) == 2 and all(owners)  # each partition's owner gateway
+    screenshots(browser, "topic")
+
+    browser.find_element(By.LINK_TEXT, "Browse messages").click()
+    wait_ready(browser, "#/messages/clicks")
+    fill(browser, "produce-key", "user-1")
+    fill(browser, "produce-value", '{"clicked": "buy", "n": 1}')
+    fill(browser, "produce-headers", "source=console")
+    browser.find_element(By.ID, "produce").submit()
+    assert "Produced at offset 0 of partition 0." in wait_banner(browser, "Produced")
+
+    def browsed(d):  # the topic's description may trail the ack by the reader's refresh interval
+        d.find_element(By.ID, "msg-go").click()
+        wait_ready(d, "#/messages/clicks?p=0&from=newest&offset=0&ts=&dir=forward&as=auto")
+        return d.find_elements(By.CSS_SELECTOR, "#messages tr.record")
+
+    (record,) = WebDriverWait(browser, WAIT).until(browsed)
+    text = record.text
+    assert "user-1" in text and '"clicked": "buy"' in text and "json" in text and "source=console" in text
+    screenshots(browser, "messages")
+
+    # the same record, as hex; and found / not found by the page's search
+    Select(browser.find_element(By.ID, "msg-as")).select_by_value("hex")
+    browser.find_element(By.ID, "msg-go").click()
+    wait_ready(browser, "#/messages/clicks?p=0&from=newest&offset=0&ts=&dir=forward&as=hex")
+    assert "7b 22 63 6c" in browser.find_element(By.CSS_SELECTOR, "#messages tr.record").text  # {"cl
+    fill(browser, "msg-search", "no such text")
+    assert browser.find_elements(By.CSS_SELECTOR, "#messages tr.record") == []
+
+
+def test_bad_input_shows_the_apis_message_and_writes_nothing(server, api, browser):
+    open_page(browser, server.url, "#/topics")
+    fill(browser, "new-topic-name", "bad name!")
+    browser.find_element(By.ID, "create-topic").submit()
+    assert "illegal characters" in wait_banner(browser, "(INVALID_TOPIC)")
+    fill(browser, "new-topic-name", "negative")
+    fill(browser, "new-topic-partitions", "-1")
+    browser.find_element(By.ID, "create-topic").submit()
+    assert "Partition count must be between 1" in wait_banner(browser, "(INVALID_PARTITIONS)")
+    fill(browser, "new-topic-name", "badschema")
+    fill(browser, "new-topic-partitions", "1")
+    Select(browser.find_element(By.ID, "new-topic-schema-type")).select_by_value("AVRO")
+    fill(browser, "new-topic-schema", '{"type": "record", "name": "x", "fields": [{"name": "a", "type": "nope"}]}')
+    browser.find_element(By.ID, "create-topic").submit()
+    assert "Invalid Avro schema" in wait_banner(browser, "(INVALID_VALUE_SCHEMA)")
+    names = api.get("/topics").json()["topics"]
+    assert not {"bad name!", "negative", "badschema"} & set(names)
+
+    api.post("/topics", json={"name": "strict", "partitions": 1})
+    open_page(browser, server.url, "#/messages/strict")
+    fill(browser, "produce-value", '{"oops": ')
+    browser.find_element(By.ID, "produce").submit()
+    assert "not valid JSON" in wait_banner(browser, "JSON")
+    offsets = api.get("/topics/strict").json()["partition_offsets"]
+    assert offsets[0]["high_watermark"] == 0  # nothing written
+
+
+def test_the_cluster_page_charts_the_servers_own_metrics(server, api, browser, screenshots):
+    open_page(browser, server.url, "#/cluster")
+    api.post("/topics/orders/records", json={"records": [{"value": i} for i in range(100)]})
+    WebDriverWait(browser, WAIT).until(lambda d: len(chart_points(d, "produce-rate-chart") or []) >= 2)
+    assert max(chart_points(browser, "produce-rate-chart")) > 0  # the produce above, as a rate
+    assert "no TLS" in browser.find_element(By.ID, "transport").text
+    gateways = browser.find_element(By.ID, "gateways").text
+    assert "this gateway" in gateways and "live, heartbeat" in gateways and server.url in gateways
+    screenshots(browser, "cluster")
+
+
+def test_console_answers_carry_anti_framing_headers_and_no_data(server, api):
+    r = api.get("/console/")
+    assert r.status_code == 200 and "topiclake console" in r.text
+    assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    assert r.headers["x-frame-options"] == "DENY"
+    assert api.get("/console", follow_redirects=False).headers["location"] == "/console/"
+    assert api.get("/console/vendor/chart.umd.min.js").status_code == 200  # built by make setup, served here
+    assert api.post("/console/").status_code in (404, 405)  # files only
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    root = tmp_path_factory.mktemp("console-keys")
+    (root / "auth.toml").write_text(
+        '[[auth.api_keys]]\nkey = "admin-key-0123456789"\nprincipal = "admin"\nacls = { "*" = ["admin"] }\n'
+        '[[auth.api_keys]]\nkey = "orders-key-0123456789"\nprincipal = "orders-team"\n'
+        'acls = { "orders-*" = ["describe", "consume", "produce"] }\n'
+    )
+    srv = ServerProcess(root / "data", env={"TOPICLAKE_CONFIG": str(root / "auth.toml")}).start()
+    admin = {"Authorization": "Bearer admin-key-0123456789"}
+    with httpx.Client(base_url=srv.url, timeout=60, headers=admin) as client:
+        for name in ("orders-1", "secret"):
+            assert client.post("/topics", json={"name": name, "partitions": 1}).status_code == 201
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_with_keys_the_console_shows_only_what_the_key_may_see(secured, browser):
+    open_page(browser, secured.url, "#/topics")
+    assert browser.find_element(By.ID, "api-key").is_displayed()  # the API said 401: log in
+    assert browser.find_elements(By.ID, "topics") == []
+    fill(browser, "api-key", "wrong-key")
+    browser.find_element(By.ID, "login").click()
+    WebDriverWait(browser, WAIT).until(lambda d: "Unknown API key" in banner(d))
+    assert browser.find_elements(By.ID, "topics") == []  # the wrong key sees nothing
+    assert browser.execute_script("return sessionStorage.getItem('topiclake.key')") is None
+
+    fill(browser, "api-key", "orders-key-0123456789")
+    browser.find_element(By.ID, "login").click()
+    WebDriverWait(browser, WAIT).until(EC.presence_of_element_located((By.ID, "topics")))
+    listed = [r.get_attribute("data-topic") for r in browser.find_elements(By.CSS_SELECTOR, "#topics tr[data-topic]")]
+    assert listed == ["orders-1"]  # not "secret"
+    # a topic the key may not describe cannot be browsed either: the API refuses, the page says so
+    browser.get(f"{secured.url}/console/#/messages/secret")
+    WebDriverWait(browser, WAIT).until(lambda d: "may not" in banner(d))
+    assert browser.find_elements(By.ID, "messages") == []
+    browser.find_element(By.ID, "logout").click()
+    assert browser.execute_script("return sessionStorage.getItem('topiclake.key')") is None
+
+
+def test_dead_letters_show_with_their_error_headers(server, api, browser):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    created = api.post(
+        "/topics",
+        json={
+            "name": "typed",
+            "config": {"errors.tolerance": "all"},
+            "value_schema": {"schemaType": "JSON", "schema": json.dumps(schema)},
+        },
+    )
+    assert created.status_code == 201, created.text
+    r = api.post("/topics/typed/records", json={"records": [{"value": {"n": 1}}, {"value": {"n": "not a number"}}]})
+    assert r.status_code == 200, r.text
+    open_page(browser, server.url, "#/topic/typed")
+    browser.find_element(By.ID, "dead-letters").click()
+
+    def browsed(d):
+        wait_ready(d, "#/messages/typed.dlq")
+        rows = d.find_elements(By.CSS_SELECTOR, "#messages tr.record")
+        if not rows:
+            d.refresh()
+        return rows
+
+    (record,) = WebDriverWait(browser, WAIT).until(browsed)
+    assert "not a number" in record.text
+    assert "__connect.errors.exception.message=" in record.text and "topiclake.errors.record.index=1" in record.text

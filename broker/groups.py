@@ -19,8 +19,11 @@ from broker.coordinator import GroupCoordinator, GroupLag, GroupSummary, Heartbe
 from delta_log.core.acl import Principal, authorize, authorize_group
 from delta_log.core.group_rules import MemberState
 from delta_log.core.group_state import GroupState
+from delta_log.errors import InvalidOffsetError
 from delta_log.log.reader import OffsetSpec
-from delta_log.system.offsets import OffsetCommit
+from delta_log.registry import TopicRegistry
+from delta_log.system.offsets import OffsetCommit, committed_history
+from delta_log.table.time_travel import high_watermark_history
 
 
 def owner_of(principal: Principal) -> str | None:
@@ -248,3 +251,72 @@ def member(
     authorize_group(principal, "read", group)
     g = coordinator.group(group)
     return g, g.member(member_id, owner_of(principal))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed_offset: int
+    high_watermark: int
+    lag: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagPoint:
+    """A group's lag at one moment: per partition, and in total (of the partitions known then)."""
+
+    at_ms: int
+    lag: int | None  # None: the history does not reach back this far
+    partitions: list[PartitionLag]
+
+
+#: Points a lag history may ask for: each is a time travel of the offsets table and of each topic.
+MAX_LAG_POINTS = 60
+
+
+def lag_history(
+    registry: TopicRegistry, principal: Principal, group: str, *, since_ms: int, until_ms: int, points: int
+) -> list[LagPoint]:
+    """The group's lag at `points` moments evenly from `since_ms` to `until_ms`, from the Delta
+    history of the offsets table (what the group had committed then) and of each topic it
+    committed to (the high watermark then): "what did this group read last Tuesday". Only the
+    topics this key may describe. Blocking: call it in a thread.
+
+    Raises: AuthorizationError, InvalidOffsetError (a bad window)."""
+    authorize_group(principal, "describe", group)
+    if not 1 <= points <= MAX_LAG_POINTS or not 0 <= since_ms < until_ms:
+        raise InvalidOffsetError(
+            f"Ask for 1-{MAX_LAG_POINTS} points over a window whose start (epoch ms) is before its end.",
+            points=points,
+        )
+    step = (until_ms - since_ms) / max(points - 1, 1)
+    times = [int(since_ms + i * step) for i in range(points)] if points > 1 else [until_ms]
+    committed = committed_history(registry.storage, group, times)
+    alive = set(registry.catalog.list_topics())
+    topics = sorted({t for c in committed if c for t, _ in c if t in alive and principal.allows("describe", t)})
+    watermarks = {
+        t: high_watermark_history(registry.storage.open_topic(t), registry.reader(t).config.partitions, times)
+        for t in topics
+    }
+    out = []
+    for i, at in enumerate(times):
+        offsets = committed[i]
+        if offsets is None:
+            out.append(LagPoint(at_ms=at, lag=None, partitions=[]))
+            continue
+        rows = []
+        for (t, p), offset in sorted(offsets.items()):
+            hws = watermarks[t][i] if t in watermarks else None
+            if hws is not None and p in hws:
+                rows.append(
+                    PartitionLag(
+                        topic=t,
+                        partition=p,
+                        committed_offset=offset,
+                        high_watermark=hws[p],
+                        lag=max(hws[p] - offset, 0),
+                    )
+                )
+        out.append(LagPoint(at_ms=at, lag=sum(r.lag for r in rows), partitions=rows))
+    return out

@@ -143,6 +143,28 @@ class GroupInfo(_Model):
 
 class GroupList(_Model):
     groups: list[dict[str, str | int]]
+    next: str | None = Field(None, description="More groups follow: pass this as `after` for the next page.")
+
+
+class PartitionLagAt(_Model):
+    topic: str
+    partition: int
+    committed_offset: int
+    high_watermark: int
+    lag: int
+
+
+class LagAt(_Model):
+    at_ms: int = Field(description="The moment (epoch ms).")
+    lag: int | None = Field(
+        description="Total lag then, over the partitions below; null: the history does not reach back."
+    )
+    partitions: list[PartitionLagAt]
+
+
+class LagHistory(_Model):
+    group: str
+    points: list[LagAt]
 
 
 class OffsetLookup(_Model):

@@ -420,6 +420,76 @@ function produceForm(name, partition) {
     value, h("div", { class: "row" }, h("button", { type: "submit", id: "produce-send" }, "Produce")));
 }
 
+// -- consumer groups -----------------------------------------------------------------------------------
+async function groupsPage(params) {
+  const search = params.get("search") || "";
+  const after = params.get("after") || "";
+  const page = await get("/groups", { search, after, limit: PAGE_SIZE });
+  const box = h("input", { id: "group-search", value: search, placeholder: "name contains" });
+  const go = (q) => { location.hash = `#/groups?${new URLSearchParams(q)}`; };
+  show(
+    h("h1", {}, "Consumer groups"),
+    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
+      h("label", {}, "Search", box), h("button", { type: "submit" }, "Search")),
+    h("table", { id: "groups" },
+      h("thead", {}, h("tr", {}, ["Group", "State", "Members", "Generation"].map((c, i) => h("th", { class: i > 1 ? "num" : "" }, c)))),
+      h("tbody", {}, page.groups.length ? page.groups.map((g) => h("tr", { "data-group": g.group },
+        h("td", {}, h("a", { href: `#/group/${enc(g.group)}` }, g.group)), h("td", {}, g.state),
+        h("td", { class: "num" }, g.members), h("td", { class: "num" }, g.generation))) : h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No groups.")))),
+    h("div", { class: "row" },
+      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
+      page.next ? h("button", { class: "plain", type: "button", id: "next-groups", onclick: () => go({ search, after: page.next }) }, "Next page") : null),
+  );
+}
+
+const WINDOWS = { "15 min": 900000, "1 h": 3600000, "24 h": 86400000, "7 d": 604800000 };
+
+async function groupPage(name, params) {
+  const g = await get(`/groups/${enc(name)}`);
+  const windowName = params.get("window") || "1 h";
+  const until = Date.now();
+  const history = await get(`/groups/${enc(name)}/lag-history`, { since_ms: until - (WINDOWS[windowName] || 3600000), until_ms: until, points: 30 });
+  const canvas = h("canvas", { id: "lag-chart" });
+  const topics = [...new Set(g.lag.map((r) => r.topic))];
+  const topicSel = h("select", { id: "reset-topic" }, topics.map((t) => h("option", { value: t }, t)));
+  const toSel = h("select", { id: "reset-to" }, ["earliest", "latest", "timestamp", "offset"].map((t) => h("option", { value: t }, t)));
+  const at = h("input", { id: "reset-value", placeholder: "epoch ms or offset" });
+  const windowSel = h("select", { id: "lag-window", onchange: () => { location.hash = `#/group/${enc(name)}?window=${enc(windowSel.value)}`; } },
+    Object.keys(WINDOWS).map((w) => h("option", { value: w, selected: w === windowName }, w)));
+  const reset = guarded(async () => {
+    const body = { topic: topicSel.value, to: toSel.value };
+    if (toSel.value === "timestamp") body.timestamp = Number(at.value);
+    if (toSel.value === "offset") body.offset = Number(at.value);
+    const { doc } = await api("POST", `/groups/${enc(name)}/offsets/reset`, { json: body });
+    await groupPage(name, params);
+    say(`Reset ${doc.offsets.length} partition(s) of ${body.topic}.`, true);
+  });
+  show(
+    h("h1", {}, "Group ", h("span", { id: "group-name" }, name)),
+    h("p", { id: "group-state" }, `State ${g.state} · generation ${g.generation} · protocol ${g.assignor || "-"} · ${g.members.length} member(s)`),
+    h("h2", {}, "Lag over time ", windowSel),
+    h("div", { class: "charts" }, h("div", { class: "chart" }, canvas)),
+    h("h2", {}, "Members"),
+    h("table", { id: "members" },
+      h("thead", {}, h("tr", {}, ["Member", "Instance", "Subscribed", "Assigned"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, g.members.length ? g.members.map((m) => h("tr", {},
+        h("td", {}, m.member_id), h("td", {}, m.instance_id || ""),
+        h("td", {}, m.topics.join(", ")),
+        h("td", {}, Object.entries(m.assignment).map(([t, ps]) => `${t}: ${ps.join(", ")}`).join("; ")))) : h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No members.")))),
+    h("h2", {}, "Committed offsets and lag"),
+    h("table", { id: "lag" },
+      h("thead", {}, h("tr", {}, ["Topic", "Partition", "Committed", "High watermark", "Lag"].map((c, i) => h("th", { class: i ? "num" : "" }, c)))),
+      h("tbody", {}, g.lag.map((r) => h("tr", {}, h("td", {}, r.topic), h("td", { class: "num" }, r.partition),
+        h("td", { class: "num" }, r.committed_offset ?? "none"), h("td", { class: "num" }, r.high_watermark), h("td", { class: "num" }, r.lag))))),
+    h("form", { class: "panel", id: "reset", onsubmit: (ev) => { ev.preventDefault(); reset(); } },
+      h("h2", {}, "Reset offsets"),
+      h("p", { class: "muted" }, "Only while the group has no members (the API refuses otherwise)."),
+      h("div", { class: "row" }, h("label", {}, "Topic", topicSel), h("label", {}, "To", toSel), h("label", {}, "Timestamp or offset", at),
+        h("button", { type: "submit", id: "reset-send" }, "Reset"))),
+  );
+  chart(canvas, "line", history.points.map((p) => new Date(p.at_ms).toLocaleTimeString()), [{ label: "total lag (records)", data: history.points.map((p) => p.lag) }]);
+}
+
 // -- cluster ------------------------------------------------------------------------------------------
 function metricTotals(text) {
   const out = {};
@@ -502,6 +572,8 @@ const ROUTES = [
   [/^#\/topics$/, (m, q) => topicsPage(q), "topics"],
   [/^#\/topic\/([^?]+)$/, (m) => topicPage(decodeURIComponent(m[1])), "topics"],
   [/^#\/messages\/([^?]+)$/, (m, q) => messagesPage(decodeURIComponent(m[1]), q), "topics"],
+  [/^#\/groups$/, (m, q) => groupsPage(q), "groups"],
+  [/^#\/group\/([^?]+)$/, (m, q) => groupPage(decodeURIComponent(m[1]), q), "groups"],
   [/^#\/cluster$/, () => clusterPage(), "cluster"],
 ];
 

@@ -5,11 +5,15 @@ decode, call and encode.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.concurrency import run_in_threadpool
 
 from broker import groups
-from consumer_api.dependencies import CoordinatorDep, PrincipalDep
-from consumer_api.params import GroupPath, MemberPath, check_json_int
+from consumer_api.dependencies import CoordinatorDep, PrincipalDep, RegistryDep
+from consumer_api.params import MAX_JSON_INT, GroupPath, MemberPath, check_json_int
 from consumer_api.schemas import (
     CommitRequest,
     CommittedOffsets,
@@ -19,8 +23,11 @@ from consumer_api.schemas import (
     HeartbeatResponse,
     JoinRequest,
     JoinResponse,
+    LagAt,
+    LagHistory,
     LagInfo,
     MemberInfo,
+    PartitionLagAt,
     PartitionOffset,
     ResetRequest,
 )
@@ -105,14 +112,73 @@ async def committed(group: GroupPath, principal: PrincipalDep, coordinator: Coor
     )
 
 
-@router.get("", response_model=GroupList)
-async def list_groups(principal: PrincipalDep, coordinator: CoordinatorDep) -> GroupList:
-    """Every group with members or committed offsets that this key may describe."""
+@router.get("", response_model=GroupList, response_model_exclude_none=True)
+async def list_groups(
+    principal: PrincipalDep,
+    coordinator: CoordinatorDep,
+    search: Annotated[str, Query(max_length=255, description="Only groups whose name contains this (any case).")] = "",
+    after: Annotated[str, Query(max_length=255, description="Only groups after this one: the `next` of a page.")] = "",
+    limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many groups (a page).")] = None,
+) -> GroupList:
+    """Every group with members or committed offsets that this key may describe, by name; a page
+    of them with `limit` (then `next` names the last one: pass it as `after` for the next page)."""
+    needle = search.lower()
+    found = sorted(
+        (s for s in await groups.summaries(coordinator, principal) if s.group > after and needle in s.group.lower()),
+        key=lambda s: s.group,
+    )
+    last = found[limit - 1].group if limit is not None and len(found) > limit else None
     out: list[dict[str, str | int]] = [
         {"group": s.group, "state": s.state, "members": s.members, "generation": s.generation}
-        for s in await groups.summaries(coordinator, principal)
+        for s in (found[:limit] if limit is not None else found)
     ]
-    return GroupList(groups=out)
+    return GroupList(groups=out, next=last)
+
+
+@router.get("/{group}/lag-history", response_model=LagHistory)
+async def lag_history(
+    group: GroupPath,
+    principal: PrincipalDep,
+    coordinator: CoordinatorDep,
+    registry: RegistryDep,
+    since_ms: Annotated[
+        int | None,
+        Query(ge=0, le=MAX_JSON_INT, description="Window start, epoch ms (default: an hour before its end)."),
+    ] = None,
+    until_ms: Annotated[
+        int | None, Query(ge=1, le=MAX_JSON_INT, description="Window end, epoch ms (default: now).")
+    ] = None,
+    points: Annotated[int, Query(ge=1, le=groups.MAX_LAG_POINTS, description="Moments, evenly over the window.")] = 30,
+) -> LagHistory:
+    """The group's lag over time, from Delta time travel: at each moment, its committed offsets as
+    the offsets table held them against each topic's high watermark then (of the topics this key
+    may describe). A moment before the table's retained history has `lag` null."""
+    await groups.describe(coordinator, principal, group)  # the group exists, and the key may describe it
+    until = until_ms if until_ms is not None else int(time.time() * 1000)
+    since = since_ms if since_ms is not None else max(until - 3_600_000, 0)
+    found = await run_in_threadpool(
+        groups.lag_history, registry, principal, group, since_ms=since, until_ms=until, points=points
+    )
+    return LagHistory(
+        group=group,
+        points=[
+            LagAt(
+                at_ms=p.at_ms,
+                lag=p.lag,
+                partitions=[
+                    PartitionLagAt(
+                        topic=r.topic,
+                        partition=r.partition,
+                        committed_offset=r.committed_offset,
+                        high_watermark=r.high_watermark,
+                        lag=r.lag,
+                    )
+                    for r in p.partitions
+                ],
+            )
+            for p in found
+        ],
+    )
 
 
 @router.get("/{group}", response_model=GroupInfo)

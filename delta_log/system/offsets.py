@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
@@ -35,6 +36,7 @@ from delta_log.errors import (
 )
 from delta_log.table.app_transactions import coordinator_transactions, read_coordinator_epoch
 from delta_log.table.storage import StorageRoot, translate_storage_errors
+from delta_log.table.time_travel import travel
 
 OFFSETS_TABLE = "consumer_offsets"
 #: Kafka's offset.metadata.max.bytes.
@@ -300,3 +302,24 @@ class OffsetStore:
         """The latest commit of every key; with `deleted`, the deletes (`DELETED` rows) too."""
         with self._lock:
             return [c for c in self._latest.values() if deleted or c.offset != DELETED]
+
+
+def committed_history(
+    storage: StorageRoot, group: str, times_ms: Sequence[int]
+) -> list[dict[tuple[str, int], int] | None]:
+    """`group`'s committed offsets, (topic, partition) -> offset, as the offsets table held them at
+    each of `times_ms` (Delta time travel to the last version committed at or before it): what
+    the group had read then. Empty before the table's first version; None where its history no
+    longer reaches back that far (log cleanup) or cannot be read.
+    """
+    with translate_storage_errors():
+        dt = storage.open_table(storage.system_uri(OFFSETS_TABLE))
+    out: list[dict[tuple[str, int], int] | None] = []
+    for state in travel(dt, times_ms):
+        if state != "loaded":
+            out.append({} if state == "before" else None)
+            continue
+        table = storage.read_system_table(dt, OFFSETS_SCHEMA)
+        rows = [_row_commit(r) for r in table.filter(pc.equal(table["group"], group)).to_pylist()]
+        out.append({(t, p): c.offset for (_, t, p), c in latest_per_key(rows).items() if c.offset != DELETED})
+    return out

@@ -248,3 +248,38 @@ def test_dead_letters_show_with_their_error_headers(server, api, browser):
     (record,) = WebDriverWait(browser, WAIT).until(browsed)
     assert "not a number" in record.text
     assert "__connect.errors.exception.message=" in record.text and "topiclake.errors.record.index=1" in record.text
+
+
+def test_a_group_reads_then_its_lag_chart_and_offset_reset(server, api, browser, screenshots):
+    """Click through the groups pages: a group that read part of a topic shows its lag per partition
+    and a lag-over-time chart with points; resetting its offsets is refused while it has a member
+    (the API's message), then done once it is empty."""
+    assert api.post("/topics", json={"name": "readme", "partitions": 1}).status_code == 201
+    api.post("/topics/readme/records", json={"records": [{"value": i} for i in range(10)]})
+    m = api.post("/groups/readers/members", json={"topics": ["readme"], "session_timeout_ms": 30000}).json()
+    body = {
+        "member_id": m["member_id"],
+        "generation": m["generation"],
+        "offsets": [{"topic": "readme", "partition": 0, "offset": 4}],
+    }
+    assert api.post("/groups/readers/offsets", json=body).status_code == 200
+
+    open_page(browser, server.url, "#/groups")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-group="readers"]')
+    assert row.text.split()[:3] == ["readers", "Stable", "1"]
+    row.find_element(By.TAG_NAME, "a").click()
+    wait_ready(browser, "#/group/readers")
+    assert browser.find_element(By.ID, "lag").text.split("\n")[1].split() == ["readme", "0", "4", "10", "6"]
+    assert "readme: 0" in browser.find_element(By.ID, "members").text
+    points = chart_points(browser, "lag-chart")
+    assert len(points) == 30 and points[-1] == 6  # the lag now, from the offsets table's history
+    screenshots(browser, "group")
+
+    Select(browser.find_element(By.ID, "reset-to")).select_by_value("earliest")
+    browser.find_element(By.ID, "reset").submit()
+    assert "(" in wait_banner(browser, "members")  # refused while the group has a member
+    assert api.get("/groups/readers/offsets").json()["offsets"][0]["offset"] == 4
+    api.delete(f"/groups/readers/members/{m['member_id']}")
+    browser.find_element(By.ID, "reset").submit()
+    assert "Reset 1 partition(s) of readme." in wait_banner(browser, "Reset 1")
+    assert api.get("/groups/readers/offsets").json()["offsets"][0]["offset"] == 0

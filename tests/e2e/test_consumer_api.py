@@ -316,3 +316,53 @@ def test_groups_and_offsets_survive_restart(tmp_path):
         assert again["assignment"] == a["assignment"]
     finally:
         srv2.stop()
+
+
+def test_lag_history_travels_the_offsets_table_and_the_topic(http):
+    """GET /groups/{g}/lag-history: the lag at past moments, from Delta time travel of the offsets
+    table (what the group had committed then) and of the topic (its high watermark then)."""
+    assert http.post("/topics", json={"name": "lag-history", "partitions": 1}).status_code == 201
+
+    def produce(n):
+        r = http.post("/topics/lag-history/records", json={"records": [{"value": i} for i in range(n)]})
+        assert r.status_code == 200
+
+    def now_ms():
+        time.sleep(0.05)  # commits a few ms apart: each moment falls between two versions
+        stamp = int(time.time() * 1000)
+        time.sleep(0.05)
+        return stamp
+
+    m = join(http, "lagging", ["lag-history"])
+
+    def commit(offset):
+        body = {
+            "member_id": m["member_id"],
+            "generation": m["generation"],
+            "offsets": [{"topic": "lag-history", "partition": 0, "offset": offset}],
+        }
+        assert http.post("/groups/lagging/offsets", json=body).status_code == 200
+
+    produce(10)
+    commit(2)
+    first = now_ms()  # committed 2 of 10
+    produce(10)
+    commit(15)
+    second = now_ms()  # committed 15 of 20
+    r = http.get("/groups/lagging/lag-history", params={"since_ms": first, "until_ms": second, "points": 2})
+    assert r.status_code == 200, r.text
+    points = r.json()["points"]
+    assert [p["at_ms"] for p in points] == [first, second]
+    assert [
+        (p["lag"], p["partitions"][0]["committed_offset"], p["partitions"][0]["high_watermark"]) for p in points
+    ] == [
+        (8, 2, 10),
+        (5, 15, 20),
+    ]
+    # before the group committed anything: no partitions, no lag
+    early = http.get("/groups/lagging/lag-history", params={"since_ms": 1, "until_ms": 2, "points": 1}).json()
+    assert early["points"] == [{"at_ms": 2, "lag": 0, "partitions": []}]
+    bad = http.get("/groups/lagging/lag-history", params={"since_ms": second, "until_ms": first})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_OFFSET"
+    assert http.get("/groups/no-such-group/lag-history").status_code == 404
+    http.delete(f"/groups/lagging/members/{m['member_id']}")

@@ -1,0 +1,54 @@
+"""Delta time travel over a table's history: the table as it was at given times.
+
+I/O adapter (delta-rs). Used where the past is the question: a group's lag over time is its
+committed offsets (the offsets table) against the topics' high watermarks (their `hw-<p>` txns),
+both as of the same moments.
+"""
+
+from __future__ import annotations
+
+import datetime as dt_
+from collections.abc import Iterator, Sequence
+from typing import Literal
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from delta_log.table.app_transactions import read_high_watermarks
+
+State = Literal["before", "loaded", "gone"]
+
+
+def travel(dt: DeltaTable, times_ms: Sequence[int]) -> Iterator[State]:
+    """Load `dt` as of each of `times_ms` in turn (the last version committed at or before it) and
+    say how that went: "loaded" (read `dt` now), "before" (earlier than the table's first version:
+    it held nothing yet), or "gone" (the log no longer reaches back that far, or could not be read).
+    """
+    first = _first_commit_ms(dt)
+    for at_ms in times_ms:
+        if first is not None and at_ms < first:
+            yield "before"
+            continue
+        try:
+            dt.load_as_version(dt_.datetime.fromtimestamp(at_ms / 1000, dt_.UTC))
+        except (DeltaError, OSError, ValueError):
+            yield "gone"
+            continue
+        yield "loaded"
+
+
+def high_watermark_history(dt: DeltaTable, partitions: int, times_ms: Sequence[int]) -> list[dict[int, int] | None]:
+    """A topic table's high watermark per partition at each of `times_ms` (None: unknown then)."""
+    return [
+        read_high_watermarks(dt, partitions) if state == "loaded" else ({} if state == "before" else None)
+        for state in travel(dt, times_ms)
+    ]
+
+
+def _first_commit_ms(dt: DeltaTable) -> int | None:
+    """When the oldest version still in the table's log was committed (None: unknown)."""
+    try:
+        stamps = [int(h["timestamp"]) for h in dt.history() if "timestamp" in h]
+    except DeltaError:
+        return None
+    return min(stamps) if stamps else None

@@ -176,7 +176,7 @@ async function topicsPage(params) {
   const search = params.get("search") || "";
   const after = params.get("after") || "";
   const page = await get("/topics", { search, after, limit: PAGE_SIZE });
-  const subjects = new Set(await get("/subjects").catch(() => []));
+  const subjects = new Set(await get("/registry/subjects").catch(() => []));
   const details = await Promise.all(page.topics.map((t) => get(`/topics/${enc(t)}`).catch(() => null)));
   const rows = page.topics.map((name, i) => {
     const d = details[i];
@@ -490,6 +490,73 @@ async function groupPage(name, params) {
   chart(canvas, "line", history.points.map((p) => new Date(p.at_ms).toLocaleTimeString()), [{ label: "total lag (records)", data: history.points.map((p) => p.lag) }]);
 }
 
+// -- schemas -----------------------------------------------------------------------------------------
+// Subjects follow Confluent's TopicNameStrategy: <topic>-value and <topic>-key.
+const topicOf = (subject) => subject.replace(/-(value|key)$/, "");
+
+async function schemasPage() {
+  const subjects = await get("/registry/subjects");
+  const topics = new Set((await get("/topics")).topics);
+  const latest = await Promise.all(subjects.map((s) => get(`/registry/subjects/${enc(s)}/versions/latest`).catch(() => null)));
+  const levels = await Promise.all(subjects.map((s) => get(`/registry/config/${enc(s)}`, { defaultToGlobal: true }).catch(() => null)));
+  show(
+    h("h1", {}, "Schemas"),
+    h("table", { id: "subjects" },
+      h("thead", {}, h("tr", {}, ["Subject", "Latest version", "Type", "Id", "Compatibility", "Used by topic"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, subjects.length ? subjects.map((s, i) => h("tr", { "data-subject": s },
+        h("td", {}, h("a", { href: `#/schema/${enc(s)}` }, s)),
+        h("td", {}, latest[i] ? latest[i].version : "?"), h("td", {}, latest[i] ? latest[i].schemaType || "AVRO" : ""),
+        h("td", {}, latest[i] ? latest[i].id : ""), h("td", {}, levels[i] ? levels[i].compatibilityLevel : ""),
+        h("td", {}, topics.has(topicOf(s)) ? h("a", { href: `#/topic/${enc(topicOf(s))}` }, topicOf(s)) : h("span", { class: "muted" }, "none")))) :
+        h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No subjects.")))),
+  );
+}
+
+function pretty(schema) {
+  try { return JSON.stringify(JSON.parse(schema), null, 2); } catch { return schema; }
+}
+
+// a line diff (longest common subsequence): [kind, line] with kind " " (both), "-" (left), "+" (right)
+function diff(a, b) {
+  const n = a.length, m = b.length;
+  const L = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = a[i] === b[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n && j < m) {
+    if (a[i] === b[j]) { out.push([" ", a[i]]); i++; j++; }
+    else if (L[i + 1][j] >= L[i][j + 1]) out.push(["-", a[i++]]);
+    else out.push(["+", b[j++]]);
+  }
+  while (i < n) out.push(["-", a[i++]]);
+  while (j < m) out.push(["+", b[j++]]);
+  return out;
+}
+
+async function schemaPage(subject, params) {
+  const versions = await get(`/registry/subjects/${enc(subject)}/versions`);
+  const right = Number(params.get("right") || versions[versions.length - 1]);
+  const left = Number(params.get("left") || versions[Math.max(versions.length - 2, 0)]);
+  const [a, b] = await Promise.all([left, right].map((v) => get(`/registry/subjects/${enc(subject)}/versions/${v}`)));
+  const level = await get(`/registry/config/${enc(subject)}`, { defaultToGlobal: true }).catch(() => null);
+  const pick = (id, value) => h("select", { id, onchange: () => { location.hash = `#/schema/${enc(subject)}?left=${leftSel.value}&right=${rightSel.value}`; } },
+    versions.map((v) => h("option", { value: v, selected: v === value }, `version ${v}`)));
+  const leftSel = pick("left-version", left);
+  const rightSel = pick("right-version", right);
+  const lines = diff(pretty(a.schema).split("\n"), pretty(b.schema).split("\n"));
+  show(
+    h("h1", {}, "Subject ", h("span", { id: "subject-name" }, subject)),
+    h("p", {}, `${versions.length} version(s) · compatibility ${level ? level.compatibilityLevel : "?"} · `,
+      h("a", { href: `#/topic/${enc(topicOf(subject))}` }, `topic ${topicOf(subject)}`)),
+    h("div", { class: "row" }, h("label", {}, "Left", leftSel), h("label", {}, "Right", rightSel)),
+    h("table", { id: "schema-diff" },
+      h("thead", {}, h("tr", {}, h("th", {}, `version ${left} (id ${a.id})`), h("th", {}, `version ${right} (id ${b.id})`))),
+      h("tbody", {}, lines.map(([kind, line]) => h("tr", { class: kind === " " ? "same" : kind === "-" ? "removed" : "added" },
+        h("td", {}, h("pre", { class: "value" }, kind === "+" ? "" : line)),
+        h("td", {}, h("pre", { class: "value" }, kind === "-" ? "" : line)))))),
+  );
+}
+
 // -- cluster ------------------------------------------------------------------------------------------
 function metricTotals(text) {
   const out = {};
@@ -574,6 +641,8 @@ const ROUTES = [
   [/^#\/messages\/([^?]+)$/, (m, q) => messagesPage(decodeURIComponent(m[1]), q), "topics"],
   [/^#\/groups$/, (m, q) => groupsPage(q), "groups"],
   [/^#\/group\/([^?]+)$/, (m, q) => groupPage(decodeURIComponent(m[1]), q), "groups"],
+  [/^#\/schemas$/, () => schemasPage(), "schemas"],
+  [/^#\/schema\/([^?]+)$/, (m, q) => schemaPage(decodeURIComponent(m[1]), q), "schemas"],
   [/^#\/cluster$/, () => clusterPage(), "cluster"],
 ];
 

@@ -283,3 +283,25 @@ def test_a_group_reads_then_its_lag_chart_and_offset_reset(server, api, browser,
     browser.find_element(By.ID, "reset").submit()
     assert "Reset 1 partition(s) of readme." in wait_banner(browser, "Reset 1")
     assert api.get("/groups/readers/offsets").json()["offsets"][0]["offset"] == 0
+
+
+def test_schemas_list_their_versions_and_diff_them_side_by_side(server, api, browser, screenshots):
+    v1 = {"type": "record", "name": "Person", "fields": [{"name": "name", "type": "string"}]}
+    v2 = {**v1, "fields": [*v1["fields"], {"name": "email", "type": ["null", "string"], "default": None}]}
+    created = api.post("/topics", json={"name": "people", "value_schema": {"schema": json.dumps(v1)}})
+    assert created.status_code == 201, created.text
+    r = api.post("/registry/subjects/people-value/versions", json={"schema": json.dumps(v2)})
+    assert r.status_code == 200, r.text
+
+    open_page(browser, server.url, "#/topics")  # the topic list names its value schema's subject
+    assert "people-value" in browser.find_element(By.CSS_SELECTOR, 'tr[data-topic="people"]').text
+    browser.find_element(By.LINK_TEXT, "Schemas").click()
+    wait_ready(browser, "#/schemas")
+    cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, 'tr[data-subject="people-value"] td')]
+    assert cells[:2] == ["people-value", "2"] and cells[2] == "AVRO" and cells[4] == "BACKWARD" and cells[5] == "people"
+    browser.find_element(By.LINK_TEXT, "people-value").click()
+    wait_ready(browser, "#/schema/people-value")
+    added = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#schema-diff tr.added")]
+    assert any('"email"' in line for line in added)  # version 2's new field, on the right only
+    assert not browser.find_elements(By.CSS_SELECTOR, "#schema-diff tr.removed")
+    screenshots(browser, "schemas")

@@ -305,6 +305,12 @@ class AuthorizationError(TopiclakeError):
     hint = "Ask an admin to grant this key the operation on the topic or group (auth.api_keys acls, groups)."
 
 
+# --- maintenance jobs ------------------------------------------------------------------------
+class UnknownJobError(TopiclakeError):
+    code = "UNKNOWN_JOB"
+    hint = "GET /jobs lists the jobs this server runs."
+
+
 # --- consumer groups -------------------------------------------------------------------------
 class UnknownGroupError(TopiclakeError):
     code = "UNKNOWN_GROUP"

@@ -33,6 +33,7 @@ from delta_log.table.storage import StorageRoot
 from ingest_gateway.errors import error_response, install_error_handlers
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.openapi import install_openapi
+from ingest_gateway.routes import jobs as jobs_routes
 from ingest_gateway.routes import ops, records, topics
 from ingest_gateway.routes import registry as registry_routes
 from ingest_gateway.server import server_tls
@@ -356,6 +357,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(records.router)
     app.include_router(consumer_router)
     app.include_router(registry_routes.router)
+    app.include_router(jobs_routes.router)
     if settings.server.console:
         install_console(app)
     install_openapi(app, settings)

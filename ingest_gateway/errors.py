@@ -50,6 +50,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.AuthenticationError: 401,
     e.AuthorizationError: 403,
     e.UnknownGroupError: 404,
+    e.UnknownJobError: 404,
     e.UnknownMemberError: 404,
     e.FencedMemberError: 409,
     e.NotCoordinatorError: 503,

@@ -10,7 +10,8 @@ same code, one topic after another), which needs no JVM on a small machine.
 
 The scheduler exits when the server that started it is gone, however it ended.
 A job that fails is logged with its error and retried at its next interval; it never stops the
-scheduler or the server. Each run prints one JSON line (`{"job": ..., "report": ...}`) on stdout.
+scheduler or the server. Each run prints one JSON line (`{"job": ..., "report": ...}`) on stdout
+and is recorded in `_system/job_runs` (GET /jobs, the console's Jobs page).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from conf import Settings
+from delta_log.system.job_runs import JobRunLog
+from delta_log.table.storage import StorageRoot
 from jobs.common import job_settings
 
 
@@ -78,21 +81,52 @@ def schedule_of(settings: Settings) -> list[Scheduled]:
     return out
 
 
-def run_due(jobs: list[Scheduled], spark: Any, settings: Settings, now: float) -> list[str]:
+def run_job(
+    job: Scheduled, spark: Any, settings: Settings, runs: JobRunLog | None, *, trigger: str = "schedule"
+) -> dict[str, Any]:
+    """Run one job now: print its JSON line, and record the run in `_system/job_runs` (`runs`).
+    A job's failure is its line's `error`, never raised."""
+    started_ms = int(time.time() * 1000)
+    started = time.monotonic()
+    line: dict[str, Any]
+    try:
+        report: dict[str, Any] = job.run(spark, settings)
+        line = {"job": job.name, "ok": True, "seconds": round(time.monotonic() - started, 3), "report": report}
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        line = {
+            "job": job.name,
+            "ok": False,
+            "seconds": round(time.monotonic() - started, 3),
+            "error": f"{type(exc).__name__}: {exc}",
+        }
+    print(json.dumps(line, default=str), flush=True)
+    if runs is not None:
+        try:
+            runs.record(
+                job.name,
+                started_at_ms=started_ms,
+                seconds=line["seconds"],
+                ok=line["ok"],
+                report=line.get("report"),
+                error=line.get("error", ""),
+                trigger=trigger,
+            )
+        except Exception as exc:  # the run happened; only its record is missing
+            print(f"job run of {job.name} not recorded: {exc}", file=sys.stderr, flush=True)
+    return line
+
+
+def run_due(
+    jobs: list[Scheduled], spark: Any, settings: Settings, now: float, runs: JobRunLog | None = None
+) -> list[str]:
     """Run every job whose time came; returns their names."""
     ran = []
     for job in jobs:
         if now < job.next_at:
             continue
         job.next_at = now + job.interval_s
-        started = time.monotonic()
-        try:
-            report: dict[str, Any] = job.run(spark, settings)
-            line = {"job": job.name, "ok": True, "seconds": round(time.monotonic() - started, 3), "report": report}
-        except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            line = {"job": job.name, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        print(json.dumps(line, default=str), flush=True)
+        run_job(job, spark, settings, runs)
         ran.append(job.name)
     return ran
 
@@ -118,13 +152,14 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = get_spark(settings, app_name="topiclake-jobs")
     jobs = schedule_of(settings)
+    runs = JobRunLog(StorageRoot(settings.root, settings.storage_options))
     # First runs are staggered by a fraction of each interval so a fresh server starts quietly.
     start = time.monotonic()
     for i, job in enumerate(jobs):
         job.next_at = start if args.once else start + min(job.interval_s, 5.0 * (i + 1))
     try:
         while not stop.is_set() and not _orphaned(args.parent_pid):
-            run_due(jobs, spark, settings, time.monotonic())
+            run_due(jobs, spark, settings, time.monotonic(), runs)
             if args.once:
                 break
             stop.wait(min(1.0, max(0.05, min(j.next_at for j in jobs) - time.monotonic())))

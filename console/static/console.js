@@ -557,6 +557,43 @@ async function schemaPage(subject, params) {
   );
 }
 
+// -- jobs ----------------------------------------------------------------------------------------------
+function summary(report) {
+  return Object.entries(report || {}).map(([k, v]) => `${k}: ${Array.isArray(v) ? v.length : typeof v === "object" && v !== null ? JSON.stringify(v) : v}`).join(" · ");
+}
+
+async function jobsPage() {
+  const doc = await get("/jobs");
+  const runNow = (job, button) => guarded(async () => {
+    button.disabled = true;
+    button.textContent = "Running...";
+    try {
+      const { doc: line } = await api("POST", `/jobs/${enc(job)}/runs`);
+      await jobsPage();
+      if (line.ok) say(`${job} ran in ${line.seconds} s: ${summary(line.report) || "nothing to do"}.`, true);
+      else say(`${job} failed: ${line.error}`);
+    } finally {
+      button.disabled = false;
+    }
+  })();
+  show(
+    h("h1", {}, "Jobs"),
+    h("p", { class: "muted" }, doc.scheduled ? "The scheduler runs these beside the gateway; the runs below are every gateway's, from _system/job_runs." : "The scheduler is off (jobs.schedule = false): runs happen only when asked."),
+    ...doc.jobs.map((j) => {
+      const button = h("button", { type: "button", id: `run-${j.job}` }, "Run now");
+      button.addEventListener("click", () => runNow(j.job, button));
+      return h("div", { class: "panel", "data-job": j.job },
+        h("div", { class: "row" }, h("h2", {}, j.job), h("span", { class: "muted" }, `every ${duration(j.interval_s * 1000)}`), button),
+        h("table", { class: "runs" },
+          h("thead", {}, h("tr", {}, ["Started", "Seconds", "Result", "Trigger", "What it did"].map((c) => h("th", {}, c)))),
+          h("tbody", {}, j.runs.length ? j.runs.map((r) => h("tr", { class: r.ok ? "ok" : "failed" },
+            h("td", {}, new Date(r.started_at_ms).toLocaleString()), h("td", { class: "num" }, r.seconds),
+            h("td", {}, r.ok ? "ok" : "failed"), h("td", {}, `${r.trigger} (${r.host} pid ${r.pid})`),
+            h("td", {}, r.ok ? summary(r.report) : r.error))) : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No runs yet.")))));
+    }),
+  );
+}
+
 // -- cluster ------------------------------------------------------------------------------------------
 function metricTotals(text) {
   const out = {};
@@ -643,6 +680,7 @@ const ROUTES = [
   [/^#\/group\/([^?]+)$/, (m, q) => groupPage(decodeURIComponent(m[1]), q), "groups"],
   [/^#\/schemas$/, () => schemasPage(), "schemas"],
   [/^#\/schema\/([^?]+)$/, (m, q) => schemaPage(decodeURIComponent(m[1]), q), "schemas"],
+  [/^#\/jobs$/, () => jobsPage(), "jobs"],
   [/^#\/cluster$/, () => clusterPage(), "cluster"],
 ];
 

@@ -305,3 +305,23 @@ def test_schemas_list_their_versions_and_diff_them_side_by_side(server, api, bro
     assert any('"email"' in line for line in added)  # version 2's new field, on the right only
     assert not browser.find_elements(By.CSS_SELECTOR, "#schema-diff tr.removed")
     screenshots(browser, "schemas")
+
+
+def test_jobs_show_their_runs_and_run_now(server, api, browser, screenshots):
+    """The Jobs page lists the jobs with their last runs (from _system/job_runs); "Run now" runs one
+    in the gateway and the run, with what it did, appears."""
+    api.post("/topics", json={"name": "expiring", "config": {"retention.ms": 1}})
+    api.post("/topics/expiring/records", json={"records": [{"value": i} for i in range(5)]})
+    open_page(browser, server.url, "#/jobs")
+    panel = browser.find_element(By.CSS_SELECTOR, '[data-job="retention"]')
+    assert "No runs yet." in panel.text
+    browser.find_element(By.ID, "run-retention").click()
+    assert "retention ran in" in wait_banner(browser, "retention ran")
+    wait_ready(browser, "#/jobs")
+    runs = browser.find_elements(By.CSS_SELECTOR, '[data-job="retention"] tr.ok')
+    assert len(runs) == 1 and "request" in runs[0].text and "records_removed: 5" in runs[0].text
+    assert api.get("/topics/expiring").json()["partition_offsets"][0]["log_start_offset"] == 5  # it did run
+    (run,) = next(j for j in api.get("/jobs").json()["jobs"] if j["job"] == "retention")["runs"]
+    assert run["ok"] and run["trigger"] == "request" and run["report"]["records_removed"] == 5
+    assert api.post("/jobs/nope/runs").json()["error"]["code"] == "UNKNOWN_JOB"
+    screenshots(browser, "jobs")

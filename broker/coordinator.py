@@ -298,6 +298,7 @@ class GroupCoordinator:
         principal: str | None = None,
         protocols: Sequence[tuple[str, bytes]] = (),
         missing_topics_ok: bool = False,
+        client: tuple[str, str] = ("", ""),
     ) -> JoinResult:
         """Join (or rejoin) and wait for the group's next generation (Stable; or, where the leader
         assigns, CompletingRebalance until the leader's SyncGroup: see `sync`).
@@ -323,6 +324,7 @@ class GroupCoordinator:
             assignor=assignor,
             principal=principal,
             protocols=protocols,
+            client=client,
         )
         if settled:
             return g.result(member)

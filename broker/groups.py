@@ -43,6 +43,7 @@ async def join(
     assignor: str,
     protocols: Sequence[tuple[str, bytes]] = (),
     missing_topics_ok: bool = False,
+    client: tuple[str, str] = ("", ""),
 ) -> JoinResult:
     """Join (or rejoin) and wait for the group's next generation.
 
@@ -60,6 +61,7 @@ async def join(
         principal=owner_of(principal),
         protocols=protocols,
         missing_topics_ok=missing_topics_ok,
+        client=client,
     )
 
 
@@ -181,6 +183,8 @@ class MemberView:
     #: name (the faces then show the cut topics and assignment instead)
     leader_metadata: bytes | None = None
     leader_assignment: bytes | None = None
+    client_id: str = ""
+    client_host: str = ""
 
 
 def visible_members(principal: Principal, g: GroupState) -> list[MemberView]:
@@ -199,6 +203,8 @@ def visible_members(principal: Principal, g: GroupState) -> list[MemberView]:
                 session_timeout_ms=m.session_timeout_ms,
                 leader_metadata=dict(m.protocols).get(g.protocol or "", b"") if whole else None,
                 leader_assignment=m.leader_assignment if whole else None,
+                client_id=m.client_id,
+                client_host=m.client_host,
             )
         )
     return out

@@ -35,6 +35,9 @@ class JoinRequest(_Model):
         json_schema_extra={"minItems": 1},
     )
     member_id: str | None = Field(None, max_length=300, description="Set when rejoining after a rebalance.")
+    client_id: str | None = Field(
+        None, max_length=255, description="Who this client is (Kafka's client.id), shown when the group is described."
+    )
     instance_id: str | None = Field(
         None,
         max_length=249,
@@ -121,6 +124,8 @@ class MemberInfo(_Model):
     topics: list[str]
     session_timeout_ms: int
     assignment: dict[str, list[int]]
+    client_id: str = Field("", description="Kafka's client.id; over HTTP the join's `client_id`, else its User-Agent.")
+    client_host: str = Field("", description="Where the member joined from, as Kafka shows it (`/127.0.0.1`).")
 
 
 class LagInfo(_Model):

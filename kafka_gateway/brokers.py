@@ -7,14 +7,11 @@ broker, leader of everything."""
 from __future__ import annotations
 
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from broker.cluster import Cluster
 from delta_log.core.ownership import group_resource
 from delta_log.system.gateways import GatewayRecord
-
-MAX_CLIENTS = 65_536
 
 
 def node_id_for(address: str) -> int:
@@ -44,15 +41,6 @@ class BrokerView:
     def __init__(self, me: Broker, cluster: Cluster | None) -> None:
         self.me = me
         self.cluster = cluster
-        #: Kafka members' client id, host and protocol name, by member id (DescribeGroups shows
-        #: them); the oldest are forgotten past MAX_CLIENTS (members that left without a word)
-        self.clients: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
-
-    def remember_client(self, member_id: str, client: tuple[str, str, str]) -> None:
-        self.clients[member_id] = client
-        self.clients.move_to_end(member_id)
-        while len(self.clients) > MAX_CLIENTS:
-            self.clients.popitem(last=False)
 
     def brokers(self) -> list[Broker]:
         if self.cluster is None:

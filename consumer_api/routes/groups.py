@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from broker import groups
@@ -37,9 +37,10 @@ router = APIRouter(prefix="/groups", tags=["consumer groups"])
 
 @router.post("/{group}/members", response_model=JoinResponse)
 async def join(
-    group: GroupPath, body: JoinRequest, principal: PrincipalDep, coordinator: CoordinatorDep
+    group: GroupPath, body: JoinRequest, request: Request, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> JoinResponse:
     """Join (or rejoin) a group; returns when the group is stable, with this member's partitions."""
+    client_id = body.client_id if body.client_id is not None else request.headers.get("user-agent", "")[:255]
     r = await groups.join(
         coordinator,
         principal,
@@ -49,6 +50,7 @@ async def join(
         instance_id=body.instance_id,
         session_timeout_ms=body.session_timeout_ms,
         assignor=body.assignor,
+        client=(client_id, f"/{request.client.host}" if request.client else ""),
     )
     return JoinResponse(
         group=group, member_id=r.member_id, generation=r.generation, assignment=r.assignment, members=r.members
@@ -199,6 +201,8 @@ async def describe(group: GroupPath, principal: PrincipalDep, coordinator: Coord
                 topics=m.topics,
                 session_timeout_ms=m.session_timeout_ms,
                 assignment=m.assignment,
+                client_id=m.client_id,
+                client_host=m.client_host,
             )
             for m in groups.visible_members(principal, g)
         ],

@@ -66,6 +66,10 @@ class MemberState:
     leader_assignment: bytes = b""
     #: what it owned in the generation before (a cooperative member commits it while giving it up)
     previous_assignment: dict[str, list[int]] = field(default_factory=dict)
+    #: who the client says it is and where it connects from (Kafka's client.id and client host; over
+    #: HTTP the join's `client_id`, else its User-Agent, and its address): DescribeGroups shows them
+    client_id: str = ""
+    client_host: str = ""
 
     def owns(self, topic: str, partition: int) -> bool:
         return partition in self.assignment.get(topic, ())

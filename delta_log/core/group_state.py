@@ -164,6 +164,7 @@ class GroupState:
         assignor: str,
         principal: str | None = None,
         protocols: Sequence[tuple[str, bytes]] = (),
+        client: tuple[str, str] = ("", ""),
     ) -> tuple[MemberState, bool]:
         """Add or refresh a member. Returns (member, settled): when `settled`, the current
         assignment stands and the join is answered now; otherwise a rebalance is in progress and
@@ -189,6 +190,7 @@ class GroupState:
             if found is not None and found.topics == subs and found.protocols == offered and self.state == STABLE:
                 found.last_heartbeat = now  # static member back within its session: no rebalance
                 found.session_timeout_ms = session_timeout_ms
+                found.client_id, found.client_host = client
                 return found, True
             if found is None:
                 found = MemberState(
@@ -204,6 +206,7 @@ class GroupState:
             member = found
         member.last_heartbeat = now
         member.session_timeout_ms = session_timeout_ms
+        member.client_id, member.client_host = client
         unchanged = member_id is not None and member.topics == subs and member.protocols == offered
         if self.leader_assigns and leader_assigns(assignor):
             # Kafka's rule: a member that rejoins unchanged gets the current generation again (it

@@ -56,6 +56,8 @@ class MemberRecord:
     assignment: dict[str, list[int]] = field(default_factory=dict)
     last_heartbeat_ms: int = 0
     principal: str = ""
+    client_id: str = ""
+    client_host: str = ""
 
     @classmethod
     def of(cls, m: MemberState, *, last_heartbeat_ms: int) -> MemberRecord:
@@ -67,6 +69,8 @@ class MemberRecord:
             assignment=m.assignment,
             last_heartbeat_ms=last_heartbeat_ms,
             principal=m.principal,
+            client_id=m.client_id,
+            client_host=m.client_host,
         )
 
     def to_state(self, *, last_heartbeat: float) -> MemberState:
@@ -79,6 +83,8 @@ class MemberRecord:
             last_heartbeat=last_heartbeat,
             assignment=self.assignment,
             principal=self.principal,
+            client_id=self.client_id,
+            client_host=self.client_host,
         )
 
 
@@ -103,6 +109,8 @@ class GroupRecord:
                     "assignment": m.assignment,
                     "last_heartbeat_ms": m.last_heartbeat_ms,
                     "principal": m.principal,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
                 }
                 for m in self.members
             ]
@@ -119,6 +127,8 @@ def parse_members(text: str) -> tuple[MemberRecord, ...]:
             assignment={t: list(ps) for t, ps in m.get("assignment", {}).items()},
             last_heartbeat_ms=int(m.get("last_heartbeat_ms", 0)),
             principal=str(m.get("principal", "")),
+            client_id=str(m.get("client_id", "")),
+            client_host=str(m.get("client_host", "")),
         )
         for m in json.loads(text or "[]")
     )

@@ -96,10 +96,10 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
                 assignor=assignor,
                 protocols=offered if leader_mode else (),
                 missing_topics_ok=True,  # a consumer may subscribe before the topic exists
+                client=(conn.client_id or "", f"/{conn.peer}"),
             )
         except TopiclakeError as exc:
             return fail | {"error_code": code_of(exc)}
-        conn.brokers.remember_client(result.member_id, (conn.client_id or "", f"/{conn.peer}", name))
         answer: dict[str, Any] = {
             "throttle_time": 0,
             "error_code": 0,
@@ -206,7 +206,6 @@ async def leave_group(conn: Connection, request: Any, version: int) -> Any:
     for member_id in ids:
         try:
             await groups.leave(conn.services.coordinator, conn.principal, group, member_id)
-            conn.brokers.clients.pop(member_id, None)
             code = 0
         except UnknownGroupError:
             code = ErrorCode.unknown_member_id
@@ -334,14 +333,13 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
         return base | {"error_code": code_of(exc), "error_message": message_of(exc)}
     members = []
     for m in groups.visible_members(conn.principal, g):
-        client_id, host, _protocol = conn.brokers.clients.get(m.member_id, ("", "/http", ""))
         metadata, assignment = m.leader_metadata, m.leader_assignment
         members.append(
             {
                 "member_id": m.member_id,
                 "group_instance_id": m.instance_id,
-                "client_id": client_id,
-                "client_host": host,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
                 "member_metadata": messages.encode_subscription(m.topics) if metadata is None else metadata,
                 "member_assignment": messages.encode_assignment(m.assignment) if assignment is None else assignment,
             }

@@ -256,7 +256,9 @@ def test_a_group_reads_then_its_lag_chart_and_offset_reset(server, api, browser,
     (the API's message), then done once it is empty."""
     assert api.post("/topics", json={"name": "readme", "partitions": 1}).status_code == 201
     api.post("/topics/readme/records", json={"records": [{"value": i} for i in range(10)]})
-    m = api.post("/groups/readers/members", json={"topics": ["readme"], "session_timeout_ms": 30000}).json()
+    m = api.post(
+        "/groups/readers/members", json={"topics": ["readme"], "session_timeout_ms": 30000, "client_id": "reader-app"}
+    ).json()
     body = {
         "member_id": m["member_id"],
         "generation": m["generation"],
@@ -271,6 +273,7 @@ def test_a_group_reads_then_its_lag_chart_and_offset_reset(server, api, browser,
     wait_ready(browser, "#/group/readers")
     assert browser.find_element(By.ID, "lag").text.split("\n")[1].split() == ["readme", "0", "4", "10", "6"]
     assert "readme: 0" in browser.find_element(By.ID, "members").text
+    assert browser.find_element(By.CSS_SELECTOR, "#members td.client").text == "reader-app @ /127.0.0.1"
     points = chart_points(browser, "lag-chart")
     assert len(points) == 30 and points[-1] == 6  # the lag now, from the offsets table's history
     screenshots(browser, "group")

@@ -85,7 +85,14 @@ def test_a_group_with_an_http_member_and_a_kafka_member_splits_the_partitions(ga
     admin = AdminClient({"bootstrap.servers": gateway.kafka})
     admin.create_topics([NewTopic("mixed", 4, 1)])["mixed"].result(30)
     http = httpx.Client(base_url=gateway.url, timeout=60)
-    kafka = Consumer({"bootstrap.servers": gateway.kafka, "group.id": "mixed-group", "auto.offset.reset": "earliest"})
+    kafka = Consumer(
+        {
+            "bootstrap.servers": gateway.kafka,
+            "group.id": "mixed-group",
+            "auto.offset.reset": "earliest",
+            "client.id": "kafka-side",
+        }
+    )
     kafka.subscribe(["mixed"])
     deadline = time.monotonic() + 60
     while not kafka.assignment() and time.monotonic() < deadline:
@@ -97,7 +104,8 @@ def test_a_group_with_an_http_member_and_a_kafka_member_splits_the_partitions(ga
     joined: dict[str, object] = {}
 
     def join() -> None:
-        r = http.post("/groups/mixed-group/members", json={"topics": ["mixed"], "session_timeout_ms": 30000})
+        body = {"topics": ["mixed"], "session_timeout_ms": 30000, "client_id": "http-side"}
+        r = http.post("/groups/mixed-group/members", json=body)
         joined["answer"] = r.json()
 
     t = threading.Thread(target=join)
@@ -112,6 +120,17 @@ def test_a_group_with_an_http_member_and_a_kafka_member_splits_the_partitions(ga
     answer = joined["answer"]
     http_parts = {p for p in answer["assignment"]["mixed"]}  # type: ignore[index]
     kafka_parts = {tp.partition for tp in kafka.assignment()}
+    # both doors' members, described through either door, with who and where they are
+    described = admin.describe_consumer_groups(["mixed-group"])["mixed-group"].result(30)
+    assert sorted((m.client_id, m.host) for m in described.members) == [
+        ("http-side", "/127.0.0.1"),
+        ("kafka-side", "/127.0.0.1"),
+    ]
+    over_http = http.get("/groups/mixed-group").json()["members"]
+    assert sorted((m["client_id"], m["client_host"]) for m in over_http) == [
+        ("http-side", "/127.0.0.1"),
+        ("kafka-side", "/127.0.0.1"),
+    ]
     kafka.close()
     http.close()
     assert len(http_parts) == 2 and len(kafka_parts) == 2

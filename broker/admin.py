@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from delta_log.core.acl import Principal, authorize
 from delta_log.core.value_schemas import parse_schema, subject_for
+from delta_log.errors import InvalidConfigError
 from delta_log.log.catalog import TopicDescription
 from delta_log.log.reader import TopicReader
 from delta_log.registry import TopicRegistry
+from delta_log.table.time_travel import appended_history
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +79,21 @@ def list_topics(
     if limit is not None and len(names) > limit:
         return names[:limit], names[limit - 1]
     return names, None
+
+
+#: Commits a throughput series may ask for: each is one commit entry read from the table's log.
+MAX_THROUGHPUT_COMMITS = 1000
+
+
+def throughput(registry: TopicRegistry, principal: Principal, name: str, commits: int) -> list[tuple[int, int, int]]:
+    """(commit time ms, records, bytes) of the topic's last `commits` appends, oldest first, from
+    its Delta history (every gateway's and the Spark sink's appends). Blocking.
+
+    Raises: AuthorizationError, TopicNotFoundError, InvalidConfigError (`commits` out of range)."""
+    authorize(principal, "describe", name)
+    if not 1 <= commits <= MAX_THROUGHPUT_COMMITS:
+        raise InvalidConfigError(f"commits must be 1-{MAX_THROUGHPUT_COMMITS}; got {commits}.")
+    return appended_history(registry.storage.open_topic(name), commits)
 
 
 def describe_topic(registry: TopicRegistry, principal: Principal, name: str) -> tuple[TopicDescription, TopicReader]:

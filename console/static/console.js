@@ -178,6 +178,8 @@ async function topicsPage(params) {
   const page = await get("/topics", { search, after, limit: PAGE_SIZE });
   const subjects = new Set(await get("/registry/subjects").catch(() => []));
   const details = await Promise.all(page.topics.map((t) => get(`/topics/${enc(t)}`).catch(() => null)));
+  const series = await Promise.all(page.topics.map((t) => get(`/topics/${enc(t)}/throughput`, { commits: 200 }).catch(() => null)));
+  const sparks = [];
   const rows = page.topics.map((name, i) => {
     const d = details[i];
     const parts = d ? d.partition_offsets || [] : [];
@@ -194,6 +196,7 @@ async function topicsPage(params) {
       h("td", {}, duration(cfg["retention.ms"] ?? 604800000)),
       h("td", {}, cfg["cleanup.policy"] || "delete"),
       h("td", {}, subjects.has(`${name}-value`) ? h("span", { class: "tag" }, `${name}-value`) : ""),
+      h("td", { class: "spark" }, spark(series[i], sparks, name)),
       h("td", {}, h("a", { href: `#/messages/${enc(name)}` }, "messages")),
     );
   });
@@ -210,8 +213,8 @@ async function topicsPage(params) {
     h(
       "table",
       { id: "topics" },
-      h("thead", {}, h("tr", {}, ["Topic", "Partitions", "Records", "Size", "Retention", "Cleanup", "Value schema", ""].map((c, i) => h("th", { class: i > 0 && i < 4 ? "num" : "" }, c)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No topics."))),
+      h("thead", {}, h("tr", {}, ["Topic", "Partitions", "Records", "Size", "Retention", "Cleanup", "Value schema", "Produced (latest appends)", ""].map((c, i) => h("th", { class: i > 0 && i < 4 ? "num" : "" }, c)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No topics."))),
     ),
     h(
       "div",
@@ -221,6 +224,21 @@ async function topicsPage(params) {
     ),
     createTopicForm(),
   );
+  for (const [canvas, labels, data] of sparks) chart(canvas, "line", labels, [{ label: "records", data, pointRadius: 0, borderWidth: 1 }], { sparkline: true });
+}
+
+// A topic's records appended per time bucket, over its latest appends (its Delta history).
+function spark(doc, sparks, name) {
+  const commits = doc ? doc.commits : [];
+  if (!commits.length) return h("span", { class: "muted" }, "none yet");
+  const buckets = 20;
+  const first = commits[0].at_ms;
+  const last = Math.max(commits[commits.length - 1].at_ms, first + 1);
+  const data = new Array(buckets).fill(0);
+  for (const c of commits) data[Math.min(buckets - 1, Math.floor(((c.at_ms - first) / (last - first)) * buckets))] += c.records;
+  const canvas = h("canvas", { id: `spark-${name}`, width: 120, height: 28 });
+  sparks.push([canvas, data.map((_, i) => new Date(first + ((last - first) * i) / buckets).toLocaleTimeString()), data]);
+  return h("div", { class: "sparkline", title: `${commits.reduce((s, c) => s + c.records, 0)} records in the latest ${commits.length} appends` }, canvas);
 }
 
 function createTopicForm() {
@@ -649,7 +667,7 @@ async function clusterPage() {
 }
 
 // -- charts (Chart.js, built by make setup) ---------------------------------------------------------
-function chart(canvas, type, labels, datasets) {
+function chart(canvas, type, labels, datasets, { sparkline = false } = {}) {
   if (!window.Chart) {
     canvas.replaceWith(h("p", { class: "muted" }, "The chart library is missing: run make setup."));
     return null;
@@ -657,7 +675,9 @@ function chart(canvas, type, labels, datasets) {
   const c = new window.Chart(canvas, {
     type,
     data: { labels, datasets },
-    options: { animation: false, responsive: true, maintainAspectRatio: false, plugins: { legend: { display: true } } },
+    options: sparkline
+      ? { animation: false, responsive: false, events: [], plugins: { legend: { display: false }, tooltip: { enabled: false } }, scales: { x: { display: false }, y: { display: false, beginAtZero: true } } }
+      : { animation: false, responsive: true, maintainAspectRatio: false, plugins: { legend: { display: true } } },
   });
   charts.push(c);
   return c;

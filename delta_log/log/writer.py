@@ -70,6 +70,7 @@ from delta_log.table.app_transactions import (
 )
 from delta_log.table.segment_files import ParquetOptions, remove_files, write_segments
 from delta_log.table.storage import StorageRoot
+from delta_log.table.time_travel import THROUGHPUT_BYTES, THROUGHPUT_RECORDS
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +389,15 @@ class TopicWriter:
                 "append",
                 TOPIC_SCHEMA,
                 partition_by=["partition"],
-                commit_properties=CommitProperties(app_transactions=txns),
+                # the records and bytes each commit appended, in its commitInfo: a topic's
+                # throughput over time is then its Delta history (GET /topics/{t}/throughput)
+                commit_properties=CommitProperties(
+                    app_transactions=txns,
+                    custom_metadata={
+                        THROUGHPUT_RECORDS: str(records.num_rows),
+                        THROUGHPUT_BYTES: str(sum(f.action.size for f in files)),
+                    },
+                ),
                 post_commithook_properties=_NO_HOOK_CLEANUP,
             )
         except BaseException:

@@ -52,3 +52,24 @@ def _first_commit_ms(dt: DeltaTable) -> int | None:
     except DeltaError:
         return None
     return min(stamps) if stamps else None
+
+
+#: commitInfo keys of a topic writer's commits: the records and file bytes each appended
+THROUGHPUT_RECORDS = "topiclake.records"
+THROUGHPUT_BYTES = "topiclake.bytes"
+
+
+def appended_history(dt: DeltaTable, commits: int) -> list[tuple[int, int, int]]:
+    """(commit time ms, records, bytes) of the table's last `commits` commits that say what they
+    appended (a topic writer's), oldest first. Roll-ups, compactions and config changes append
+    nothing new and are left out."""
+    try:
+        history = dt.history(commits)
+    except DeltaError:
+        return []
+    out = []
+    for h in history:
+        records = h.get(THROUGHPUT_RECORDS)
+        if records is not None and "timestamp" in h:
+            out.append((int(h["timestamp"]), int(records), int(h.get(THROUGHPUT_BYTES, 0))))
+    return sorted(out)

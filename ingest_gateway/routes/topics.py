@@ -90,6 +90,22 @@ def describe_topic(topic: TopicPath, registry: RegistryDep, principal: Principal
     return _info(description, reader, registry.table_lag_s(topic))
 
 
+@router.get("/{topic}/throughput")
+def throughput(
+    topic: TopicPath,
+    registry: RegistryDep,
+    principal: PrincipalDep,
+    commits: Annotated[
+        int, Query(ge=1, le=admin.MAX_THROUGHPUT_COMMITS, description="How many of the latest appends.")
+    ] = 200,
+) -> dict[str, object]:
+    """The topic's latest appends from its Delta history, oldest first: when each was committed,
+    how many records and file bytes it added (every gateway's, and the Spark sink's). A rate over
+    time is theirs to bucket; the console draws its sparklines from this."""
+    appended = admin.throughput(registry, principal, topic, commits)
+    return {"topic": topic, "commits": [{"at_ms": t, "records": r, "bytes": b} for t, r, b in appended]}
+
+
 @router.patch("/{topic}/config", response_model=TopicInfo, response_model_exclude_none=True)
 def alter_config(topic: TopicPath, body: AlterConfig, registry: RegistryDep, principal: PrincipalDep) -> TopicInfo:
     """Set topic config keys (null resets a key to its default)."""

@@ -80,6 +80,7 @@ def test_the_topics_page_lists_topics_with_their_figures(server, api, browser, s
     cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     assert cells[:3] == ["orders", "3", "5"]
     assert cells[4:6] == ["1 h", "delete"]
+    assert sum(chart_points(browser, "spark-orders")) == 5  # the sparkline: the topic's appends, from its history
     screenshots(browser, "topics")
     # server-side search: the page asks the API for matching names only
     fill(browser, "topic-search", "nomatch")

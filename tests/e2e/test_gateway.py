@@ -42,6 +42,20 @@ def test_topic_admin_lifecycle(http):
     assert http.delete("/topics/admin-t").json()["error"]["code"] == "UNKNOWN_TOPIC"
 
 
+def test_throughput_is_the_topics_delta_history(http):
+    """GET /topics/{t}/throughput: the latest appends, from the table's history (each topic
+    writer's commit says what it appended), oldest first."""
+    assert http.post("/topics", json={"name": "tput", "partitions": 2}).status_code == 201
+    for n in (3, 4, 5):
+        assert http.post("/topics/tput/records", json={"records": [{"value": i} for i in range(n)]}).status_code == 200
+    commits = http.get("/topics/tput/throughput").json()["commits"]
+    assert sum(c["records"] for c in commits) == 12 and all(c["bytes"] > 0 for c in commits)
+    assert [c["at_ms"] for c in commits] == sorted(c["at_ms"] for c in commits)
+    assert len(http.get("/topics/tput/throughput", params={"commits": 1}).json()["commits"]) == 1
+    assert http.get("/topics/tput/throughput", params={"commits": 0}).status_code == 422
+    assert http.get("/topics/no-such-topic/throughput").status_code == 404
+
+
 def test_topic_list_pages_and_search(http):
     """GET /topics pages by name (`limit`, then `after` = the page's `next`) and filters by a
     substring, server-side: a console with 10,000 topics asks for one page at a time."""

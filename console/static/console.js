@@ -153,13 +153,92 @@ const utf8 = new TextDecoder("utf-8", { fatal: true });
 function hex(b) {
   return Array.from(b.slice(0, 4096), (x) => x.toString(16).padStart(2, "0")).join(" ") + (b.length > 4096 ? " ..." : "");
 }
+// Confluent's framing: byte 0, a 4-byte schema id, then Avro binary (or JSON text)
+function framedId(b) {
+  return b && b.length >= 5 && b[0] === 0 ? new DataView(b.buffer, b.byteOffset + 1, 4).getInt32(0) : null;
+}
+
+// Schemas by id, from the registry (GET /registry/schemas/ids/{id}), fetched once per page.
+const schemas = new Map();
+async function loadSchemas(ids) {
+  await Promise.all([...new Set(ids)].filter((id) => id !== null && !schemas.has(id)).map(async (id) => {
+    const doc = await get(`/registry/schemas/ids/${id}`).catch(() => null);
+    schemas.set(id, doc ? { type: doc.schemaType || "AVRO", schema: JSON.parse(doc.schema) } : null);
+  }));
+}
+
+function avroNames(s, named, ns = "") {
+  if (Array.isArray(s)) { for (const x of s) avroNames(x, named, ns); return; }
+  if (!s || typeof s !== "object") return;
+  if (["record", "error", "enum", "fixed"].includes(s.type) && s.name) {
+    const full = s.name.includes(".") ? s.name : (s.namespace || ns) ? `${s.namespace || ns}.${s.name}` : s.name;
+    named[full] = s;
+    named[s.name] = named[s.name] || s;
+    ns = full.includes(".") ? full.slice(0, full.lastIndexOf(".")) : ns;
+  }
+  for (const f of s.fields || []) avroNames(f.type, named, ns);
+  avroNames(s.items, named, ns);
+  avroNames(s.values, named, ns);
+  if (typeof s.type === "object") avroNames(s.type, named, ns);
+}
+
+// Avro binary -> a JSON-ready value (unions as their branch's value), per the writer's schema.
+function avroDecode(schema, bytes) {
+  const named = {};
+  avroNames(schema, named);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let pos = 0;
+  const need = (n) => { if (pos + n > bytes.length) throw new Error("truncated Avro value"); };
+  const long = () => {
+    let n = 0n, shift = 0n, b;
+    do { need(1); b = bytes[pos++]; n |= BigInt(b & 0x7f) << shift; shift += 7n; } while (b & 0x80);
+    const v = (n >> 1n) ^ -(n & 1n);
+    return Number.isSafeInteger(Number(v)) ? Number(v) : v.toString();
+  };
+  const blob = () => { const n = long(); need(n); const out = bytes.subarray(pos, pos + n); pos += n; return out; };
+  const blocks = (each) => { for (;;) { let n = long(); if (n === 0) return; if (n < 0) { n = -n; long(); } for (let i = 0; i < n; i++) each(); } };
+  const read = (s) => {
+    if (Array.isArray(s)) return read(s[long()]);
+    if (typeof s === "string") {
+      switch (s) {
+        case "null": return null;
+        case "boolean": need(1); return bytes[pos++] === 1;
+        case "int": case "long": return long();
+        case "float": need(4); pos += 4; return view.getFloat32(pos - 4, true);
+        case "double": need(8); pos += 8; return view.getFloat64(pos - 8, true);
+        case "bytes": return hex(blob());
+        case "string": return new TextDecoder().decode(blob());
+        default: if (named[s]) return read(named[s]); throw new Error(`unknown Avro type ${s}`);
+      }
+    }
+    switch (s.type) {
+      case "record": case "error": { const o = {}; for (const f of s.fields) o[f.name] = read(f.type); return o; }
+      case "enum": return s.symbols[long()];
+      case "array": { const out = []; blocks(() => out.push(read(s.items))); return out; }
+      case "map": { const out = {}; blocks(() => { const k = new TextDecoder().decode(blob()); out[k] = read(s.values); }); return out; }
+      case "fixed": { need(s.size); pos += s.size; return hex(bytes.subarray(pos - s.size, pos)); }
+      default: return read(s.type);
+    }
+  };
+  const value = read(schema);
+  if (pos !== bytes.length) throw new Error("bytes left after the Avro value");
+  return value;
+}
+
 function render(b, as) {
   if (b === null) return { kind: "null", text: "null" };
   if (as === "hex") return { kind: "hex", text: hex(b) };
-  if ((as === "auto" || as === "avro") && b.length > 5 && b[0] === 0) {
-    const id = new DataView(b.buffer, b.byteOffset + 1, 4).getInt32(0);
-    return { kind: "avro", text: `schema id ${id}: ${hex(b.slice(5))}` };
+  const id = framedId(b);
+  if ((as === "auto" || as === "avro") && id !== null && schemas.get(id)) {
+    const { type, schema } = schemas.get(id);
+    try {
+      const value = type === "AVRO" ? avroDecode(schema, b.subarray(5)) : JSON.parse(utf8.decode(b.subarray(5)));
+      return { kind: `${type.toLowerCase()} (schema id ${id})`, text: JSON.stringify(value, null, 2) };
+    } catch (e) {
+      return { kind: `undecodable (schema id ${id})`, text: `${e.message}: ${hex(b.subarray(5))}` };
+    }
   }
+  if (as === "avro" && id !== null) return { kind: `schema id ${id}`, text: hex(b.subarray(5)) };
   let text;
   try { text = utf8.decode(b); } catch { return { kind: "hex", text: hex(b) }; }
   if (as === "text") return { kind: "text", text };
@@ -335,6 +414,7 @@ async function messagesPage(name, params) {
     const page = await get(`/topics/${enc(name)}/partitions/${partition}/records`, { offset: start, max_records: from === "newest" || direction === "backward" ? offset - start : PAGE_SIZE, key_format: "binary", value_format: "binary" });
     records = page.records;
   }
+  await loadSchemas(records.flatMap((r) => [framedId(fromBase64(r.value)), framedId(fromBase64(r.key))]));
   const set = (q) => { const p = new URLSearchParams(params); for (const [k, v] of Object.entries(q)) p.set(k, v); location.hash = `#/messages/${enc(name)}?${p}`; };
   const partSel = h("select", { id: "msg-partition" }, Array.from({ length: d.partitions }, (_, i) => h("option", { value: i, selected: i === partition }, `partition ${i}`)));
   const fromSel = h("select", { id: "msg-from" }, ["newest", "earliest", "offset", "timestamp"].map((f) => h("option", { value: f, selected: f === from }, f)));
@@ -401,7 +481,9 @@ async function followLive(name, partition, records, draw, button) {
         const kind = (event.match(/^event: (.*)$/m) || [])[1];
         const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
         if (kind === "record" && data) {
-          records.push(JSON.parse(data));
+          const record = JSON.parse(data);
+          await loadSchemas([framedId(fromBase64(record.value)), framedId(fromBase64(record.key))]);
+          records.push(record);
           if (records.length > 500) records.shift();
           draw();
         }

@@ -329,3 +329,56 @@ def test_jobs_show_their_runs_and_run_now(server, api, browser, screenshots):
     assert run["ok"] and run["trigger"] == "request" and run["report"]["records_removed"] == 5
     assert api.post("/jobs/nope/runs").json()["error"]["code"] == "UNKNOWN_JOB"
     screenshots(browser, "jobs")
+
+
+def test_avro_values_are_decoded_through_the_registry_and_live_records_follow(server, api, browser):
+    """A value in Confluent's framing is decoded with its schema from the registry (by the id in
+    its first bytes); with "Follow live" on, records produced meanwhile appear as they commit."""
+    import base64
+    import io
+
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "Click",
+        "namespace": "shop",
+        "fields": [
+            {"name": "user", "type": "string"},
+            {"name": "n", "type": "long"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "ref", "type": ["null", "string"], "default": None},
+            {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["VIEW", "BUY"]}},
+            {"name": "price", "type": "double"},
+        ],
+    }
+    created = api.post("/topics", json={"name": "avro-clicks", "value_schema": {"schema": json.dumps(schema)}})
+    assert created.status_code == 201, created.text
+    schema_id = created.json()["value_schema"]["id"]
+
+    def framed(value: dict) -> str:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+        return base64.b64encode(b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()).decode()
+
+    first = {"user": "ann", "n": -3_000_000_000, "tags": ["a", "b"], "ref": None, "kind": "BUY", "price": 9.5}
+    body = {"value_format": "binary", "records": [{"value": framed(first)}]}
+    assert api.post("/topics/avro-clicks/records", json=body).status_code == 200
+
+    def browsed(d):
+        open_page(d, server.url, "#/messages/avro-clicks?from=earliest")
+        return d.find_elements(By.CSS_SELECTOR, "#messages tr.record")
+
+    (record,) = WebDriverWait(browser, WAIT).until(browsed)
+    text = record.text
+    assert f"avro (schema id {schema_id})" in text
+    shown = json.loads(text[text.index("{") : text.rindex("}") + 1])
+    assert shown == first  # every type, as fastavro wrote it
+
+    browser.find_element(By.ID, "msg-follow").click()
+    WebDriverWait(browser, WAIT).until(lambda d: d.find_element(By.ID, "msg-follow").text == "Stop following")
+    second = {**first, "user": "bob", "n": 7, "tags": [], "ref": "r-1", "kind": "VIEW"}
+    body = {"value_format": "binary", "records": [{"value": framed(second)}]}
+    assert api.post("/topics/avro-clicks/records", json=body).status_code == 200
+    WebDriverWait(browser, WAIT).until(lambda d: '"user": "bob"' in d.find_element(By.ID, "messages").text)
+    browser.find_element(By.ID, "msg-follow").click()  # stop

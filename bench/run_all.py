@@ -38,6 +38,7 @@ BENCHES = [
     "kafka_bench",
     "write_ahead_bench",
     "many_topics_bench",
+    "console_bench",
 ]
 QUICK_ARGS = {
     "log_bench": ["--quick"],
@@ -50,6 +51,7 @@ QUICK_ARGS = {
     "kafka_bench": ["--quick"],
     "write_ahead_bench": ["--quick"],
     "many_topics_bench": ["--quick"],
+    "console_bench": ["--quick"],
 }
 
 

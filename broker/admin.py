@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from delta_log.core.acl import Principal, authorize
+from delta_log.core.paging import page_of
 from delta_log.core.value_schemas import parse_schema, subject_for
 from delta_log.errors import InvalidConfigError
 from delta_log.log.catalog import TopicDescription
@@ -70,15 +71,8 @@ def list_topics(
 ) -> tuple[list[str], str | None]:
     """The topics this key may describe, by name: those containing `search` (case-insensitive),
     after the name `after`, at most `limit` of them; and the name to ask `after` next (None: no more)."""
-    needle = search.lower()
-    names = sorted(
-        n
-        for n in registry.catalog.list_topics()
-        if n > after and needle in n.lower() and principal.allows("describe", n)
-    )
-    if limit is not None and len(names) > limit:
-        return names[:limit], names[limit - 1]
-    return names, None
+    visible = (n for n in registry.catalog.list_topics() if principal.allows("describe", n))
+    return page_of(visible, str, search=search, after=after, limit=limit)
 
 
 #: Commits a throughput series may ask for: each is one commit entry read from the table's log.

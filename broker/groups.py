@@ -19,6 +19,7 @@ from broker.coordinator import GroupCoordinator, GroupLag, GroupSummary, Heartbe
 from delta_log.core.acl import Principal, authorize, authorize_group
 from delta_log.core.group_rules import MemberState
 from delta_log.core.group_state import GroupState
+from delta_log.core.paging import page_of
 from delta_log.errors import InvalidOffsetError
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
@@ -153,9 +154,13 @@ async def committed(
     return {k: c for k, c in (await coordinator.committed(group)).items() if principal.allows("describe", k[0])}
 
 
-async def summaries(coordinator: GroupCoordinator, principal: Principal) -> list[GroupSummary]:
-    """Every group this key may describe."""
-    return [s for s in await coordinator.summaries() if principal.allows_group("describe", s.group)]
+async def summaries(
+    coordinator: GroupCoordinator, principal: Principal, *, search: str = "", after: str = "", limit: int | None = None
+) -> tuple[list[GroupSummary], str | None]:
+    """The groups this key may describe, by name: a page of them (delta_log.core.paging), and the
+    name to ask `after` next (None: no more)."""
+    visible = (s for s in await coordinator.summaries() if principal.allows_group("describe", s.group))
+    return page_of(visible, lambda s: s.group, search=search, after=after, limit=limit)
 
 
 async def describe(

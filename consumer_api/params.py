@@ -41,6 +41,10 @@ GroupPath = Annotated[
 MemberPath = Annotated[str, Path(description="The member id a join returned.", json_schema_extra={"maxLength": 300})]
 KeyFormat = Annotated[str, Query(description="json | string | binary (base64)", json_schema_extra=FORMATS)]
 ValueFormat = KeyFormat
+#: A list's page (GET /topics, GET /groups: delta_log.core.paging)
+SearchQuery = Annotated[str, Query(max_length=255, description="Only names containing this (any case).")]
+AfterQuery = Annotated[str, Query(max_length=255, description="Only names after this one: the `next` of a page.")]
+LimitQuery = Annotated[int | None, Query(ge=1, le=10_000, description="At most this many (a page).")]
 OffsetQuery = Annotated[
     int, Query(description="First offset to return.", json_schema_extra={"minimum": 0, "maximum": 2**53 - 1})
 ]

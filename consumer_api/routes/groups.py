@@ -6,6 +6,7 @@ decode, call and encode.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -13,7 +14,15 @@ from fastapi.concurrency import run_in_threadpool
 
 from broker import groups
 from consumer_api.dependencies import CoordinatorDep, PrincipalDep, RegistryDep
-from consumer_api.params import MAX_JSON_INT, GroupPath, MemberPath, check_json_int
+from consumer_api.params import (
+    MAX_JSON_INT,
+    AfterQuery,
+    GroupPath,
+    LimitQuery,
+    MemberPath,
+    SearchQuery,
+    check_json_int,
+)
 from consumer_api.schemas import (
     CommitRequest,
     CommittedOffsets,
@@ -118,21 +127,15 @@ async def committed(group: GroupPath, principal: PrincipalDep, coordinator: Coor
 async def list_groups(
     principal: PrincipalDep,
     coordinator: CoordinatorDep,
-    search: Annotated[str, Query(max_length=255, description="Only groups whose name contains this (any case).")] = "",
-    after: Annotated[str, Query(max_length=255, description="Only groups after this one: the `next` of a page.")] = "",
-    limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many groups (a page).")] = None,
+    search: SearchQuery = "",
+    after: AfterQuery = "",
+    limit: LimitQuery = None,
 ) -> GroupList:
     """Every group with members or committed offsets that this key may describe, by name; a page
     of them with `limit` (then `next` names the last one: pass it as `after` for the next page)."""
-    needle = search.lower()
-    found = sorted(
-        (s for s in await groups.summaries(coordinator, principal) if s.group > after and needle in s.group.lower()),
-        key=lambda s: s.group,
-    )
-    last = found[limit - 1].group if limit is not None and len(found) > limit else None
+    found, last = await groups.summaries(coordinator, principal, search=search, after=after, limit=limit)
     out: list[dict[str, str | int]] = [
-        {"group": s.group, "state": s.state, "members": s.members, "generation": s.generation}
-        for s in (found[:limit] if limit is not None else found)
+        {"group": s.group, "state": s.state, "members": s.members, "generation": s.generation} for s in found
     ]
     return GroupList(groups=out, next=last)
 
@@ -164,20 +167,7 @@ async def lag_history(
     return LagHistory(
         group=group,
         points=[
-            LagAt(
-                at_ms=p.at_ms,
-                lag=p.lag,
-                partitions=[
-                    PartitionLagAt(
-                        topic=r.topic,
-                        partition=r.partition,
-                        committed_offset=r.committed_offset,
-                        high_watermark=r.high_watermark,
-                        lag=r.lag,
-                    )
-                    for r in p.partitions
-                ],
-            )
+            LagAt(at_ms=p.at_ms, lag=p.lag, partitions=[PartitionLagAt(**asdict(r)) for r in p.partitions])
             for p in found
         ],
     )

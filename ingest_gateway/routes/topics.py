@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from broker import admin
-from consumer_api.params import TopicPath
+from consumer_api.params import AfterQuery, LimitQuery, SearchQuery, TopicPath
 from delta_log.log.catalog import TopicDescription
 from delta_log.log.reader import TopicReader
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep
@@ -73,9 +73,9 @@ def create_topic(body: CreateTopic, registry: RegistryDep, principal: PrincipalD
 def list_topics(
     registry: RegistryDep,
     principal: PrincipalDep,
-    search: Annotated[str, Query(max_length=249, description="Only names containing this (any case).")] = "",
-    after: Annotated[str, Query(max_length=249, description="Only names after this one: the `next` of a page.")] = "",
-    limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many names (a page).")] = None,
+    search: SearchQuery = "",
+    after: AfterQuery = "",
+    limit: LimitQuery = None,
 ) -> TopicList:
     """List topics this key may see, by name; a page of them with `limit` (then `next` names the
     last one: pass it as `after` for the next page)."""

@@ -305,12 +305,13 @@ async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
 async def list_groups(conn: Connection, request: Any, version: int) -> Any:
     assert conn.principal is not None
     states = set(getattr(request, "states_filter", ()) or ())
+    found, _ = await groups.summaries(conn.services.coordinator, conn.principal)
     return {
         "throttle_time": 0,
         "error_code": 0,
         "groups": [
             {"group_id": s.group, "protocol_type": s.protocol_type, "group_state": s.state, "group_type": "classic"}
-            for s in await groups.summaries(conn.services.coordinator, conn.principal)
+            for s in found
             if not states or s.state in states
         ],
     }

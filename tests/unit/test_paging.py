@@ -1,0 +1,12 @@
+"""Pages of a named list (delta_log.core.paging): GET /topics and GET /groups."""
+
+from delta_log.core.paging import page_of
+
+
+def test_pages_of_a_named_list():
+    names = ["b", "a", "Ab", "c", "ab-2"]
+    assert page_of(names, str) == (sorted(names), None)
+    assert page_of(names, str, limit=2) == (["Ab", "a"], "a")
+    assert page_of(names, str, after="a", limit=2) == (["ab-2", "b"], "b")
+    assert page_of(names, str, after="b", limit=2) == (["c"], None)
+    assert page_of(names, str, search="AB") == (["Ab", "ab-2"], None)

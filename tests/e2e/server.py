@@ -45,7 +45,10 @@ class ServerProcess:
         self.env = {**os.environ, "TOPICLAKE_JOBS__SCHEDULE": "false", **(env or {})}
         # Kafka's protocol on a port of its own, known to the test (`kafka`: the bootstrap address)
         if self.env.get("TOPICLAKE_KAFKA__PORT", "0") == "0":
-            self.env["TOPICLAKE_KAFKA__PORT"] = str(free_port())
+            kafka_port = free_port()
+            while kafka_port == self.port:  # two asks may get the same free port (seen in CI)
+                kafka_port = free_port()
+            self.env["TOPICLAKE_KAFKA__PORT"] = str(kafka_port)
         self.kafka = f"127.0.0.1:{self.env['TOPICLAKE_KAFKA__PORT']}"
         self.proc: subprocess.Popen[bytes] | None = None
         # a local root's logs sit beside it; an object-store root's in the temp folder

@@ -317,17 +317,15 @@ def lag_history(
             out.append(LagPoint(at_ms=at, lag=None, partitions=[]))
             continue
         rows = []
+        unknown = False
         for (t, p), offset in sorted(offsets.items()):
-            hws = watermarks[t][i] if t in watermarks else None
-            if hws is not None and p in hws:
-                rows.append(
-                    PartitionLag(
-                        topic=t,
-                        partition=p,
-                        committed_offset=offset,
-                        high_watermark=hws[p],
-                        lag=max(hws[p] - offset, 0),
-                    )
-                )
-        out.append(LagPoint(at_ms=at, lag=sum(r.lag for r in rows), partitions=rows))
+            if t not in watermarks:
+                continue  # deleted since, or not this key's to describe
+            hws = watermarks[t][i]
+            if hws is None:  # the topic's log no longer reaches back this far
+                unknown = True
+            elif p in hws:
+                lag = max(hws[p] - offset, 0)
+                rows.append(PartitionLag(topic=t, partition=p, committed_offset=offset, high_watermark=hws[p], lag=lag))
+        out.append(LagPoint(at_ms=at, lag=None if unknown else sum(r.lag for r in rows), partitions=rows))
     return out

@@ -27,6 +27,9 @@ from delta_log.errors import CoordinatorNotAvailableError, NotCoordinatorError, 
 log = logging.getLogger(__name__)
 
 FORWARDED_BY = "x-topiclake-forwarded-by"
+#: on a forwarded request: the address the client connected to the first gateway from (what a
+#: group's description shows as the member's client host); read only beside FORWARDED_BY
+FORWARDED_FOR = "x-topiclake-forwarded-for"
 #: one group's routes: /groups/{g} and below (not the listing, /groups)
 GROUP_PATH = re.compile(r"^/groups/([^/]+)(?:/|$)")
 #: hop-by-hop headers (RFC 9110 7.6.1) and those the client library recomputes
@@ -121,8 +124,12 @@ class GroupForwardingMiddleware:
     async def _forward(self, cluster: Cluster, url: str, owner_id: str, body: bytes, scope: Scope, send: Send) -> bool:
         """Relay the request to `url` and its answer back; False if it could not be sent."""
         client: httpx.AsyncClient = self.state.forwarder
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _DROP]
+        headers = [
+            (k, v) for k, v in scope["headers"] if k.lower() not in _DROP and k.lower() != FORWARDED_FOR.encode()
+        ]
         headers.append((FORWARDED_BY.encode(), cluster.me.gateway_id.encode()))
+        if scope.get("client"):
+            headers.append((FORWARDED_FOR.encode(), str(scope["client"][0]).encode()))
         target = url + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")

@@ -26,6 +26,7 @@ members commit, rejoin and receive the job's assignment); a restarted server loa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -38,7 +39,7 @@ from delta_log.core.group_rules import EMPTY, STABLE, leader_assigns
 from delta_log.core.lag import partition_lag
 from delta_log.log.catalog import Catalog
 from delta_log.log.reader import TopicReader
-from delta_log.system.groups import REBALANCE_JOB, GroupRecord, GroupStore, MemberRecord
+from delta_log.system.groups import REBALANCE_JOB, GroupRecord, GroupStore
 from delta_log.system.offsets import OffsetStore
 from delta_log.table.storage import StorageRoot
 from jobs.common import Progress, for_each_topic, job_settings, job_spark
@@ -128,17 +129,8 @@ def plan_rebalance(
         if not gone and not unassigned and max(lag_after.values()) >= max(lag_before.values()):
             plans.append(GroupPlan(group=name, action="none", generation=rec.generation, lag_before=lag_before))
             continue
-        members = tuple(
-            MemberRecord(
-                member_id=m.member_id,
-                instance_id=m.instance_id,
-                topics=m.topics,
-                session_timeout_ms=m.session_timeout_ms,
-                assignment=after.get(m.member_id, {}),
-                last_heartbeat_ms=m.last_heartbeat_ms,
-            )
-            for m in alive
-        )
+        # the same members with new assignments (their owner key and client kept)
+        members = tuple(dataclasses.replace(m, assignment=after.get(m.member_id, {})) for m in alive)
         record = GroupRecord(
             group=name,
             generation=rec.generation + 1,

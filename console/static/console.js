@@ -28,7 +28,13 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
-function show(...nodes) {
+// Each navigation has a number; a page that finishes after the user went elsewhere draws nothing
+// (its show() throws Stale, which guarded() swallows).
+let navSeq = 0;
+class Stale extends Error {}
+
+function show(seq, ...nodes) {
+  if (seq !== navSeq) throw new Stale();
   for (const c of charts) c.destroy();
   charts = [];
   main.replaceChildren(...nodes);
@@ -88,7 +94,7 @@ function guarded(fn) {
       say("");
       await fn(...args);
     } catch (e) {
-      if (e instanceof ApiError && e.status === 401) return;
+      if (e instanceof Stale || (e instanceof ApiError && e.status === 401)) return;
       say(e instanceof ApiError ? `${e.message} (${e.code})` : String(e.message || e));
     }
   };
@@ -116,7 +122,7 @@ function showLogin(message) {
     input,
     h("div", { class: "row" }, h("button", { type: "submit", id: "login" }, "Log in")),
   );
-  show(form);
+  show(navSeq, form);
   say(message || "");
   input.focus();
 }
@@ -139,6 +145,17 @@ function duration(ms) {
   if (!Number.isFinite(n) || n < 0) return "forever";
   for (const [u, d] of [["d", 86400000], ["h", 3600000], ["min", 60000], ["s", 1000]]) if (n >= d && n % d === 0) return `${n / d} ${u}`;
   return `${n} ms`;
+}
+
+// a record's timestamp (epoch ms; another engine may have stored anything, or none)
+function when(ms) {
+  return Number.isFinite(ms) && Math.abs(ms) <= 8.64e15 ? new Date(ms).toISOString() : String(ms);
+}
+
+// long values are shown in part: the page stays fast with megabyte records
+const CLIP = 8192;
+function clip(text) {
+  return text.length > CLIP ? `${text.slice(0, CLIP)}... (${text.length - CLIP} more characters)` : text;
 }
 
 // base64 (the API's binary format) -> bytes, and the detected form of those bytes
@@ -188,7 +205,9 @@ function avroDecode(schema, bytes) {
   avroNames(schema, named);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let pos = 0;
-  const need = (n) => { if (pos + n > bytes.length) throw new Error("truncated Avro value"); };
+  const need = (n) => { if (n < 0 || pos + n > bytes.length) throw new Error("truncated or malformed Avro value"); };
+  let items = 0; // a crafted block count of zero-byte items must not hang the page
+  const item = () => { if (++items > 100000) throw new Error("more than 100,000 Avro items"); };
   const long = () => {
     let n = 0n, shift = 0n, b;
     do { need(1); b = bytes[pos++]; n |= BigInt(b & 0x7f) << shift; shift += 7n; } while (b & 0x80);
@@ -196,9 +215,9 @@ function avroDecode(schema, bytes) {
     return Number.isSafeInteger(Number(v)) ? Number(v) : v.toString();
   };
   const blob = () => { const n = long(); need(n); const out = bytes.subarray(pos, pos + n); pos += n; return out; };
-  const blocks = (each) => { for (;;) { let n = long(); if (n === 0) return; if (n < 0) { n = -n; long(); } for (let i = 0; i < n; i++) each(); } };
+  const blocks = (each) => { for (;;) { let n = Number(long()); if (n === 0) return; if (n < 0) { n = -n; long(); } for (let i = 0; i < n; i++) { item(); each(); } } };
   const read = (s) => {
-    if (Array.isArray(s)) return read(s[long()]);
+    if (Array.isArray(s)) { const branch = s[long()]; if (branch === undefined) throw new Error("bad Avro union branch"); return read(branch); }
     if (typeof s === "string") {
       switch (s) {
         case "null": return null;
@@ -252,12 +271,13 @@ function render(b, as) {
 
 // -- topics -------------------------------------------------------------------------------------
 async function topicsPage(params) {
+  const seq = navSeq;
   const search = params.get("search") || "";
   const after = params.get("after") || "";
   const page = await get("/topics", { search, after, limit: PAGE_SIZE });
   const subjects = new Set(await get("/registry/subjects").catch(() => []));
   const details = await Promise.all(page.topics.map((t) => get(`/topics/${enc(t)}`).catch(() => null)));
-  const series = await Promise.all(page.topics.map((t) => get(`/topics/${enc(t)}/throughput`, { commits: 200 }).catch(() => null)));
+  const series = await Promise.all(page.topics.map((t) => get(`/topics/${enc(t)}/throughput`, { commits: 50 }).catch(() => null)));
   const sparks = [];
   const rows = page.topics.map((name, i) => {
     const d = details[i];
@@ -282,6 +302,7 @@ async function topicsPage(params) {
   const box = h("input", { id: "topic-search", value: search, placeholder: "name contains" });
   const go = (q) => { location.hash = `#/topics?${new URLSearchParams(q)}`; };
   show(
+    seq,
     h("h1", {}, "Topics"),
     h(
       "form",
@@ -343,6 +364,7 @@ function createTopicForm() {
 }
 
 async function topicPage(name) {
+  const seq = navSeq;
   const d = await get(`/topics/${enc(name)}`);
   const parts = d.partition_offsets || [];
   // errors.tolerance=all sends invalid records to errors.deadletterqueue.topic.name, or <topic>.dlq
@@ -371,6 +393,7 @@ async function topicPage(name) {
     location.hash = "#/topics";
   });
   show(
+    seq,
     h("h1", {}, "Topic ", h("span", { id: "topic-name" }, name)),
     h("p", {}, h("a", { href: `#/messages/${enc(name)}` }, "Browse messages"),
       deadLetters ? [" · ", h("a", { href: `#/messages/${enc(deadLetters)}`, id: "dead-letters" }, "dead letters")] : ""),
@@ -393,6 +416,7 @@ async function topicPage(name) {
 
 // -- messages ---------------------------------------------------------------------------------------
 async function messagesPage(name, params) {
+  const seq = navSeq;
   const d = await get(`/topics/${enc(name)}`);
   const partition = Number(params.get("p") || 0);
   const from = params.get("from") || "newest";
@@ -410,8 +434,9 @@ async function messagesPage(name, params) {
   let start = offset;
   if (from === "newest" || direction === "backward") start = Math.max(info.log_start_offset, offset - PAGE_SIZE);
   let records = [];
-  if (start < info.high_watermark) {
-    const page = await get(`/topics/${enc(name)}/partitions/${partition}/records`, { offset: start, max_records: from === "newest" || direction === "backward" ? offset - start : PAGE_SIZE, key_format: "binary", value_format: "binary" });
+  const count = from === "newest" || direction === "backward" ? offset - start : PAGE_SIZE;
+  if (start < info.high_watermark && count > 0) {
+    const page = await get(`/topics/${enc(name)}/partitions/${partition}/records`, { offset: start, max_records: count, key_format: "binary", value_format: "binary" });
     records = page.records;
   }
   await loadSchemas(records.flatMap((r) => [framedId(fromBase64(r.value)), framedId(fromBase64(r.key))]));
@@ -434,9 +459,9 @@ async function messagesPage(name, params) {
       if (needle && !line.includes(needle)) return null;
       return h("tr", { class: "record", "data-offset": r.offset },
         h("td", { class: "num" }, r.offset),
-        h("td", {}, new Date(r.timestamp).toISOString(), h("br"), h("span", { class: "tag" }, r.timestamp_type === 1 ? "LogAppendTime" : "CreateTime")),
-        h("td", {}, h("pre", { class: "value" }, key.text)),
-        h("td", {}, h("span", { class: "tag" }, value.kind), h("pre", { class: "value" }, value.text)),
+        h("td", {}, when(r.timestamp), h("br"), h("span", { class: "tag" }, r.timestamp_type === 1 ? "LogAppendTime" : "CreateTime")),
+        h("td", {}, h("pre", { class: "value" }, clip(key.text))),
+        h("td", {}, h("span", { class: "tag" }, value.kind), h("pre", { class: "value" }, clip(value.text))),
         h("td", {}, headers.map((x) => h("div", { class: "header" }, x))));
     }).filter(Boolean));
   };
@@ -444,6 +469,7 @@ async function messagesPage(name, params) {
   const follow = h("button", { type: "button", class: "plain", id: "msg-follow" }, "Follow live");
   follow.addEventListener("click", () => followLive(name, partition, records, draw, follow));
   show(
+    seq,
     h("h1", {}, "Messages of ", h("a", { href: `#/topic/${enc(name)}` }, name)),
     h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); set({ p: partSel.value, from: fromSel.value, offset: offIn.value, ts: tsIn.value, dir: dirSel.value, as: asSel.value }); } },
       h("label", {}, "Partition", partSel), h("label", {}, "From", fromSel), h("label", {}, "Offset", offIn), h("label", {}, "Time", tsIn),
@@ -458,6 +484,7 @@ async function messagesPage(name, params) {
 
 // Server-sent events through fetch (an EventSource cannot send the Authorization header).
 async function followLive(name, partition, records, draw, button) {
+  let redraw = 0;
   if (streamAbort) { streamAbort.abort(); streamAbort = null; button.textContent = "Follow live"; return; }
   streamAbort = new AbortController();
   button.textContent = "Stop following";
@@ -485,7 +512,7 @@ async function followLive(name, partition, records, draw, button) {
           await loadSchemas([framedId(fromBase64(record.value)), framedId(fromBase64(record.key))]);
           records.push(record);
           if (records.length > 500) records.shift();
-          draw();
+          if (!redraw) redraw = requestAnimationFrame(() => { redraw = 0; draw(); }); // once a frame, however many arrive
         }
       }
     }
@@ -522,12 +549,14 @@ function produceForm(name, partition) {
 
 // -- consumer groups -----------------------------------------------------------------------------------
 async function groupsPage(params) {
+  const seq = navSeq;
   const search = params.get("search") || "";
   const after = params.get("after") || "";
   const page = await get("/groups", { search, after, limit: PAGE_SIZE });
   const box = h("input", { id: "group-search", value: search, placeholder: "name contains" });
   const go = (q) => { location.hash = `#/groups?${new URLSearchParams(q)}`; };
   show(
+    seq,
     h("h1", {}, "Consumer groups"),
     h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
       h("label", {}, "Search", box), h("button", { type: "submit" }, "Search")),
@@ -545,6 +574,7 @@ async function groupsPage(params) {
 const WINDOWS = { "15 min": 900000, "1 h": 3600000, "24 h": 86400000, "7 d": 604800000 };
 
 async function groupPage(name, params) {
+  const seq = navSeq;
   const g = await get(`/groups/${enc(name)}`);
   const windowName = params.get("window") || "1 h";
   const until = Date.now();
@@ -565,6 +595,7 @@ async function groupPage(name, params) {
     say(`Reset ${doc.offsets.length} partition(s) of ${body.topic}.`, true);
   });
   show(
+    seq,
     h("h1", {}, "Group ", h("span", { id: "group-name" }, name)),
     h("p", { id: "group-state" }, `State ${g.state} · generation ${g.generation} · protocol ${g.assignor || "-"} · ${g.members.length} member(s)`),
     h("h2", {}, "Lag over time ", windowSel),
@@ -595,11 +626,13 @@ async function groupPage(name, params) {
 const topicOf = (subject) => subject.replace(/-(value|key)$/, "");
 
 async function schemasPage() {
+  const seq = navSeq;
   const subjects = await get("/registry/subjects");
   const topics = new Set((await get("/topics")).topics);
   const latest = await Promise.all(subjects.map((s) => get(`/registry/subjects/${enc(s)}/versions/latest`).catch(() => null)));
   const levels = await Promise.all(subjects.map((s) => get(`/registry/config/${enc(s)}`, { defaultToGlobal: true }).catch(() => null)));
   show(
+    seq,
     h("h1", {}, "Schemas"),
     h("table", { id: "subjects" },
       h("thead", {}, h("tr", {}, ["Subject", "Latest version", "Type", "Id", "Compatibility", "Used by topic"].map((c) => h("th", {}, c)))),
@@ -634,6 +667,7 @@ function diff(a, b) {
 }
 
 async function schemaPage(subject, params) {
+  const seq = navSeq;
   const versions = await get(`/registry/subjects/${enc(subject)}/versions`);
   const right = Number(params.get("right") || versions[versions.length - 1]);
   const left = Number(params.get("left") || versions[Math.max(versions.length - 2, 0)]);
@@ -645,6 +679,7 @@ async function schemaPage(subject, params) {
   const rightSel = pick("right-version", right);
   const lines = diff(pretty(a.schema).split("\n"), pretty(b.schema).split("\n"));
   show(
+    seq,
     h("h1", {}, "Subject ", h("span", { id: "subject-name" }, subject)),
     h("p", {}, `${versions.length} version(s) · compatibility ${level ? level.compatibilityLevel : "?"} · `,
       h("a", { href: `#/topic/${enc(topicOf(subject))}` }, `topic ${topicOf(subject)}`)),
@@ -663,12 +698,13 @@ function summary(report) {
 }
 
 async function jobsPage() {
+  const seq = navSeq;
   const doc = await get("/jobs");
   const runNow = (job, button) => guarded(async () => {
     button.disabled = true;
     button.textContent = "Running...";
     try {
-      const { doc: line } = await api("POST", `/jobs/${enc(job)}/runs`);
+      const { doc: line } = await api("POST", `/jobs/${enc(job)}/runs`, { json: {} });
       await jobsPage();
       if (line.ok) say(`${job} ran in ${line.seconds} s: ${summary(line.report) || "nothing to do"}.`, true);
       else say(`${job} failed: ${line.error}`);
@@ -677,6 +713,7 @@ async function jobsPage() {
     }
   })();
   show(
+    seq,
     h("h1", {}, "Jobs"),
     h("p", { class: "muted" }, doc.scheduled ? "The scheduler runs these beside the gateway; the runs below are every gateway's, from _system/job_runs." : "The scheduler is off (jobs.schedule = false): runs happen only when asked."),
     ...doc.jobs.map((j) => {
@@ -706,11 +743,13 @@ function metricTotals(text) {
 }
 
 async function clusterPage() {
+  const seq = navSeq;
   const c = await get("/cluster");
   const rateCanvas = h("canvas", { id: "produce-rate-chart" });
   const commitCanvas = h("canvas", { id: "commit-latency-chart" });
   const fetchCanvas = h("canvas", { id: "fetch-rate-chart" });
   show(
+    seq,
     h("h1", {}, "Cluster"),
     h("table", { id: "gateways" },
       h("thead", {}, h("tr", {}, ["Gateway", "HTTP", "Kafka (node id)", "Health", "Groups coordinated"].map((x) => h("th", {}, x)))),
@@ -745,6 +784,7 @@ async function clusterPage() {
     last = { at: now, m };
   };
   await sample();
+  if (seq !== navSeq) return; // left meanwhile: no poller
   timers.push(setInterval(() => sample().catch(() => {}), 2000));
 }
 
@@ -787,6 +827,7 @@ const ROUTES = [
 ];
 
 async function route() {
+  navSeq += 1;
   for (const t of timers) clearInterval(t);
   timers = [];
   if (streamAbort) { streamAbort.abort(); streamAbort = null; }

@@ -14,6 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from broker import groups
 from consumer_api.dependencies import CoordinatorDep, PrincipalDep, RegistryDep
+from consumer_api.forwarding import FORWARDED_BY, FORWARDED_FOR
 from consumer_api.params import (
     MAX_JSON_INT,
     AfterQuery,
@@ -59,11 +60,19 @@ async def join(
         instance_id=body.instance_id,
         session_timeout_ms=body.session_timeout_ms,
         assignor=body.assignor,
-        client=(client_id, f"/{request.client.host}" if request.client else ""),
+        client=(client_id, _client_host(request)),
     )
     return JoinResponse(
         group=group, member_id=r.member_id, generation=r.generation, assignment=r.assignment, members=r.members
     )
+
+
+def _client_host(request: Request) -> str:
+    """Where the member's client connects from, as Kafka shows it (`/10.0.0.7`): for a join another
+    gateway forwarded, the address the client reached that gateway from."""
+    if FORWARDED_BY in request.headers and (first := request.headers.get(FORWARDED_FOR)):
+        return f"/{first[:64]}"
+    return f"/{request.client.host}" if request.client else ""
 
 
 @router.post("/{group}/members/{member_id}/heartbeat", response_model=HeartbeatResponse)

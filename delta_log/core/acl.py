@@ -82,6 +82,14 @@ class Principal:
     def allows_group(self, operation: GroupOperation, group: str) -> bool:
         return self.anonymous or _allowed(self.groups, operation, group)
 
+    def administers_all(self) -> bool:
+        """Admin on every topic and every group (`*` rules): what acts on the whole root, as the
+        maintenance jobs do (Kafka: ALTER on the cluster)."""
+        return self.anonymous or (
+            any(p == "*" and "admin" in ops for p, ops in self.topics)
+            and any(p == "*" and "admin" in ops for p, ops in self.groups)
+        )
+
 
 ANONYMOUS = Principal(name="anonymous", anonymous=True)
 
@@ -136,6 +144,17 @@ def authorize(principal: Principal, operation: TopicOperation, topic: str | None
             principal=principal.name,
             operation=operation,
             topic=topic,
+        )
+
+
+def authorize_all(principal: Principal, operation: str) -> None:
+    """Raises: AuthorizationError unless `principal` administers every topic and group."""
+    if not principal.administers_all():
+        raise AuthorizationError(
+            f"{principal.name!r} may not {operation}: it acts on every topic and group; it needs admin on "
+            "'*' topics and '*' groups. Ask an operator for an ACL.",
+            principal=principal.name,
+            operation=operation,
         )
 
 

@@ -319,7 +319,11 @@ def committed_history(
         if state != "loaded":
             out.append({} if state == "before" else None)
             continue
-        table = storage.read_system_table(dt, OFFSETS_SCHEMA)
+        try:  # a version whose files a compaction's vacuum removed is history no more
+            table = storage.read_system_table(dt, OFFSETS_SCHEMA)
+        except (OSError, DeltaError, pa.ArrowException):
+            out.append(None)
+            continue
         rows = [_row_commit(r) for r in table.filter(pc.equal(table["group"], group)).to_pylist()]
         out.append({(t, p): c.offset for (_, t, p), c in latest_per_key(rows).items() if c.offset != DELETED})
     return out

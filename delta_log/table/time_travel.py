@@ -21,12 +21,15 @@ State = Literal["before", "loaded", "gone"]
 
 def travel(dt: DeltaTable, times_ms: Sequence[int]) -> Iterator[State]:
     """Load `dt` as of each of `times_ms` in turn (the last version committed at or before it) and
-    say how that went: "loaded" (read `dt` now), "before" (earlier than the table's first version:
-    it held nothing yet), or "gone" (the log no longer reaches back that far, or could not be read).
-    """
-    first = _first_commit_ms(dt)
+    say how that went: "loaded" (read `dt` now), "before" (earlier than the table's creation: it
+    held nothing yet), or "gone" (delta-rs could not load it: the log no longer reaches back that
+    far, or it could not be read). Each costs one snapshot load, whatever the table's age."""
+    try:
+        created: int | None = dt.metadata().created_time
+    except DeltaError:
+        created = None
     for at_ms in times_ms:
-        if first is not None and at_ms < first:
+        if created is not None and at_ms < created:
             yield "before"
             continue
         try:
@@ -43,15 +46,6 @@ def high_watermark_history(dt: DeltaTable, partitions: int, times_ms: Sequence[i
         read_high_watermarks(dt, partitions) if state == "loaded" else ({} if state == "before" else None)
         for state in travel(dt, times_ms)
     ]
-
-
-def _first_commit_ms(dt: DeltaTable) -> int | None:
-    """When the oldest version still in the table's log was committed (None: unknown)."""
-    try:
-        stamps = [int(h["timestamp"]) for h in dt.history() if "timestamp" in h]
-    except DeltaError:
-        return None
-    return min(stamps) if stamps else None
 
 
 #: commitInfo keys of a topic writer's commits: the records and file bytes each appended

@@ -186,6 +186,9 @@ def secured(tmp_path_factory):
     root = tmp_path_factory.mktemp("console-keys")
     (root / "auth.toml").write_text(
         '[[auth.api_keys]]\nkey = "admin-key-0123456789"\nprincipal = "admin"\nacls = { "*" = ["admin"] }\n'
+        'groups = { "*" = ["admin"] }\n'
+        '[[auth.api_keys]]\nkey = "team-admin-0123456789"\nprincipal = "team-admin"\n'
+        'acls = { "orders-*" = ["admin"] }\ngroups = { "orders-*" = ["admin"] }\n'
         '[[auth.api_keys]]\nkey = "orders-key-0123456789"\nprincipal = "orders-team"\n'
         'acls = { "orders-*" = ["describe", "consume", "produce"] }\n'
     )
@@ -221,6 +224,22 @@ def test_with_keys_the_console_shows_only_what_the_key_may_see(secured, browser)
     assert browser.find_elements(By.ID, "messages") == []
     browser.find_element(By.ID, "logout").click()
     assert browser.execute_script("return sessionStorage.getItem('topiclake.key')") is None
+
+
+def test_only_a_key_that_administers_everything_sees_and_runs_the_jobs(secured):
+    """The jobs act on every topic and group, and their reports name them: admin on some topics
+    is not enough (Kafka: ALTER on the cluster)."""
+    with httpx.Client(base_url=secured.url, timeout=60) as client:
+
+        def as_key(key: str, method: str, path: str) -> int:
+            headers = {"Authorization": f"Bearer {key}"}
+            return client.request(method, path, headers=headers, json={} if method == "POST" else None).status_code
+
+        assert as_key("team-admin-0123456789", "GET", "/jobs") == 403
+        assert as_key("team-admin-0123456789", "POST", "/jobs/retention/runs") == 403
+        assert as_key("orders-key-0123456789", "GET", "/jobs") == 403
+        assert as_key("admin-key-0123456789", "GET", "/jobs") == 200
+        assert client.get("/jobs").status_code == 401
 
 
 def test_dead_letters_show_with_their_error_headers(server, api, browser):
@@ -327,7 +346,8 @@ def test_jobs_show_their_runs_and_run_now(server, api, browser, screenshots):
     assert api.get("/topics/expiring").json()["partition_offsets"][0]["log_start_offset"] == 5  # it did run
     (run,) = next(j for j in api.get("/jobs").json()["jobs"] if j["job"] == "retention")["runs"]
     assert run["ok"] and run["trigger"] == "request" and run["report"]["records_removed"] == 5
-    assert api.post("/jobs/nope/runs").json()["error"]["code"] == "UNKNOWN_JOB"
+    assert api.post("/jobs/nope/runs", json={}).json()["error"]["code"] == "UNKNOWN_JOB"
+    assert api.post("/jobs/retention/runs", content="x", headers={"content-type": "text/plain"}).status_code == 422
     screenshots(browser, "jobs")
 
 

@@ -71,8 +71,8 @@ def list_topics(
 ) -> tuple[list[str], str | None]:
     """The topics this key may describe, by name: those containing `search` (case-insensitive),
     after the name `after`, at most `limit` of them; and the name to ask `after` next (None: no more)."""
-    visible = (n for n in registry.catalog.list_topics() if principal.allows("describe", n))
-    return page_of(visible, str, search=search, after=after, limit=limit)
+    visible = (n for n in registry.catalog.topic_dirs() if principal.allows("describe", n))
+    return page_of(visible, str, search=search, after=after, limit=limit, keep=registry.catalog.is_topic)
 
 
 #: Commits a throughput series may ask for: each is one commit entry read from the table's log.

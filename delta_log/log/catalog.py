@@ -128,9 +128,15 @@ class Catalog:
 
     def list_topics(self) -> list[str]:
         """Names of every topic under the root, sorted."""
-        return [
-            name for name in self.storage.list_dirs(TOPICS_DIR) if self.storage.is_table(self.storage.topic_uri(name))
-        ]
+        return [name for name in self.topic_dirs() if self.is_topic(name)]
+
+    def topic_dirs(self) -> list[str]:
+        """Names of every folder under the root's topics, sorted: one listing. A folder is a topic
+        once `is_topic` says so (one more read each: a half-created or half-deleted one is not)."""
+        return self.storage.list_dirs(TOPICS_DIR)
+
+    def is_topic(self, name: str) -> bool:
+        return self.storage.is_table(self.storage.topic_uri(name))
 
     def open_topic(self, name: str) -> DeltaTable:
         """Raises: TopicNotFoundError, InvalidTopicError."""

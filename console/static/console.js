@@ -678,6 +678,13 @@ async function schemaPage(subject, params) {
   const leftSel = pick("left-version", left);
   const rightSel = pick("right-version", right);
   const lines = diff(pretty(a.schema).split("\n"), pretty(b.schema).split("\n"));
+  const next = h("textarea", { id: "new-version" }, pretty(b.schema));
+  const register = guarded(async () => {
+    // as typed: the registry checks it against the subject's compatibility and answers why not
+    const { doc } = await api("POST", `/registry/subjects/${enc(subject)}/versions`, { json: { schema: next.value, schemaType: b.schemaType || "AVRO" } });
+    await schemaPage(subject, new URLSearchParams());
+    say(`Registered schema id ${doc.id} under ${subject}.`, true);
+  });
   show(
     seq,
     h("h1", {}, "Subject ", h("span", { id: "subject-name" }, subject)),
@@ -689,6 +696,10 @@ async function schemaPage(subject, params) {
       h("tbody", {}, lines.map(([kind, line]) => h("tr", { class: kind === " " ? "same" : kind === "-" ? "removed" : "added" },
         h("td", {}, h("pre", { class: "value" }, kind === "+" ? "" : line)),
         h("td", {}, h("pre", { class: "value" }, kind === "-" ? "" : line)))))),
+    h("form", { class: "panel", id: "register", onsubmit: (ev) => { ev.preventDefault(); register(); } },
+      h("h2", {}, "Register a new version"),
+      h("p", { class: "muted" }, `Checked against ${level ? level.compatibilityLevel : "the subject's"} compatibility before it is kept.`),
+      next, h("div", { class: "row" }, h("button", { type: "submit", id: "register-send" }, "Register"))),
   );
 }
 

@@ -203,9 +203,10 @@ def secured(tmp_path_factory):
         srv.stop()
 
 
-def test_with_keys_the_console_shows_only_what_the_key_may_see(secured, browser):
+def test_with_keys_the_console_shows_only_what_the_key_may_see(secured, browser, screenshots):
     open_page(browser, secured.url, "#/topics")
     assert browser.find_element(By.ID, "api-key").is_displayed()  # the API said 401: log in
+    screenshots(browser, "login")
     assert browser.find_elements(By.ID, "topics") == []
     fill(browser, "api-key", "wrong-key")
     browser.find_element(By.ID, "login").click()
@@ -287,6 +288,7 @@ def test_a_group_reads_then_its_lag_chart_and_offset_reset(server, api, browser,
     assert api.post("/groups/readers/offsets", json=body).status_code == 200
 
     open_page(browser, server.url, "#/groups")
+    screenshots(browser, "groups")
     row = browser.find_element(By.CSS_SELECTOR, 'tr[data-group="readers"]')
     assert row.text.split()[:3] == ["readers", "Stable", "1"]
     row.find_element(By.TAG_NAME, "a").click()
@@ -328,6 +330,20 @@ def test_schemas_list_their_versions_and_diff_them_side_by_side(server, api, bro
     assert any('"email"' in line for line in added)  # version 2's new field, on the right only
     assert not browser.find_elements(By.CSS_SELECTOR, "#schema-diff tr.removed")
     screenshots(browser, "schemas")
+
+    # an incompatible version (a new field without a default breaks BACKWARD): the registry's no
+    v3 = {**v2, "fields": [*v2["fields"], {"name": "age", "type": "int"}]}
+    fill(browser, "new-version", json.dumps(v3))
+    browser.find_element(By.ID, "register").submit()
+    refused = wait_banner(browser, "(INCOMPATIBLE_SCHEMA)")
+    assert "field age is not in the writer's schema and has no default" in refused
+    assert api.get("/registry/subjects/people-value/versions").json() == [1, 2]  # nothing registered
+    # a compatible one (with a default) is kept
+    v3["fields"][-1]["default"] = 0
+    fill(browser, "new-version", json.dumps(v3))
+    browser.find_element(By.ID, "register").submit()
+    assert "Registered schema id" in wait_banner(browser, "Registered")
+    assert api.get("/registry/subjects/people-value/versions").json() == [1, 2, 3]
 
 
 def test_jobs_show_their_runs_and_run_now(server, api, browser, screenshots):

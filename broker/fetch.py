@@ -6,13 +6,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 
 from broker.notifier import CommitNotifier
 from delta_log.core.acl import Principal, authorize
 from delta_log.log.reader import FetchResult, TopicReader
 from delta_log.registry import TopicRegistry
+
+
+class Served:
+    """Records and bytes fetches served, per topic, since the process started, whichever door
+    asked (HTTP fetch, SSE, Kafka Fetch): /metrics' topiclake_records_out_total."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+
+    def add(self, topic: str, result: FetchResult) -> FetchResult:
+        if result.records.num_rows:
+            with self._lock:
+                c = self._counts[topic]
+                c[0] += result.records.num_rows
+                c[1] += result.records.nbytes
+        return result
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        with self._lock:
+            return {t: (r, b) for t, (r, b) in self._counts.items()}
+
+
+#: the process's fetch counters (one process serves both doors)
+SERVED = Served()
 
 
 async def read(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
@@ -22,16 +49,17 @@ async def read(reader: TopicReader, partition: int, offset: int, max_records: in
     Raises: PartitionNotFoundError, OffsetOutOfRangeError, StorageUnavailableError."""
     cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes)
     if cached is not None:
-        return cached
-    return await asyncio.to_thread(reader.fetch, partition, offset, max_records=max_records, max_bytes=max_bytes)
+        return SERVED.add(reader.topic, cached)
+    fetched = await asyncio.to_thread(reader.fetch, partition, offset, max_records=max_records, max_bytes=max_bytes)
+    return SERVED.add(reader.topic, fetched)
 
 
 def read_blocking(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
     """`read` for a caller already in a worker thread."""
     cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes)
     if cached is not None:
-        return cached
-    return reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes)
+        return SERVED.add(reader.topic, cached)
+    return SERVED.add(reader.topic, reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes))
 
 
 async def wait_for_commit(

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from broker.fetch import SERVED
 from delta_log.log.group_commit import FlushStats
 
 V = TypeVar("V")
@@ -101,6 +102,13 @@ class Metrics:
             lines.append(f'topiclake_commit_latency_seconds_bucket{{le="+Inf"}} {self._latency_count}')
             lines.append(f"topiclake_commit_latency_seconds_sum {self._latency_sum}")
             lines.append(f"topiclake_commit_latency_seconds_count {self._latency_count}")
+            family("topiclake_records_out_total", "counter", "Records served by fetches (HTTP, SSE, Kafka), per topic.")
+            served = {t: v for t, v in SERVED.snapshot().items() if visible(t)}
+            for t, (records, _) in sorted(served.items()):
+                lines.append(f"topiclake_records_out_total{_labels(topic=t)} {records}")
+            family("topiclake_bytes_out_total", "counter", "Record bytes served by fetches, per topic.")
+            for t, (_, nbytes) in sorted(served.items()):
+                lines.append(f"topiclake_bytes_out_total{_labels(topic=t)} {nbytes}")
             family("topiclake_errors_total", "counter", "Errors returned to clients, by code.")
             for code, v in sorted(self.errors.items()):
                 lines.append(f"topiclake_errors_total{_labels(code=code)} {v}")

@@ -776,7 +776,7 @@ async function clusterPage() {
   );
   const rate = chart(rateCanvas, "line", [], [{ label: "records produced / s", data: [] }]);
   const commit = chart(commitCanvas, "line", [], [{ label: "mean commit latency, ms", data: [] }]);
-  const fetches = chart(fetchCanvas, "line", [], [{ label: "HTTP requests / s", data: [] }]);
+  const fetches = chart(fetchCanvas, "line", [], [{ label: "records fetched / s (HTTP and Kafka)", data: [] }]);
   let last = null;
   const sample = async () => {
     const r = await fetch("/metrics", { headers: sessionStorage.getItem(KEY) ? { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` } : {} });
@@ -790,7 +790,7 @@ async function clusterPage() {
       const secs = (m.topiclake_commit_latency_seconds_sum || 0) - (last.m.topiclake_commit_latency_seconds_sum || 0);
       push(rate, label, ((m.topiclake_records_in_total || 0) - (last.m.topiclake_records_in_total || 0)) / dt);
       push(commit, label, commits > 0 ? (secs / commits) * 1000 : 0);
-      push(fetches, label, ((m.topiclake_http_requests_total || 0) - (last.m.topiclake_http_requests_total || 0)) / dt);
+      push(fetches, label, ((m.topiclake_records_out_total || 0) - (last.m.topiclake_records_out_total || 0)) / dt);
     }
     last = { at: now, m };
   };

@@ -161,10 +161,13 @@ def test_bad_input_shows_the_apis_message_and_writes_nothing(server, api, browse
 
 
 def test_the_cluster_page_charts_the_servers_own_metrics(server, api, browser, screenshots):
+    api.post("/topics", json={"name": "rates"})
     open_page(browser, server.url, "#/cluster")
-    api.post("/topics/orders/records", json={"records": [{"value": i} for i in range(100)]})
+    assert api.post("/topics/rates/records", json={"records": [{"value": i} for i in range(100)]}).status_code == 200
+    assert len(api.get("/topics/rates/partitions/0/records", params={"offset": 0}).json()["records"]) == 100
     WebDriverWait(browser, WAIT).until(lambda d: len(chart_points(d, "produce-rate-chart") or []) >= 2)
     assert max(chart_points(browser, "produce-rate-chart")) > 0  # the produce above, as a rate
+    assert max(chart_points(browser, "fetch-rate-chart")) > 0  # and the fetch
     assert "no TLS" in browser.find_element(By.ID, "transport").text
     gateways = browser.find_element(By.ID, "gateways").text
     assert "this gateway" in gateways and "live, heartbeat" in gateways and server.url in gateways

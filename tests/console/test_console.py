@@ -325,6 +325,7 @@ def test_schemas_list_their_versions_and_diff_them_side_by_side(server, api, bro
     assert "people-value" in browser.find_element(By.CSS_SELECTOR, 'tr[data-topic="people"]').text
     browser.find_element(By.LINK_TEXT, "Schemas").click()
     wait_ready(browser, "#/schemas")
+    screenshots(browser, "subjects")
     cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, 'tr[data-subject="people-value"] td')]
     assert cells[:2] == ["people-value", "2"] and cells[2] == "AVRO" and cells[4] == "BACKWARD" and cells[5] == "people"
     browser.find_element(By.LINK_TEXT, "people-value").click()

@@ -101,8 +101,10 @@ def test_kill_9_of_a_gateway_under_produce_load_loses_and_duplicates_nothing_ack
     """On `log` topics the survivor takes the victim's partitions over once their write-ahead
     leases end, replaying the victim's log first; producers are told NOT_LEADER meanwhile."""
     root = tmp_path_factory.mktemp("kkill") / "data"
-    survivor, victim = gateway(root), gateway(root)
+    survivor = gateway(root)
+    victim: ServerProcess | None = None
     try:
+        victim = gateway(root)  # (inside the try: a victim that fails to start still stops the survivor)
         wait_for(lambda: brokers_seen(survivor.kafka) == 2, what="2 brokers")
         admin = AdminClient({"bootstrap.servers": survivor.kafka})
         admin.create_topics([NewTopic("load", 4, 1, config=config)])["load"].result(30)
@@ -152,4 +154,5 @@ def test_kill_9_of_a_gateway_under_produce_load_loses_and_duplicates_nothing_ack
         assert not missing, f"{len(missing)} acked records are gone"
     finally:
         survivor.stop()
-        victim.stop()
+        if victim is not None:
+            victim.stop()

@@ -137,8 +137,12 @@ def test_two_connect_workers_move_lines_through_a_topic_and_carry_on_after_a_kil
         assert sorted(_lines(sink)) == sorted(f"line-{i}" for i in range(20))
 
         # both workers are members of one group whose leader assigns ("connect" protocol type)
-        described = httpx.get(f"{gateway.url}/groups/{group}", timeout=30).json()
-        assert described["state"] == "Stable" and len(described["members"]) == 2
+        # (Connect's leader may still be rebalancing to spread the new connectors' tasks: wait for it)
+        def stable_with_both() -> bool:
+            described = httpx.get(f"{gateway.url}/groups/{group}", timeout=30).json()
+            return described["state"] == "Stable" and len(described["members"]) == 2
+
+        _wait_for("the Connect group stable with both workers", stable_with_both, timeout=60, logs=logs)
         listed = {g["group"] for g in httpx.get(f"{gateway.url}/groups", timeout=30).json()["groups"]}
         assert {group, "connect-file-sink"} <= listed
         # the topic Connect wrote is a topic like any other: its lines are fetched over HTTP too

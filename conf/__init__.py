@@ -3,6 +3,7 @@
 from conf.settings import (
     ApiKeySettings,
     AuthSettings,
+    CatalogSettings,
     ClusterSettings,
     JobsSettings,
     KafkaSettings,
@@ -18,6 +19,7 @@ from conf.settings import (
 __all__ = [
     "ApiKeySettings",
     "AuthSettings",
+    "CatalogSettings",
     "ClusterSettings",
     "JobsSettings",
     "KafkaSettings",

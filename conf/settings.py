@@ -372,6 +372,28 @@ class JobsSettings(BaseModel):
     rebalance_min_lag: int = Field(1000, ge=0, description="Lag differences below this are not worth a rebalance.")
 
 
+class CatalogSettings(BaseModel):
+    """Topics in Spark's Hive metastore (delta_log.spark.catalog; docs/SPARK.md, "The catalog")."""
+
+    model_config = _FROZEN
+
+    enabled: bool = Field(
+        True, description="Sessions made by get_spark use the Hive metastore and keep the topics registered in it."
+    )
+    metastore_uri: str = Field(
+        "",
+        description="thrift://host:port of a Hive metastore you run; empty: topiclake's own, on embedded Derby "
+        "under <root>/_system/metastore (a local folder for S3 roots), started on demand.",
+    )
+    metastore_port: int = Field(0, ge=0, le=65535, description="Port of topiclake's own metastore; 0: a free one.")
+    metastore_heap: str = Field("384m", description="The metastore JVM's -Xmx.")
+    database: str = Field("topics", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    sync_interval_s: float = Field(
+        2.0, gt=0, le=3600, description="How often a live session compares the catalog with the root."
+    )
+    start_timeout_s: float = Field(120.0, gt=0, description="How long to wait for the metastore to answer.")
+
+
 class Settings(BaseSettings):
     """Everything topiclake reads from configuration."""
 
@@ -398,6 +420,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     spark: SparkSettings = SparkSettings()
     jobs: JobsSettings = JobsSettings()
+    catalog: CatalogSettings = CatalogSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -368,11 +368,17 @@ def cmd_sql(args: argparse.Namespace) -> int:
     """Run SQL over topics in a local Spark session (topics registered as topics.<name>)."""
     from conf import load_settings
     from delta_log.spark import get_spark, register_topics
+    from delta_log.spark.session import catalog_sync
 
     settings = load_settings(**({"root": args.root} if args.root else {}))
     spark = get_spark(settings, app_name="topiclake-sql")
     try:
-        tables = register_topics(spark, settings.root, storage_options=settings.storage_options)
+        sync = catalog_sync(settings)  # the catalog keeps them; else register them in this session
+        tables = (
+            sync.tables()
+            if sync is not None
+            else register_topics(spark, settings.root, storage_options=settings.storage_options)
+        )
         if not args.query:
             for topic, table in tables.items():
                 print(f"topics.{table}\t<- topic {topic}")
@@ -382,6 +388,27 @@ def cmd_sql(args: argparse.Namespace) -> int:
             print("topics._partitions\ntopics._consumer_lag")
             return 0
         spark.sql(args.query).show(args.limit, truncate=False)
+    finally:
+        spark.stop()
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    """`catalog sync`: make the Hive metastore match the root now and print the drift it fixed."""
+    from conf import load_settings
+    from delta_log.spark import get_spark
+    from delta_log.spark.session import catalog_sync
+
+    settings = load_settings(**({"root": args.root} if args.root else {}))
+    if not settings.catalog.enabled:
+        print("the catalog is off (catalog.enabled = false): nothing to sync", file=sys.stderr)
+        return 2
+    spark = get_spark(settings, app_name="topiclake-catalog")
+    try:
+        sync = catalog_sync(settings)
+        assert sync is not None and sync.first_report is not None  # get_spark started it
+        report = sync.first_report.merge(sync.sync(verify=True))
+        print(json.dumps(report.to_dict(), indent=2))
     finally:
         spark.stop()
     return 0
@@ -606,6 +633,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--root", help="storage root (default $TOPICLAKE_ROOT or ./data)")
     q.add_argument("--limit", type=int, default=20)
     q.set_defaults(func=cmd_sql)
+
+    ca = sub.add_parser("catalog", help="the topics in Spark's Hive metastore")
+    casub = ca.add_subparsers(dest="action", required=True)
+    cs = casub.add_parser("sync", help="make the catalog match the root now and print the drift it fixed")
+    cs.add_argument("--root", help="the root (default: the settings' root)")
+    cs.set_defaults(func=cmd_catalog)
 
     j = sub.add_parser("jobs", help="maintenance jobs (Spark)")
     jsub = j.add_subparsers(dest="job", required=True)

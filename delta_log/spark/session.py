@@ -8,6 +8,10 @@ Avro topics) and Spark's Kafka connector (`spark.kafka_package`: `format("kafka"
 gateways' Kafka listener) come the same way.
 
 S3 roots: see delta_log.spark.s3a (hadoop-aws on the classpath when a root is on S3).
+
+The catalog (`catalog.enabled`, the default): the session uses Spark's Hive catalog on the root's
+metastore (delta_log.spark.metastore, started on demand) and keeps the topics registered in it
+(delta_log.spark.catalog), so `spark.sql("SELECT * FROM topics.orders")` works with no call.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from delta_log.table.storage import StorageRoot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from delta_log.spark.catalog import CatalogSync
+
+_SYNCS: dict[str, CatalogSync] = {}  # the catalog sync each root has in this process's session
 
 
 def spark_conf_from_file(path: Path = SPARK_DEFAULTS) -> dict[str, str]:
@@ -54,6 +62,7 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
     active = SparkSession.getActiveSession()
     if active is not None:
         _register_source(active, settings)
+        _keep_catalog(active, settings)
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers (UDFs, the topiclake source) must run the interpreter that has our packages.
@@ -71,6 +80,8 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
             builder = builder.config("spark.jars.ivy", settings.spark.ivy_dir)
         if wants_s3a(settings):
             builder = _with_s3a(builder, settings)
+        if settings.catalog.enabled:
+            builder = _with_catalog(builder, settings)
         extra = [p for p in (settings.spark.avro_package, settings.spark.kafka_package) if p]
         if extra and "spark.jars.excludes" not in settings.spark.conf:
             # spark-avro's and the Kafka connector's dependency on spark-tags would put a second copy
@@ -78,7 +89,46 @@ def get_spark(settings: Settings | None = None, *, app_name: str | None = None) 
             builder = builder.config("spark.jars.excludes", "org.apache.spark:spark-tags_2.13")
         spark = configure_spark_with_delta_pip(builder, extra_packages=extra).getOrCreate()
     _register_source(spark, settings)
+    _keep_catalog(spark, settings)
     return spark
+
+
+def _with_catalog(builder: SparkSession.Builder, settings: Settings) -> SparkSession.Builder:
+    """Spark's Hive catalog on the root's metastore; managed tables in its warehouse folder."""
+    from delta_log.spark.metastore import ensure_metastore, warehouse_dir
+
+    given = spark_conf_from_file() | settings.spark.conf
+    builder = builder.config("spark.sql.catalogImplementation", "hive").config(
+        "spark.hadoop.hive.metastore.uris", ensure_metastore(settings, wait=False)
+    )  # it starts beside the Spark JVM; _keep_catalog waits for it
+    if "spark.sql.warehouse.dir" not in given:
+        builder = builder.config("spark.sql.warehouse.dir", str(warehouse_dir(settings)))
+    return builder
+
+
+def _keep_catalog(spark: SparkSession, settings: Settings) -> None:
+    """Register the root's topics in a Hive catalog session and keep them in step (once per root)."""
+    if not settings.catalog.enabled or spark.conf.get("spark.sql.catalogImplementation", "in-memory") != "hive":
+        return
+    from delta_log.spark.catalog import CatalogSync
+    from delta_log.spark.metastore import ensure_metastore, wait_for_metastore
+
+    wait_for_metastore(settings)
+    storage = StorageRoot(settings.root, settings.storage_options)
+    key = f"{storage.root}|{settings.catalog.database}"
+    if key in _SYNCS and _SYNCS[key].spark is spark:
+        return
+    if key in _SYNCS:  # that session was stopped and this is a new one
+        _SYNCS.pop(key).stop()
+    sync = CatalogSync(spark, storage, settings.catalog.database, before_round=lambda: ensure_metastore(settings))
+    sync.start(settings.catalog.sync_interval_s)
+    _SYNCS[key] = sync
+
+
+def catalog_sync(settings: Settings) -> CatalogSync | None:
+    """The running catalog sync of this process's session for the settings' root, if any."""
+    storage = StorageRoot(settings.root, settings.storage_options)
+    return _SYNCS.get(f"{storage.root}|{settings.catalog.database}")
 
 
 def _with_s3a(builder: SparkSession.Builder, settings: Settings) -> SparkSession.Builder:

@@ -282,7 +282,9 @@ MAX_AVRO_VIEW_VERSIONS = 100
 MAX_AVRO_VIEW_SQL = 8 * 1024 * 1024
 
 
-def _view_sql(view: str, table: str, parsed: str, fields: list[str] | None) -> str:
+def _view_sql(
+    view: str, table: str, parsed: str, fields: list[str] | None, properties: dict[str, str] | None = None
+) -> str:
     """CREATE OR REPLACE VIEW `view`: the Kafka columns of `table`, then the struct `parsed` spread
     into its `fields` (a field named like a Kafka column is `value_<name>`), or, with no fields,
     one column `value_typed`."""
@@ -300,18 +302,26 @@ def _view_sql(view: str, table: str, parsed: str, fields: list[str] | None) -> s
         typed = ", ".join(columns)
     else:
         typed = "__v AS value_typed"
-    return f"CREATE OR REPLACE VIEW {view} AS SELECT {kafka}, {typed} FROM (SELECT *, {parsed} AS __v FROM {table})"
+    props = (
+        " TBLPROPERTIES (" + ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in properties.items()) + ")"
+        if properties
+        else ""
+    )
+    return (
+        f"CREATE OR REPLACE VIEW {view}{props} AS SELECT {kafka}, {typed} FROM (SELECT *, {parsed} AS __v FROM {table})"
+    )
 
 
-def typed_view_sql(view: str, table: str, schema: Any) -> str:
-    """CREATE OR REPLACE VIEW `view` over `table` (both qualified) for a JSON Schema `schema`."""
+def typed_view_sql(view: str, table: str, schema: Any, properties: dict[str, str] | None = None) -> str:
+    """CREATE OR REPLACE VIEW `view` over `table` (both qualified) for a JSON Schema `schema`, with
+    `properties` as its TBLPROPERTIES."""
     ddl = spark_type(schema)
     payload = f"CAST(IF({_FRAMED}, {_PAYLOAD}, value) AS STRING)"
     fields = list(schema["properties"]) if ddl.startswith("STRUCT<") else None
-    return _view_sql(view, table, f"from_json({payload}, {_literal(ddl)})", fields)
+    return _view_sql(view, table, f"from_json({payload}, {_literal(ddl)})", fields, properties)
 
 
-def avro_view_sql(view: str, table: str, schemas: SubjectSchemas) -> str:
+def avro_view_sql(view: str, table: str, schemas: SubjectSchemas, properties: dict[str, str] | None = None) -> str:
     """CREATE OR REPLACE VIEW `view` over `table` for an Avro subject: each framed value decoded by
     Spark's `from_avro` with the version its id names and resolved to the latest (the `avroSchema`
     option: new fields get their defaults), so every row has the latest version's type, as Spark
@@ -332,7 +342,7 @@ def avro_view_sql(view: str, table: str, schemas: SubjectSchemas) -> str:
     names = AvroNames(latest.document)
     root = names.deref(names.root)
     fields = [f["name"] for f in root["fields"]] if root["type"] == "record" and root["fields"] else None
-    return _view_sql(view, table, parsed, fields)
+    return _view_sql(view, table, parsed, fields, properties)
 
 
 def value_parser(store: SchemaStore | None, topics: list[str]) -> ValueParser:
@@ -381,11 +391,17 @@ def register_typed_views(
             spark.sql(f"DROP VIEW IF EXISTS {view}")
             continue
         table = f"{_q(database)}.{_q(name)}"
+        properties = {
+            "topiclake.topic": topic,
+            "topiclake.value.subject": schemas.subject,
+            "topiclake.value.schema.id": str(schemas.latest_id),
+            "topiclake.value.schema.type": schemas.latest.schema_type,
+        }
         try:
             if schemas.latest.schema_type == AVRO:
-                spark.sql(avro_view_sql(view, table, schemas))
+                spark.sql(avro_view_sql(view, table, schemas, properties))
             else:
-                spark.sql(typed_view_sql(view, table, schemas.latest.document))
+                spark.sql(typed_view_sql(view, table, schemas.latest.document, properties))
         except Exception as exc:  # one topic's schema Spark cannot express must not stop the others
             spark.sql(f"DROP VIEW IF EXISTS {view}")  # never leave an older version's view behind
             hint = (

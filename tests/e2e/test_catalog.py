@@ -1,0 +1,172 @@
+"""The catalog: topics made over HTTP are tables in Spark's Hive metastore, which brand-new
+sessions (their own processes, made by get_spark) see with no call, and live sessions see change
+within seconds: new topics, deleted and re-created ones, new schema versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.server import REPO, ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+class Worker:
+    """tests/e2e/spark_worker.py: a session in its own process."""
+
+    def __init__(self, root: Path, log: Path) -> None:
+        env = {**os.environ, "TOPICLAKE_ROOT": str(root), "TOPICLAKE_CATALOG__ENABLED": "true", "PYTHONPATH": str(REPO)}
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.e2e.spark_worker"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"the worker exited: {Path(self.log.name).read_text()[-3000:]}"
+        return json.loads(line)
+
+    def ask(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        answer = self._read()
+        assert "error" not in answer, answer["error"]
+        return answer
+
+    def rows(self, sql: str) -> list[list[Any]]:
+        return self.ask(sql=sql)["rows"]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("catalog") / "data"
+    srv = ServerProcess(root).start()
+    with httpx.Client(base_url=srv.url, timeout=30) as http:
+        yield root, http
+    srv.stop()
+
+
+def _produce(http: httpx.Client, topic: str, values: list[Any], **extra: Any) -> None:
+    r = http.post(f"/topics/{topic}/records", json={"records": [{"value": v, **extra} for v in values]})
+    assert r.status_code == 200, r.text
+
+
+def _properties(rows: list[list[Any]]) -> str:
+    return next(r[1] for r in rows if r[0] == "Table Properties")
+
+
+def test_new_sessions_see_topics_and_live_ones_see_changes(served, tmp_path):
+    root, http = served
+    assert http.post("/topics", json={"name": "orders-eu", "partitions": 2}).status_code == 201
+    assert http.post("/topics", json={"name": "payments", "partitions": 1}).status_code == 201
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "item": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    r = http.post(
+        "/registry/subjects/orders-eu-value/versions", json={"schema": json.dumps(schema), "schemaType": "JSON"}
+    )
+    assert r.status_code == 200, r.text
+    _produce(http, "orders-eu", [{"id": i, "item": f"i{i % 3}"} for i in range(30)])
+
+    worker = Worker(root, tmp_path / "worker1.log")
+    try:
+        # no register_topics: the session found them in the metastore, kept by the catalog sync
+        tables = {r[1] for r in worker.rows("SHOW TABLES IN topics")}
+        assert {"orders_eu", "payments", "_partitions", "_consumer_lag"} <= tables
+        assert worker.rows("SELECT count(*) FROM topics.orders_eu") == [[30]]
+        assert worker.rows("SELECT item, count(*) FROM topics_typed.orders_eu GROUP BY item ORDER BY item") == [
+            ["i0", 10],
+            ["i1", 10],
+            ["i2", 10],
+        ]
+        assert worker.rows("SELECT sum(id) FROM topics_typed.orders_eu") == [[sum(range(30))]]
+        described = worker.rows("DESCRIBE TABLE EXTENDED topics.orders_eu")
+        assert "topiclake.partitions=2" in _properties(described)  # the topic's configs
+        assert "topiclake.retention.ms=" in _properties(described)
+        typed = _properties(worker.rows("DESCRIBE TABLE EXTENDED topics_typed.orders_eu"))
+        assert "topiclake.value.subject=orders-eu-value" in typed and "topiclake.value.schema.type=JSON" in typed
+
+        # while the session lives: a new topic, a new schema version, a deleted topic
+        assert http.post("/topics", json={"name": "late.arrivals", "partitions": 3}).status_code == 201
+        _produce(http, "late.arrivals", ["a", "b"])
+        seen = worker.ask(until="SELECT count(*) FROM topics.late_arrivals", expect=[[2]], timeout=30)
+        assert seen["rows"] == [[2]] and seen["seconds"] < 30
+        schema["properties"]["qty"] = {"type": "integer"}
+        r = http.post(
+            "/registry/subjects/orders-eu-value/versions", json={"schema": json.dumps(schema), "schemaType": "JSON"}
+        )
+        assert r.status_code == 200, r.text
+        _produce(http, "orders-eu", [{"id": 100, "item": "new", "qty": 7}])
+        seen = worker.ask(until="SELECT sum(qty) FROM topics_typed.orders_eu", expect=[[7]], timeout=30)
+        assert seen["rows"] == [[7]], seen
+        assert http.delete("/topics/payments").status_code == 204
+        gone = worker.ask(until="SHOW TABLES IN topics LIKE 'payments'", expect=[], timeout=30)
+        assert gone["rows"] == [], gone
+    finally:
+        worker.close()
+
+    # no session alive: delete and re-create with more partitions, then a brand-new session
+    assert http.delete("/topics/orders-eu").status_code == 204
+    assert http.post("/topics", json={"name": "orders-eu", "partitions": 5}).status_code == 201
+    _produce(http, "orders-eu", [{"id": i, "item": "x"} for i in range(4)])  # the subject outlives the topic
+    worker = Worker(root, tmp_path / "worker2.log")
+    try:
+        assert worker.rows("SELECT count(*), count(DISTINCT partition) >= 1 FROM topics.orders_eu") == [[4, True]]
+        assert "topiclake.partitions=5" in _properties(worker.rows("DESCRIBE TABLE EXTENDED topics.orders_eu"))
+        assert {r[1] for r in worker.rows("SHOW TABLES IN topics")} >= {"orders_eu", "late_arrivals"}
+        assert "payments" not in {r[1] for r in worker.rows("SHOW TABLES IN topics")}
+        parts = worker.rows("SELECT partition FROM topics._partitions WHERE topic = 'orders-eu' ORDER BY partition")
+        assert parts == [[p] for p in range(5)]
+    finally:
+        worker.close()
+
+
+def test_catalog_sync_reports_drift(served):
+    root, http = served
+    assert http.post("/topics", json={"name": "drifting", "partitions": 1}).status_code == 201
+    env = {**os.environ, "TOPICLAKE_ROOT": str(root), "TOPICLAKE_CATALOG__ENABLED": "true", "PYTHONPATH": str(REPO)}
+    run = [sys.executable, "-m", "topiclake", "catalog", "sync"]
+    first = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "topics.drifting" in json.loads(first.stdout)["created"]
+    # a topic deleted while no session ran: the next sync finds its table stale and drops it
+    assert http.delete("/topics/drifting").status_code == 204
+    second = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    report = json.loads(second.stdout)
+    assert report["drift"] is True and "topics.drifting" in report["dropped"], report
+    assert "topics.drifting" not in report["created"]
+    started = time.monotonic()
+    third = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert json.loads(third.stdout)["drift"] is False, (third.stdout, time.monotonic() - started)

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 
-.PHONY: setup minio kafka-jars chromium run test test-fast lint bench clean
+.PHONY: setup minio kafka-jars chromium sql-endpoint run test test-fast lint bench clean
 
 # The Kafka codec (kafka_gateway/codec, Rust) is compiled by this install (setuptools-rust, cargo);
 # its build directory is cached under ~/.cache, so a fresh clone rebuilds only what changed.
@@ -33,6 +33,11 @@ minio: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -c "from bench.kafka_broker import ensure_jars; print(ensure_jars())"
 
+# The SQL endpoint's Java classes (sql_endpoint/java), compiled against pyspark's jars with the JDK's
+# javac, and the list of jars Spark's packages resolve to; both cached under ~/.cache.
+sql-endpoint: $(JARS_STAMP)
+	$(PY) -m sql_endpoint.build
+
 # The console's charting library, from npm at a pinned version (no CDN at run time); the download
 # is cached under ~/.cache, and no lock file is kept.
 CHARTJS_VERSION := 4.6.1
@@ -52,7 +57,7 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
 
-setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) minio kafka-jars chromium
+setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) minio kafka-jars chromium sql-endpoint
 
 run: $(STAMP) $(CHART_STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}

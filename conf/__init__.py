@@ -12,6 +12,7 @@ from conf.settings import (
     ServerSettings,
     Settings,
     SparkSettings,
+    SqlServerSettings,
     WriterSettings,
     load_settings,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "SparkSettings",
+    "SqlServerSettings",
     "WriterSettings",
     "load_settings",
 ]

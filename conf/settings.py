@@ -394,6 +394,15 @@ class CatalogSettings(BaseModel):
     start_timeout_s: float = Field(120.0, gt=0, description="How long to wait for the metastore to answer.")
 
 
+class SqlServerSettings(BaseModel):
+    """`topiclake sql-server`: Spark's Thrift JDBC/ODBC server on the catalog (sql_endpoint)."""
+
+    model_config = _FROZEN
+
+    host: str = Field("127.0.0.1", description="Where the JDBC/ODBC endpoint listens.")
+    port: int = Field(10000, ge=0, le=65535, description="Its port (HiveServer2's default).")
+
+
 class Settings(BaseSettings):
     """Everything topiclake reads from configuration."""
 
@@ -421,6 +430,7 @@ class Settings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     jobs: JobsSettings = JobsSettings()
     catalog: CatalogSettings = CatalogSettings()
+    sql_server: SqlServerSettings = SqlServerSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -414,6 +414,15 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sql_server(args: argparse.Namespace) -> int:
+    """Spark's Thrift JDBC/ODBC server on the root's catalog, until Ctrl-C (sql_endpoint)."""
+    from conf import load_settings
+    from sql_endpoint.server import serve
+
+    settings = load_settings(**({"root": args.root} if args.root else {}))
+    return serve(settings, args.host, args.port)
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from jobs import compaction, rebalance, replication, retention
 
@@ -633,6 +642,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--root", help="storage root (default $TOPICLAKE_ROOT or ./data)")
     q.add_argument("--limit", type=int, default=20)
     q.set_defaults(func=cmd_sql)
+
+    ss = sub.add_parser("sql-server", help="a JDBC/ODBC SQL endpoint (Spark's Thrift server) on the catalog")
+    ss.add_argument("--root", help="the root (default: the settings' root)")
+    ss.add_argument("--host", help="listen address (default: sql_server.host, 127.0.0.1)")
+    ss.add_argument("--port", type=int, help="port (default: sql_server.port, 10000)")
+    ss.set_defaults(func=cmd_sql_server)
 
     ca = sub.add_parser("catalog", help="the topics in Spark's Hive metastore")
     casub = ca.add_subparsers(dest="action", required=True)

@@ -146,6 +146,7 @@ class CatalogSync:
         self._registry_seq = -1
         self._thread: threading.Thread | None = None
         self.first_report: SyncReport | None = None  # what start() found
+        self.listeners: list[Callable[[dict[str, str]], object]] = []  # told {topic: table} after each sync
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one sync at a time (the thread and a caller)
 
@@ -217,6 +218,8 @@ class CatalogSync:
                     report.dropped.append(f"{typed_db}.{r[1]}")
             spark.sql(f"ALTER DATABASE {_q(typed_db)} SET DBPROPERTIES ('topiclake.registry.seq' = '{seq}')")
         self._topics, self._registry_seq = topics, seq
+        for listener in self.listeners:
+            listener(wanted)
         return report
 
     def _typed_seq(self, typed_db: str) -> int:

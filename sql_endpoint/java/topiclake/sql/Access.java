@@ -1,0 +1,101 @@
+package topiclake.sql;
+
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.sql.catalyst.CurrentUserContext;
+
+/**
+ * What each principal of the SQL endpoint may do, as the Python side (sql_endpoint.server) computed
+ * it from the API keys and their topic ACLs (delta_log.core.acl): the one rule lives there; this
+ * class only holds its answers. Replaced whole, atomically, when keys or topics change.
+ */
+public final class Access {
+  private record State(
+      Map<String, byte[]> keyHashes,
+      Set<String> admins,
+      Map<String, Set<String>> readable,
+      Map<String, List<String>> locations) {}
+
+  private static volatile State state = new State(Map.of(), Set.of(), Map.of(), Map.of());
+  private static volatile boolean open = true;
+
+  private Access() {}
+
+  /** No keys configured: every login is accepted and every table readable (the read-only rule stays). */
+  public static void setOpen(boolean value) {
+    open = value;
+  }
+
+  /**
+   * @param keyHashes principal -> SHA-256 of its API key (the key itself never reaches the JVM)
+   * @param admins principals that may read every table (admin on every topic and group)
+   * @param readable principal -> lower-case "database.table" names it may read and see
+   * @param locations principal -> the folders of those tables ("authority/path", no scheme), whose
+   *     files its queries may read (Delta reads a table's log and data files by path)
+   */
+  public static void set(
+      Map<String, byte[]> keyHashes,
+      Set<String> admins,
+      Map<String, Set<String>> readable,
+      Map<String, List<String>> locations) {
+    state = new State(Map.copyOf(keyHashes), Set.copyOf(admins), Map.copyOf(readable), Map.copyOf(locations));
+  }
+
+  /** A file or folder a query reads by path: inside a table folder the user may read. */
+  public static boolean canReadPath(String user, URI path) {
+    if (open || user == null) {
+      return true;
+    }
+    State s = state;
+    if (s.admins().contains(user)) {
+      return true;
+    }
+    String authority = path.getAuthority() == null ? "" : path.getAuthority();
+    String wanted = authority + path.getPath();
+    for (String folder : s.locations().getOrDefault(user, List.of())) {
+      if (wanted.equals(folder) || wanted.startsWith(folder.endsWith("/") ? folder : folder + "/")) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The user of the JDBC operation running on this thread; null for the driver's own work. */
+  public static String user() {
+    return CurrentUserContext.CURRENT_USER().get();
+  }
+
+  static boolean authenticates(String user, String password) {
+    byte[] expected = state.keyHashes().get(user);
+    byte[] given = sha256(password);
+    // compare in constant time, also for an unknown user
+    return MessageDigest.isEqual(expected == null ? new byte[32] : expected, given) && expected != null;
+  }
+
+  public static boolean canRead(String user, String database, String table) {
+    if (open || user == null) {
+      return true;
+    }
+    State s = state;
+    if (s.admins().contains(user)) {
+      return true;
+    }
+    Set<String> names = s.readable().get(user);
+    String name = (database == null ? "default" : database) + "." + table;
+    return names != null && names.contains(name.toLowerCase(Locale.ROOT));
+  }
+
+  static byte[] sha256(String text) {
+    try {
+      return MessageDigest.getInstance("SHA-256").digest(text.getBytes(StandardCharsets.UTF_8));
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+}

@@ -1,0 +1,122 @@
+package topiclake.sql;
+
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.Set;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.catalog.CatalogTable;
+import org.apache.spark.sql.catalyst.catalog.HiveTableRelation;
+import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import scala.Function1;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * spark.sql.extensions: a check rule on every statement a JDBC user runs. The endpoint answers
+ * queries (and the SHOW / DESCRIBE / SET / USE commands BI tools send); it writes nothing, because
+ * topic tables are written only by the gateways, which assign their offsets. A table is read only
+ * by name from the catalog and only when Access allows it; paths and reflection are refused.
+ */
+public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+  private static final Set<String> COMMANDS = Set.of(
+      "ShowNamespaces", "ShowNamespacesCommand", "ShowTables", "ShowTablesCommand", "ShowTablesExtended",
+      "ShowTableExtended", "ShowViews", "ShowViewsCommand", "ShowColumns", "ShowColumnsCommand",
+      "ShowTableProperties", "ShowTablePropertiesCommand", "ShowPartitions", "ShowPartitionsCommand",
+      "ShowCreateTable", "ShowCreateTableCommand", "DescribeRelation", "DescribeTableCommand",
+      "DescribeColumn", "DescribeColumnCommand", "DescribeNamespace", "DescribeDatabaseCommand",
+      "DescribeFunction", "DescribeFunctionCommand", "ShowFunctions", "ShowFunctionsCommand", "ShowCatalogs",
+      "ShowCatalogsCommand", "ShowCurrentNamespace", "ShowCurrentNamespaceCommand", "SetCatalogAndNamespace",
+      "SetNamespaceCommand", "SetCatalogCommand", "SetCommand", "ResetCommand", "ExplainCommand");
+
+  @Override
+  public BoxedUnit apply(SparkSessionExtensions extensions) {
+    Function1<SparkSession, Function1<LogicalPlan, BoxedUnit>> rule = session -> plan -> {
+      String user = Access.user();
+      if (user != null) {
+        // a table read by name is a relation under an alias that names it (spark_catalog.topics.t)
+        Set<LogicalPlan> named = Collections.newSetFromMap(new IdentityHashMap<>());
+        plan.foreachWithSubqueries(node -> {
+          checkNamed(user, (LogicalPlan) node, named);
+          return BoxedUnit.UNIT;
+        });
+        plan.foreachWithSubqueries(node -> {
+          check(user, (LogicalPlan) node, named);
+          return BoxedUnit.UNIT;
+        });
+      }
+      return BoxedUnit.UNIT;
+    };
+    extensions.injectCheckRule(rule);
+    return BoxedUnit.UNIT;
+  }
+
+  private static boolean isRelation(LogicalPlan node) {
+    return node instanceof HiveTableRelation || node instanceof LogicalRelation || node instanceof DataSourceV2Relation;
+  }
+
+  private static void checkNamed(String user, LogicalPlan node, Set<LogicalPlan> named) {
+    if (node instanceof SubqueryAlias alias && isRelation(alias.child())) {
+      Seq<String> qualifier = alias.identifier().qualifier();
+      if (qualifier.nonEmpty()) {
+        String database = qualifier.last();
+        String table = alias.identifier().name();
+        if (!Access.canRead(user, database, table)) {
+          refuseAsMissing(database, table);
+        }
+        named.add(alias.child());
+      }
+    }
+  }
+
+  private static void check(String user, LogicalPlan node, Set<LogicalPlan> named) {
+    if (node instanceof Command && !COMMANDS.contains(node.getClass().getSimpleName())) {
+      throw new SecurityException("The SQL endpoint answers queries only (SELECT, SHOW, DESCRIBE); "
+          + node.nodeName() + " is refused. Write to topics through Kafka or HTTP.");
+    }
+    for (Expression e : CollectionConverters.asJava(node.expressions())) {
+      if (e.exists(x -> x instanceof CallMethodViaReflection)) {
+        throw new SecurityException("reflect and java_method are refused on the SQL endpoint.");
+      }
+    }
+    if (!isRelation(node) || named.contains(node)) {
+      return;
+    }
+    CatalogTable t = null;
+    if (node instanceof HiveTableRelation hive) {
+      t = hive.tableMeta();
+    } else if (node instanceof LogicalRelation relation && relation.catalogTable().isDefined()) {
+      t = relation.catalogTable().get();
+    } else if (node instanceof LogicalRelation relation && relation.relation() instanceof HadoopFsRelation files) {
+      // by path: a user's delta.`...`, or Delta reading a table's log and files for a query
+      for (Path path : CollectionConverters.asJava(files.location().rootPaths())) {
+        if (!Access.canReadPath(user, path.toUri())) {
+          throw new SecurityException("Read tables by name (topics.<name>); this path is not one of them.");
+        }
+      }
+      return;
+    }
+    if (t == null) {
+      throw new SecurityException("Read tables by name (topics.<name>); paths are refused on the SQL endpoint.");
+    }
+    String database = t.identifier().database().isDefined() ? t.identifier().database().get() : "default";
+    if (!Access.canRead(user, database, t.identifier().table())) {
+      refuseAsMissing(database, t.identifier().table());
+    }
+  }
+
+  private static void refuseAsMissing(String database, String table) {
+    // the words of a table that does not exist: a login cannot probe for the names it may not see
+    throw new SecurityException("Table or view not found: " + database + "." + table);
+  }
+}

@@ -1,0 +1,157 @@
+"""`topiclake sql-server`: Spark's Thrift JDBC/ODBC endpoint on the catalog, reached by Hive's own
+JDBC client (beeline, from the jars pyspark ships) and by a Python DB-API client (PyHive, what
+Superset uses), with the API keys as logins and their topic ACLs deciding what each sees."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pyspark
+import pytest
+from pyhive import hive
+
+from tests.e2e.server import REPO, ServerProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+KEYS = """
+[[auth.api_keys]]
+key = "admin-secret-key"
+principal = "admin"
+acls = { "*" = ["admin"] }
+groups = { "*" = ["admin"] }
+
+[[auth.api_keys]]
+key = "orders-only-key"
+principal = "analyst"
+acls = { "orders-*" = ["consume", "describe"] }
+"""
+ADMIN = {"Authorization": "Bearer admin-secret-key"}
+BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
+QUIET = ("--silent=true", "--outputformat=csv2")
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sqlendpoint")
+    root = base / "data"
+    config = base / "keys.toml"
+    config.write_text(KEYS)
+    env = {"TOPICLAKE_CONFIG": str(config)}
+    gateway = ServerProcess(root, env=env).start()
+    http = httpx.Client(base_url=gateway.url, timeout=30, headers=ADMIN)
+    for name, partitions in (("orders-1", 3), ("secret", 1)):  # orders-1 is the table topics.orders_1
+        assert http.post("/topics", json={"name": name, "partitions": partitions}).status_code == 201
+    records = [{"value": f"v{i}", "partition": i % 3} for i in range(300)]
+    assert http.post("/topics/orders-1/records", json={"records": records}).status_code == 200
+    assert http.post("/topics/secret/records", json={"records": [{"value": "classified"}]}).status_code == 200
+
+    port = free_port()
+    log = open(base / "sql-server.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "topiclake", "sql-server", "--root", str(root), "--port", str(port)],
+        cwd=REPO,
+        env={**os.environ, **env, "TOPICLAKE_CATALOG__ENABLED": "true", "PYTHONPATH": str(REPO)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 240
+    while True:
+        assert proc.poll() is None, (base / "sql-server.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the SQL endpoint did not listen within 240 s"
+        if "topiclake SQL endpoint:" in (base / "sql-server.log").read_text(errors="replace"):
+            break
+        time.sleep(0.5)
+    yield port, http, root
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    log.close()
+    http.close()
+    gateway.stop()
+
+
+def beeline(port: int, user: str, password: str, sql: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BEELINE), "-u", f"jdbc:hive2://127.0.0.1:{port}/default", "-n", user, "-p", password, *QUIET, "-e", sql],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def lines(out: str) -> list[str]:
+    """beeline's csv2 output without its prompt ("0: jdbc:hive2://...> ")."""
+    return [line.rsplit("> ", 1)[-1].strip() for line in out.splitlines() if line.rsplit("> ", 1)[-1].strip()]
+
+
+def test_beeline_answers_a_group_by_for_a_key_and_refuses_what_it_may_not_read(endpoint):
+    port, _, _ = endpoint
+    done = beeline(
+        port,
+        "admin",
+        "admin-secret-key",
+        "SELECT partition, count(*) AS n FROM topics.orders_1 GROUP BY partition ORDER BY partition",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert lines(done.stdout) == ["partition,n", "0,100", "1,100", "2,100"]
+
+    shown = beeline(port, "analyst", "orders-only-key", "SHOW TABLES IN topics")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "orders_1" in shown.stdout and "secret" not in shown.stdout  # never shown
+
+    refused = beeline(port, "analyst", "orders-only-key", "SELECT * FROM topics.secret")
+    assert refused.returncode != 0 and "TABLE_OR_VIEW_NOT_FOUND" in refused.stdout + refused.stderr
+    assert "classified" not in refused.stdout + refused.stderr
+
+    wrong = beeline(port, "analyst", "not-the-key", "SELECT 1")
+    assert wrong.returncode != 0 and "Error validating the login" in wrong.stdout + wrong.stderr
+    impostor = beeline(port, "admin", "orders-only-key", "SELECT 1")  # a key is its own principal's
+    assert impostor.returncode != 0 and "Error validating the login" in impostor.stdout + impostor.stderr
+
+
+def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
+    port, _, root = endpoint
+    conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password="orders-only-key", auth="CUSTOM")
+    cur = conn.cursor()
+    cur.execute("SELECT count(*), min(offset), max(offset) FROM topics.orders_1 WHERE partition = 1")
+    assert cur.fetchall() == [(100, 0, 99)]
+    for sql, words in (
+        ("SELECT * FROM topics.secret", "TABLE_OR_VIEW_NOT_FOUND"),
+        ("INSERT INTO topics.orders_1 SELECT * FROM topics.orders_1", "answers queries only"),
+        ("DROP TABLE topics.orders_1", "answers queries only"),
+        ("SELECT reflect('java.lang.System', 'getenv', 'HOME')", "reflect and java_method are refused"),
+        (f"SELECT * FROM parquet.`{root}/topics/secret`", "not one of them"),  # its files, by path
+    ):
+        with pytest.raises(hive.OperationalError) as refused:
+            cur.execute(sql)
+        assert words in str(refused.value), (sql, str(refused.value)[-700:])
+    cur.execute("SELECT count(*) FROM topics.orders_1")
+    assert cur.fetchall() == [(300,)]  # nothing was written
+    with pytest.raises(Exception, match="Error validating the login"):
+        hive.connect(host="127.0.0.1", port=port, username="analyst", password="nope", auth="CUSTOM")
+
+
+def test_a_new_topic_reaches_the_endpoint_with_its_acl(endpoint):
+    port, http, _ = endpoint
+    assert http.post("/topics", json={"name": "orders-late", "partitions": 1}).status_code == 201
+    assert http.post("/topics/orders-late/records", json={"records": [{"value": "x"}] * 5}).status_code == 200
+    conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password="orders-only-key", auth="CUSTOM")
+    cur = conn.cursor()
+    deadline = time.monotonic() + 60
+    while True:
+        cur.execute("SHOW TABLES IN topics")
+        if "orders_late" in {r[1] for r in cur.fetchall()}:
+            break
+        assert time.monotonic() < deadline, "orders-late did not reach the catalog within 60 s"
+        time.sleep(1)
+    cur.execute("SELECT count(*) FROM topics.orders_late")
+    assert cur.fetchall() == [(5,)]

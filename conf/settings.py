@@ -364,6 +364,10 @@ class JobsSettings(BaseModel):
         default_factory=dict, description="Object-store options of replica_root (as `storage_options`)."
     )
     use_spark: bool = Field(False, description="Scheduled runs use Spark (spark.master) instead of in-process.")
+    upsert_interval_s: float = Field(
+        5.0, gt=0, description="How often the upsert job merges new records into upsert topics' <topic>_latest."
+    )
+    upsert_max_records: int = Field(1_000_000, ge=1, description="The most records one upsert MERGE takes.")
     compaction_min_segments: int = Field(8, ge=2)
     compaction_target_bytes: int = Field(128 * 1024 * 1024, gt=0)
     rebalance_lag_imbalance: float = Field(

@@ -29,6 +29,7 @@ from delta_log.log.write_ahead import LogTopic, WriteAhead, replay
 from delta_log.log.writer import CommitInfo, TopicWriter
 from delta_log.maintenance.delete_records import delete_records
 from delta_log.maintenance.topic_maintenance import MaintenanceClock, MaintenanceScheduler, TopicMaintenance
+from delta_log.maintenance.upsert import UPSERT_GROUP
 from delta_log.system.offsets import OffsetStore
 from delta_log.system.schemas import SchemaStore
 from delta_log.table.app_transactions import holder_number
@@ -253,6 +254,26 @@ class TopicRegistry:
         with self._lock:
             c = self._committers.get(topic)
         return c.table_lag_s if isinstance(c, LogTopic) else None
+
+    def upsert_lags(self) -> dict[str, int]:
+        """Records the upsert job has not merged yet, per upsert topic this process has open (its
+        processed offsets are the group `topiclake-upsert`'s commits)."""
+        with self._lock:
+            readers = dict(self._readers)
+        out: dict[str, int] = {}
+        loaded = False
+        for topic, reader in readers.items():
+            if reader.config.table_mode != "upsert":
+                continue
+            if not loaded:
+                self.offsets.load()
+                loaded = True
+            done = {p: c.offset for (_, p), c in self.offsets.committed(UPSERT_GROUP, topic).items()}
+            out[topic] = sum(
+                max(0, p.high_watermark - max(done.get(p.partition, 0), p.log_start_offset))
+                for p in reader.partition_offsets()
+            )
+        return out
 
     def committers(self) -> dict[str, Committer]:
         with self._lock:

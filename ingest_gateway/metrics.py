@@ -67,6 +67,7 @@ class Metrics:
         conflicts: dict[str, int] | None = None,
         visible: Callable[[str], bool] = lambda topic: True,
         table_lag: dict[str, float] | None = None,
+        upsert_lag: dict[str, int] | None = None,
     ) -> str:
         """The Prometheus text; per-topic series only for the topics `visible` lets through."""
         lines: list[str] = []
@@ -135,6 +136,13 @@ class Metrics:
         )
         for t, lag in mine(table_lag or {}):
             lines.append(f"topiclake_table_lag_seconds{_labels(topic=t)} {lag:.3f}")
+        family(
+            "topiclake_upsert_lag_records",
+            "gauge",
+            "Upsert topics: records not yet merged into <topic>_latest by the upsert job.",
+        )
+        for t, records in mine(upsert_lag or {}):
+            lines.append(f"topiclake_upsert_lag_records{_labels(topic=t)} {records}")
         family("topiclake_writer_phase_seconds_total", "counter", "Flush time by phase, per topic.")
         for t, by_phase in mine(phases or {}):
             for phase, secs in by_phase.items():

@@ -18,6 +18,7 @@ from delta_log.core.topic_config import (
     MAX_TOPIC_NAME_LENGTH,
     MIN_TABLE_LAG_MS,
     RATIO_PATTERN,
+    TABLE_MODES,
     TOPIC_NAME_PATTERN,
 )
 from delta_log.core.value_schemas import COMPATIBILITY_LEVELS, MAX_SCHEMA_CHARS
@@ -67,6 +68,7 @@ def _config_schema(nullable: bool) -> dict[str, Any]:
             ]
         },
         "topiclake.ack.mode": choice(*ACK_MODES),
+        "topiclake.table.mode": choice(*TABLE_MODES),
         "topiclake.table.max.lag.ms": {
             "anyOf": [
                 {"type": "integer", "minimum": MIN_TABLE_LAG_MS, "maximum": MAX_TABLE_LAG_MS},

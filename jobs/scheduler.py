@@ -68,6 +68,12 @@ def _replication(spark: Any, settings: Settings) -> dict[str, Any]:
     return replication.run(spark, settings).to_dict()
 
 
+def _upsert(spark: Any, settings: Settings) -> dict[str, Any]:
+    from jobs import upsert
+
+    return {"topics": upsert.run(spark, settings).topics}
+
+
 def schedule_of(settings: Settings) -> list[Scheduled]:
     """The jobs to run and how often (pure)."""
     j = settings.jobs
@@ -75,6 +81,7 @@ def schedule_of(settings: Settings) -> list[Scheduled]:
         Scheduled("rebalance", j.rebalance_interval_s, _rebalance),
         Scheduled("retention", settings.maintenance.retention_interval_s, _retention),
         Scheduled("compaction", j.compaction_interval_s, _compaction),
+        Scheduled("upsert", j.upsert_interval_s, _upsert),
     ]
     if j.replica_root:
         out.append(Scheduled("replication", j.replication_interval_s, _replication))

@@ -103,9 +103,9 @@ def grants(settings: Settings, tables: dict[str, str]) -> Grants:
         names = out.tables.setdefault(principal.name, set())
         folders = out.folders.setdefault(principal.name, [])
         for topic, table in tables.items():
-            if principal.allows("consume", topic):
-                names |= {f"{db}.{table}".lower(), f"{db}_typed.{table}".lower()}
-                folders.append(_folder(storage.topic_uri(topic)))
+            if principal.allows("consume", topic):  # its table, typed view and upsert table
+                names |= {f"{db}.{table}".lower(), f"{db}_typed.{table}".lower(), f"{db}.{table}_latest".lower()}
+                folders += [_folder(storage.topic_uri(topic)), _folder(storage.latest_uri(topic))]
         if principal.allows("describe", "*"):
             names |= {f"{db}._partitions", f"{db}._consumer_lag"}
             folders += [_folder(storage.system_uri("partitions")), _folder(storage.system_uri("consumer_offsets"))]

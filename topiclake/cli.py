@@ -424,7 +424,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from jobs import compaction, rebalance, replication, retention
+    from jobs import compaction, rebalance, replication, retention, upsert
 
     argv = ["--root", args.root] if args.root else []
     for t in getattr(args, "topic", None) or []:
@@ -440,6 +440,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         "compaction": compaction.main,
         "rebalance": rebalance.main,
         "replication": replication.main,
+        "upsert": upsert.main,
     }
     return mains[args.job](argv)
 
@@ -674,6 +675,10 @@ def build_parser() -> argparse.ArgumentParser:
     jp.add_argument("--replica", help="replica root (default jobs.replica_root)")
     jp.add_argument("--topic", action="append")
     jp.add_argument("--local", action="store_true", help="without Spark")
+    ju = jsub.add_parser("upsert", help="merge upsert topics' new records into <topic>_latest (latest value per key)")
+    ju.add_argument("--root")
+    ju.add_argument("--topic", action="append")
+    ju.add_argument("--local", action="store_true", help="without Spark")
     j.set_defaults(func=cmd_jobs)
 
     r = sub.add_parser("replica", help="replica roots")

@@ -44,8 +44,11 @@ DEFAULT_CONFIG: dict[str, str] = {
     # the gateway's write-ahead log, flushed into the table within topiclake.table.max.lag.ms
     "topiclake.ack.mode": "table",
     "topiclake.table.max.lag.ms": "1000",
+    # "upsert" also keeps <topic>_latest, one row per key (the upsert job, delta_log.maintenance.upsert)
+    "topiclake.table.mode": "log",
 }
 ACK_MODES = ("table", "log")
+TABLE_MODES = ("log", "upsert")
 
 #: Kafka's topic configs that mean nothing for a Delta table (log segments, replicas, flushing and
 #: tiered storage are the table's and the storage root's business): accepted, validated, stored and
@@ -185,6 +188,12 @@ def validate_config(updates: Mapping[str, object]) -> dict[str, str]:
             _inert_value(key, raw, value, INERT_CONFIG[key][1])
         elif key == "topiclake.ack.mode" and value not in ACK_MODES:
             raise InvalidConfigError(f"{key} must be table or log; got {value!r}.", key=key)
+        elif key == "topiclake.table.mode" and value not in TABLE_MODES:
+            raise InvalidConfigError(
+                f"{key} must be log or upsert (upsert also keeps <topic>_latest, the latest value per key); "
+                f"got {value!r}.",
+                key=key,
+            )
         elif key == "topiclake.table.max.lag.ms":
             _int_value(key, raw, value, MIN_TABLE_LAG_MS)
             if int(value) > MAX_TABLE_LAG_MS:
@@ -237,6 +246,10 @@ class TopicConfig:
     @property
     def table_max_lag_ms(self) -> int:
         return int(self.values.get("topiclake.table.max.lag.ms", "1000"))
+
+    @property
+    def table_mode(self) -> str:
+        return self.values.get("topiclake.table.mode", "log")
 
     @property
     def log_append_time(self) -> bool:

@@ -36,7 +36,7 @@ from delta_log.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from delta_log.table.storage import TOPICS_DIR, StorageRoot, translate_storage_errors
+from delta_log.table.storage import LATEST_DIR, TOPICS_DIR, StorageRoot, translate_storage_errors
 
 #: Delta properties every engine must leave alone on topic tables (see ARCHITECTURE.md).
 FORBIDDEN_DELTA_PROPERTIES = frozenset(
@@ -203,12 +203,19 @@ class Catalog:
         return self.describe_topic(name, dt)
 
     def delete_topic(self, name: str) -> None:
-        """Remove the topic table and its files. Raises: TopicNotFoundError."""
+        """Remove the topic table and its files, and its upsert table if it has one. Raises:
+        TopicNotFoundError."""
         validate_topic_name(name)
         uri = self.storage.topic_uri(name)
         if not self.storage.is_table(uri):
             raise TopicNotFoundError(name)
         self.storage.delete_dir(uri)
+        if self.storage.is_table(self.storage.latest_uri(name)):
+            self.storage.delete_dir(self.storage.latest_uri(name))
+
+    def upsert_tables(self) -> list[str]:
+        """Topics that have an upsert table (`<root>/latest/<topic>`), sorted: one listing."""
+        return [t for t in self.storage.list_dirs(LATEST_DIR) if self.storage.is_table(self.storage.latest_uri(t))]
 
     def _set_properties(self, dt: DeltaTable, props: dict[str, str]) -> None:
         for _ in range(self.settings.max_commit_attempts):

@@ -44,7 +44,7 @@ from delta_log.spark.s3a import configure_s3a
 from delta_log.spark.typed import register_typed_views
 from delta_log.system.offsets import OffsetStore
 from delta_log.system.schemas import SchemaStore
-from delta_log.table.storage import TOPICS_DIR, StorageRoot
+from delta_log.table.storage import LATEST_DIR, TOPICS_DIR, StorageRoot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,6 +62,7 @@ PARTITIONS_SCHEMA = pa.schema(
     ]
 )
 SYSTEM_TABLES = frozenset({"_partitions", "_consumer_lag"})
+_LATEST = "@latest"  # marks an upsert table among the topics a sync lists (@ is not in topic names)
 
 
 def _q(name: str) -> str:
@@ -159,10 +160,14 @@ class CatalogSync:
             return self._sync(self._list_topics(), verify=verify)
 
     def tables(self) -> dict[str, str]:
-        return topic_tables(self._topics or ())
+        """{topic: table} of the topics the catalog holds now."""
+        return topic_tables(t for t in self._topics or () if not t.endswith(_LATEST))
 
     def _list_topics(self) -> frozenset[str]:
-        return frozenset(Catalog(self.storage, WriterSettings()).list_topics())
+        """The root's topics, and `<topic>@latest` for each topic's upsert table."""
+        catalog = Catalog(self.storage, WriterSettings())
+        topics = catalog.list_topics()
+        return frozenset(topics) | {f"{t}{_LATEST}" for t in catalog.upsert_tables() if t in set(topics)}
 
     def _sync(self, topics: frozenset[str], *, verify: bool) -> SyncReport:
         spark, db = self.spark, _q(self.database)
@@ -170,25 +175,29 @@ class CatalogSync:
         OffsetStore(self.storage)  # the offsets table exists, so the lag view always resolves
         report = SyncReport(self.database, topics=len(topics))
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
-        wanted = topic_tables(topics)
+        wanted = topic_tables(t for t in topics if not t.endswith(_LATEST))
+        locations = {t: self.storage.topic_uri(t) for t in wanted}
+        upserts: dict[str, str] = {}
+        for t in sorted(topics):
+            name = f"{wanted.get(t.removesuffix(_LATEST), '')}_latest"
+            if t.endswith(_LATEST) and name.lower() not in {n.lower() for n in [*wanted.values(), *upserts.values()]}:
+                upserts[t] = name
+                locations[t] = self.storage.latest_uri(t.removesuffix(_LATEST))
         present = {r[1].lower() for r in spark.sql(f"SHOW TABLES IN {db}").collect() if not r[2]}
-        by_name = {name.lower(): topic for topic, name in wanted.items()}
+        by_name = {name.lower(): topic for topic, name in {**wanted, **upserts}.items()}
         for name in sorted(present - by_name.keys() - SYSTEM_TABLES):
             if self._is_gone_topic(name):
                 spark.sql(f"DROP TABLE IF EXISTS {db}.{_q(name)}")
                 report.dropped.append(f"{self.database}.{name}")
-        for topic, name in sorted(wanted.items()):
+        for topic, name in sorted({**wanted, **upserts}.items()):
             known = name.lower() in present
-            if known and verify and self._location(name) != self.storage.topic_uri(topic):
+            if known and verify and self._location(name) != locations[topic]:
                 spark.sql(f"DROP TABLE IF EXISTS {db}.{_q(name)}")  # a collision renamed, or another root's
                 report.dropped.append(f"{self.database}.{name}")
                 known = False
             if not known:
                 try:
-                    spark.sql(
-                        f"CREATE TABLE IF NOT EXISTS {db}.{_q(name)} USING DELTA "
-                        f"LOCATION '{self.storage.topic_uri(topic)}'"
-                    )
+                    spark.sql(f"CREATE TABLE IF NOT EXISTS {db}.{_q(name)} USING DELTA LOCATION '{locations[topic]}'")
                 except Exception as exc:  # another session created it between SHOW and CREATE
                     if not _already_exists(exc):
                         raise
@@ -242,16 +251,17 @@ class CatalogSync:
         return str(location.getPath()) if str(location.getScheme()) == "file" else str(location.toString())
 
     def _is_gone_topic(self, name: str) -> bool:
-        """A table whose location is a topic folder of this root that no longer holds a topic."""
+        """A table whose location is a topic's folder (or its upsert table's) of this root that no
+        longer holds a table."""
         location = self._location(name)
-        prefix = f"{self.storage.root}/{TOPICS_DIR}/"
-        if location is None or not location.startswith(prefix):
+        folders = (f"{self.storage.root}/{TOPICS_DIR}/", f"{self.storage.root}/{LATEST_DIR}/")
+        if location is None or not location.startswith(folders):
             return False
-        return not Catalog(self.storage, WriterSettings()).is_topic(location[len(prefix) :])
+        return not self.storage.is_table(location)
 
     def _write_partitions(self, topics: Iterable[str]) -> None:
         rows = []
-        for t in sorted(topics):
+        for t in sorted(t for t in topics if not t.endswith(_LATEST)):
             try:
                 offsets = TopicReader(self.storage, t).partition_offsets()
             except Exception as exc:  # deleted between the listing and now

@@ -23,6 +23,7 @@ from delta_log.errors import StorageUnavailableError, TopiclakeError, TopicNotFo
 
 TOPICS_DIR = "topics"
 SYSTEM_DIR = "_system"
+LATEST_DIR = "latest"  # upsert tables: <root>/latest/<topic> (delta_log.maintenance.upsert)
 
 
 def _is_uri(root: str) -> bool:
@@ -85,6 +86,10 @@ class StorageRoot:
 
     def topic_uri(self, topic: str) -> str:
         return f"{self.root}/{TOPICS_DIR}/{topic}"
+
+    def latest_uri(self, topic: str) -> str:
+        """The upsert table of `topic` (its latest value per key)."""
+        return f"{self.root}/{LATEST_DIR}/{topic}"
 
     def system_uri(self, name: str) -> str:
         return f"{self.root}/{SYSTEM_DIR}/{name}"

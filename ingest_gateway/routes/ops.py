@@ -56,6 +56,7 @@ def metrics(registry: RegistryDep, m: MetricsDep, principal: OptionalPrincipalDe
         {t: dict(c.writer.phase_seconds) for t, c in committers.items()},
         {t: c.writer.conflicts for t, c in committers.items()},
         table_lag={t: lag for t in committers if (lag := registry.table_lag_s(t)) is not None},
+        upsert_lag=registry.upsert_lags(),
         visible=(lambda t: True) if principal is None else (lambda t: principal.allows("describe", t)),
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

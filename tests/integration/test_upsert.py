@@ -1,0 +1,118 @@
+"""Upsert tables (delta_log.maintenance.upsert): the latest value per key, exactly once, by MERGE
+in offset order with the merged offsets as Delta transactions; change data feed on."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from delta_log import TopicWriter, normalize_batch
+from delta_log.maintenance.upsert import UPSERT_GROUP, latest_uri, upsert_topic
+from delta_log.system.offsets import OffsetStore
+
+
+def batch(topic, partitions, records):
+    """records: (partition, key, value)"""
+    return normalize_batch(
+        pa.table(
+            {
+                "key": pa.array([k for _, k, _ in records], pa.binary()),
+                "value": pa.array([v for _, _, v in records], pa.binary()),
+                "partition": pa.array([p for p, _, _ in records], pa.int32()),
+            }
+        ),
+        partitions=partitions,
+        topic=topic,
+        max_message_bytes=10**6,
+        now_us=int(time.time() * 1e6),
+        log_append_time=False,
+    )
+
+
+def latest(storage, topic):
+    t = DeltaTable(latest_uri(storage, topic)).to_pyarrow_table(columns=["key", "value", "partition", "offset"])
+    rows = t.to_pylist()
+    assert len({r["key"] for r in rows}) == len(rows), "a key with two rows"
+    return {r["key"]: r["value"] for r in rows}
+
+
+def model(log):
+    """The latest value per key of a log of (key, value), in order; tombstones delete."""
+    out = {}
+    for k, v in log:
+        if k is None:
+            continue
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+def test_concurrent_produce_and_runs_end_with_the_latest_value_per_key(storage, settings, topic_factory):
+    topic = topic_factory(partitions=3, topiclake_table_mode="upsert")
+    writer = TopicWriter(storage, topic, settings.writer)
+    rng = random.Random(7)
+    logs: dict[int, list] = {0: [], 1: [], 2: []}
+    done = threading.Event()
+
+    def produce():
+        for _ in range(40):
+            recs = []
+            for _ in range(50):
+                key = b"k%d" % rng.randrange(60)
+                p = int.from_bytes(key, "big") % 3  # a key stays in its partition
+                value = None if rng.random() < 0.15 else b"v%d" % rng.randrange(10**6)
+                recs.append((p, key, value))
+            recs.append((0, None, b"no key"))
+            writer.append(batch(topic, 3, recs))
+            for p, k, v in recs:
+                logs[p].append((k, v))
+        done.set()
+
+    t = threading.Thread(target=produce)
+    t.start()
+    offsets = OffsetStore(storage)
+    runs = 0
+    while not done.is_set() or runs == 0:
+        upsert_topic(storage, topic, max_records=700, offsets=offsets)
+        runs += 1
+    t.join()
+    while upsert_topic(storage, topic, offsets=offsets).merged:
+        pass
+    expected = {}
+    for p in range(3):
+        expected |= model(logs[p])
+    assert latest(storage, topic) == expected
+    assert runs > 1
+    committed = offsets.committed(UPSERT_GROUP, topic)
+    assert {p: c.offset for (_, p), c in committed.items()} == {p: len(logs[p]) for p in range(3)}
+    assert upsert_topic(storage, topic).merged == 0  # nothing twice
+
+
+def test_change_feed_shows_inserts_updates_and_deletes_in_offset_order(storage, settings, topic_factory):
+    topic = topic_factory(partitions=1, topiclake_table_mode="upsert")
+    writer = TopicWriter(storage, topic, settings.writer)
+    writer.append(batch(topic, 1, [(0, b"a", b"1"), (0, b"b", b"1")]))
+    upsert_topic(storage, topic)
+    writer.append(batch(topic, 1, [(0, b"a", b"2"), (0, b"b", None), (0, b"a", b"3")]))
+    upsert_topic(storage, topic)
+    cdf = pa.table(DeltaTable(latest_uri(storage, topic)).load_cdf(starting_version=0).read_all()).to_pylist()
+    changes = sorted(
+        (r["_commit_version"], r["_change_type"], r["key"], r["value"], r["offset"])
+        for r in cdf
+        if r["_change_type"] != "update_preimage"
+    )
+    versions = sorted({c[0] for c in changes})
+    first, second = versions[0], versions[-1]
+    assert changes == [
+        (first, "insert", b"a", b"1", 0),
+        (first, "insert", b"b", b"1", 1),
+        (second, "delete", b"b", b"1", 1),
+        (second, "update_postimage", b"a", b"3", 4),  # the last of a's two updates in the batch
+    ]
+    assert latest(storage, topic) == {b"a": b"3"}

@@ -102,16 +102,25 @@ def test_new_sessions_see_topics_and_live_ones_see_changes(served, tmp_path):
     # an upsert topic, merged once by its job
     r = http.post("/topics", json={"name": "profiles", "partitions": 1, "config": {"topiclake.table.mode": "upsert"}})
     assert r.status_code == 201, r.text
-    profiles = [{"key": "a", "value": "1"}, {"key": "b", "value": "1"}, {"key": "a", "value": "2"}, {"key": "b", "value": None}]
+    profiles = [
+        {"key": "a", "value": "1"},
+        {"key": "b", "value": "1"},
+        {"key": "a", "value": "2"},
+        {"key": "b", "value": None},
+    ]
     assert http.post("/topics/profiles/records", json={"records": profiles}).status_code == 200
     env = {**os.environ, "TOPICLAKE_ROOT": str(root), "PYTHONPATH": str(REPO)}
-    job = subprocess.run([sys.executable, "-m", "jobs.upsert", "--local"], cwd=REPO, env=env, capture_output=True, text=True)
+    job = subprocess.run(
+        [sys.executable, "-m", "jobs.upsert", "--local"], cwd=REPO, env=env, capture_output=True, text=True
+    )
     assert job.returncode == 0, job.stderr[-3000:]
 
     worker = Worker(root, tmp_path / "worker1.log")
     try:
         # the upsert table, and its change feed, by name
-        assert worker.rows("SELECT CAST(key AS STRING), CAST(value AS STRING) FROM topics.profiles_latest") == [["a", '"2"']]
+        assert worker.rows("SELECT CAST(key AS STRING), CAST(value AS STRING) FROM topics.profiles_latest") == [
+            ["a", '"2"']
+        ]
         changes = worker.rows(
             "SELECT _change_type, CAST(key AS STRING) FROM table_changes('topics.profiles_latest', 0) "
             "WHERE _change_type != 'update_preimage' ORDER BY _commit_version, offset"

@@ -42,7 +42,9 @@ def test_scheduled_job_keeps_up_with_live_producers_and_typed_columns(tmp_path):
                 "properties": {"name": {"type": "string"}, "visits": {"type": "integer"}},
                 "additionalProperties": False,
             }
-            r = http.post("/registry/subjects/profiles-value/versions", json={"schema": json.dumps(schema), "schemaType": "JSON"})
+            r = http.post(
+                "/registry/subjects/profiles-value/versions", json={"schema": json.dumps(schema), "schemaType": "JSON"}
+            )
             assert r.status_code == 200, r.text
             r = http.post(
                 "/topics", json={"name": "profiles", "partitions": 2, "config": {"topiclake.table.mode": "upsert"}}
@@ -65,7 +67,9 @@ def test_scheduled_job_keeps_up_with_live_producers_and_typed_columns(tmp_path):
                 time.sleep(0.05)
             deadline = time.monotonic() + 90
             while True:
-                lag = [ln for ln in http.get("/metrics").text.splitlines() if ln.startswith("topiclake_upsert_lag_records")]
+                lag = [
+                    ln for ln in http.get("/metrics").text.splitlines() if ln.startswith("topiclake_upsert_lag_records")
+                ]
                 if lag and lag[0].endswith(" 0"):
                     break
                 assert time.monotonic() < deadline, f"the upsert job did not catch up: {lag}"

@@ -39,6 +39,8 @@ BENCHES = [
     "write_ahead_bench",
     "many_topics_bench",
     "console_bench",
+    "upsert_bench",
+    "sql_endpoint_bench",
 ]
 QUICK_ARGS = {
     "log_bench": ["--quick"],
@@ -52,6 +54,8 @@ QUICK_ARGS = {
     "write_ahead_bench": ["--quick"],
     "many_topics_bench": ["--quick"],
     "console_bench": ["--quick"],
+    "upsert_bench": ["--quick"],
+    "sql_endpoint_bench": ["--quick"],
 }
 
 

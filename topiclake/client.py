@@ -258,7 +258,7 @@ class _Batch:
 
     def __init__(self, topic: str, now: float) -> None:
         self.first = now
-        self.values: list[bytes] = []
+        self.values: list[bytes | None] = []
         self.keys: list[bytes | None] = []
         self.partitions: list[int | None] = []
         self.timestamps: list[int | None] = []
@@ -359,10 +359,12 @@ class Producer:
         timestamp_ms: int | None = None,
         callback: Callable[[RecordMetadata | None, Exception | None], None] | None = None,
     ) -> RecordFuture:
-        """Queue one record. Raises: RuntimeError (closed), TypeError/ValueError (unencodable value)."""
+        """Queue one record; `value=None` is a tombstone (a null value: compaction and upsert tables
+        delete the key), as with Kafka's producers. Raises: RuntimeError (closed), TypeError/ValueError
+        (unencodable value)."""
         if self._closed:
             raise RuntimeError("Producer is closed")
-        v = self._encode(value, self.value_format)
+        v = None if value is None else self._encode(value, self.value_format)
         k = None if key is None else self._encode(key, self.key_format)
         hs = [{"key": hk, "value": str(hv).encode()} for hk, hv in headers.items()] if headers else None
         with self._lock:
@@ -375,7 +377,7 @@ class Producer:
             batch.partitions.append(partition)
             batch.timestamps.append(timestamp_ms)
             batch.headers.append(hs)
-            batch.nbytes += len(v) + (len(k) if k else 0) + 16
+            batch.nbytes += (len(v) if v else 0) + (len(k) if k else 0) + 16
             if callback is not None:
                 batch.result.send_callbacks.append((index, callback))
             if index == 0 or len(batch.values) >= self.batch_size or batch.nbytes >= self.batch_bytes:

@@ -33,9 +33,11 @@ minio: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -c "from bench.kafka_broker import ensure_jars; print(ensure_jars())"
 
-# The SQL endpoint's Java classes (sql_endpoint/java), compiled against pyspark's jars with the JDK's
-# javac, and the list of jars Spark's packages resolve to; both cached under ~/.cache.
+# Our Java classes (the catalog's metastore launcher, the SQL endpoint's logins and table access),
+# compiled against pyspark's jars with the JDK's javac, and the list of jars Spark's packages resolve
+# to for the SQL endpoint; cached under ~/.cache.
 sql-endpoint: $(JARS_STAMP)
+	$(PY) -m delta_log.spark.java_build
 	$(PY) -m sql_endpoint.build
 
 # The console's charting library, from npm at a pinned version (no CDN at run time); the download

@@ -69,20 +69,12 @@ def timed_queries(cursor: Any, sql: str, repeats: int) -> dict[str, float]:
     return {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "queries": repeats}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench.sql_endpoint_bench", description=__doc__)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    n, repeats, cli_runs = (200_000, 10, 1) if args.quick else (1_000_000, 20, 2)
-    work = Path(tempfile.mkdtemp(prefix="topiclake-sql-bench-", dir=os.environ.get("BENCH_TMP")))
-    env = {**os.environ, "TOPICLAKE_ROOT": str(work / "data"), "TOPICLAKE_CATALOG__ENABLED": "true"}
-    env["PYTHONPATH"] = str(REPO)
-    rows: list[dict[str, Any]] = []
-    try:
-        populate(work / "data", n)
-        port = free_port()
-        log = open(work / "sql-server.log", "ab")
-        started = time.perf_counter()
+def endpoint_queries(
+    work: Path, env: dict[str, str], port: int, n: int, repeats: int, rows: list[dict[str, Any]]
+) -> float:
+    """Start the endpoint, time the queries through it (rows), stop it; returns its start time (s)."""
+    started = time.perf_counter()
+    with open(work / "sql-server.log", "ab") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "topiclake", "sql-server", "--port", str(port)],
             cwd=REPO,
@@ -99,14 +91,27 @@ def main(argv: list[str] | None = None) -> int:
             cursor = hive.connect(host="127.0.0.1", port=port).cursor()
             cursor.execute(COUNT)
             assert cursor.fetchall() == [(n,)]
-            rows.append({"way": "SQL endpoint (PyHive)", "query": "COUNT(*)", **timed_queries(cursor, COUNT, repeats)})
-            rows.append(
-                {"way": "SQL endpoint (PyHive)", "query": "GROUP BY", **timed_queries(cursor, GROUP_BY, repeats)}
-            )
+            for name, sql in (("COUNT(*)", COUNT), ("GROUP BY", GROUP_BY)):
+                rows.append({"way": "SQL endpoint (PyHive)", "query": name, **timed_queries(cursor, sql, repeats)})
         finally:
             server.terminate()
             server.wait(60)
-            log.close()
+    return ready_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.sql_endpoint_bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    n, repeats, cli_runs = (200_000, 10, 1) if args.quick else (1_000_000, 20, 2)
+    work = Path(tempfile.mkdtemp(prefix="topiclake-sql-bench-", dir=os.environ.get("BENCH_TMP")))
+    env = {**os.environ, "TOPICLAKE_ROOT": str(work / "data"), "TOPICLAKE_CATALOG__ENABLED": "true"}
+    env["PYTHONPATH"] = str(REPO)
+    rows: list[dict[str, Any]] = []
+    try:
+        populate(work / "data", n)
+        port = free_port()
+        ready_s = endpoint_queries(work, env, port, n, repeats, rows)
         cli = []
         for _ in range(cli_runs):
             t = time.perf_counter()

@@ -1,119 +1,25 @@
-"""Compile the endpoint's Java classes (java/topiclake/sql) against the jars pyspark ships, once per
-version of their sources, into ~/.cache/topiclake/sql-endpoint/<hash>/topiclake-sql.jar.
+"""The SQL endpoint's Java classes (java/topiclake/sql) and the package jars its driver's class path
+needs, built and resolved once, cached under ~/.cache/topiclake (delta_log.spark.java_build).
 
-    python -m sql_endpoint.build      (make setup runs it; the server runs it too if needed)
+    python -m sql_endpoint.build      (make setup runs it; the server does it too if needed)
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from conf import Settings
+from delta_log.spark.java_build import ensure_jar
 
 SOURCES = Path(__file__).parent / "java"
-CACHE = Path(os.environ.get("TOPICLAKE_CACHE", Path.home() / ".cache" / "topiclake")) / "sql-endpoint"
 
 
-def _pyspark_jars() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "jars"
-
-
-def _tool(name: str) -> str:
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / name) if home and (Path(home) / "bin" / name).exists() else shutil.which(name)
-    if not found:
-        raise RuntimeError(f"`{name}` was not found: the SQL endpoint needs a JDK 17 (see README, Setup)")
-    return found
-
-
-def jar_path() -> Path:
-    """The jar for the current sources and pyspark (built or not)."""
-    digest = hashlib.sha256()
-    for src in sorted(SOURCES.rglob("*.java")):
-        digest.update(src.relative_to(SOURCES).as_posix().encode() + b"\0" + src.read_bytes())
-    digest.update(str(_pyspark_jars()).encode())
-    return CACHE / digest.hexdigest()[:16] / "topiclake-sql.jar"
-
-
-def ensure_jar() -> Path:
-    """The endpoint's jar, compiled if this version is not cached yet.
-
-    Raises: RuntimeError with javac's output when it does not compile."""
-    jar = jar_path()
-    if jar.exists():
-        return jar
-    jar.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=jar.parent) as tmp:
-        classes = Path(tmp) / "classes"
-        sources = [str(p) for p in sorted(SOURCES.rglob("*.java"))]
-        done = subprocess.run(
-            [_tool("javac"), "--release", "17", "-nowarn", "-cp", f"{_pyspark_jars()}/*", "-d", str(classes), *sources],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"the SQL endpoint's classes did not compile:\n{done.stdout}{done.stderr}")
-        staged = Path(tmp) / "topiclake-sql.jar"
-        subprocess.run([_tool("jar"), "cf", str(staged), "-C", str(classes), "."], check=True)
-        staged.replace(jar)  # atomic: a concurrent build finds a whole jar or none
-    return jar
-
-
-_LIST_JARS = """
-import os, sys
-os.environ["TOPICLAKE_CATALOG__ENABLED"] = "false"
-from conf import load_settings
-from delta_log.spark import get_spark
-spark = get_spark(load_settings())
-print("JARS " + (spark.sparkContext.getConf().get("spark.jars", "") or ""), flush=True)
-spark.stop()
-"""
-
-
-def package_jars(settings: Settings) -> list[str]:
-    """Local paths of the jars `spark.jars.packages` resolves for these settings (Delta, spark-avro,
-    the Kafka connector, with their dependencies), found once by a session of their own and cached.
-
-    The endpoint puts them on the driver's class path: Hive's service threads load classes (Delta's
-    catalog) through loaders that do not see what spark.jars.packages adds at run time."""
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                settings.spark.delta_version,
-                settings.spark.avro_package,
-                settings.spark.kafka_package,
-                settings.spark.ivy_dir,
-            ]
-        ).encode()
-    ).hexdigest()[:16]
-    cached = CACHE / f"packages-{key}.json"
-    if cached.exists():
-        jars = json.loads(cached.read_text())
-        if all(Path(j).exists() for j in jars):
-            return list(jars)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-c", _LIST_JARS], capture_output=True, text=True, env=env, timeout=900)
-    line = next((x for x in done.stdout.splitlines() if x.startswith("JARS ")), None)
-    if done.returncode != 0 or line is None:
-        raise RuntimeError(f"could not resolve Spark's packages for the SQL endpoint:\n{done.stderr[-3000:]}")
-    jars = [j.removeprefix("file://") for j in line[5:].split(",") if j]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(jars))
-    return jars
+def endpoint_jar() -> Path:
+    return ensure_jar(SOURCES, "topiclake-sql")
 
 
 if __name__ == "__main__":
     from conf import load_settings
+    from delta_log.spark.java_build import package_jars
 
-    print(ensure_jar())
-    print(f"{len(package_jars(load_settings()))} package jars resolved")
-    sys.exit(0)
+    print(endpoint_jar())
+    print(f"{len(package_jars(load_settings()))} package jars resolved for the SQL endpoint")

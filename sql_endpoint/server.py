@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from conf import Settings
 from delta_log.core.acl import principal_of
+from delta_log.spark.java_build import package_jars
 from delta_log.table.storage import StorageRoot
-from sql_endpoint.build import ensure_jar, package_jars
+from sql_endpoint.build import endpoint_jar
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,7 +40,7 @@ _ON_CLASS_PATH = ("io.delta_delta-spark_", "io.delta_delta-storage-", "org.apach
 
 def endpoint_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     """The Spark and HiveServer2 settings of the endpoint's session (pure but for the jar's path)."""
-    jar = str(ensure_jar())
+    jar = str(endpoint_jar())
     given = settings.spark.conf
     extensions = given.get("spark.sql.extensions", _DELTA_EXTENSION)
     auth = "CUSTOM" if settings.auth.enabled else "NONE"

@@ -226,8 +226,12 @@ def _java() -> str:
 
 
 def metastore_command(folder: Path, port: int, heap: str) -> list[str]:
-    """Hive's metastore service from the jars pyspark ships, on Derby in `folder/derby`."""
+    """Hive's metastore service from the jars pyspark ships, on Derby in `folder/derby`, listening on
+    127.0.0.1 only (topiclake.metastore.LoopbackMetastore: Hive 2.3's own main binds every
+    interface, and the service has no authentication)."""
     import pyspark
+
+    from delta_log.spark.java_build import METASTORE_SOURCES, ensure_jar
 
     jars = Path(pyspark.__file__).parent / "jars"
     hive_conf = {
@@ -237,21 +241,19 @@ def metastore_command(folder: Path, port: int, heap: str) -> list[str]:
         "hive.metastore.warehouse.dir": str(folder / "warehouse"),
         "hive.metastore.event.db.notification.api.auth": "false",
     }
-    args = [
+    return [
         _java(),
         f"-Xmx{heap}",
         # Hive's log4j2 defaults ask for async loggers, whose library pyspark does not ship
         "-Dlog4j2.contextSelector=org.apache.logging.log4j.core.selector.BasicContextSelector",
         f"-Dderby.stream.error.file={folder / 'derby.log'}",
         "-cp",
-        f"{jars}/*",
-        "org.apache.hadoop.hive.metastore.HiveMetaStore",
-        "-p",
+        f"{jars}/*:{ensure_jar(METASTORE_SOURCES, 'topiclake-metastore')}",
+        "topiclake.metastore.LoopbackMetastore",
+        _HOST,
         str(port),
+        *(f"{k}={v}" for k, v in hive_conf.items()),
     ]
-    for key, value in hive_conf.items():
-        args += ["--hiveconf", f"{key}={value}"]
-    return args
 
 
 def _serve(folder: Path, port: int, heap: str, parent_pid: int | None) -> int:

@@ -12,6 +12,7 @@ topic's writers first (the gateway does).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,6 +38,11 @@ from delta_log.errors import (
     TopicNotFoundError,
 )
 from delta_log.table.storage import LATEST_DIR, TOPICS_DIR, StorageRoot, translate_storage_errors
+
+log = logging.getLogger(__name__)
+
+#: `_system/markers/<this>` changes with every create, delete, config change and added partitions
+CATALOG_MARKER = "catalog"
 
 #: Delta properties every engine must leave alone on topic tables (see ARCHITECTURE.md).
 FORBIDDEN_DELTA_PROPERTIES = frozenset(
@@ -107,7 +113,16 @@ class Catalog:
             if "exists" in str(exc).lower() and self.storage.is_table(uri):
                 raise TopicExistsError(name) from exc
             raise
+        self._changed()
         return TopicDescription(name=name, uri=uri, config=topic_config, table_version=dt.version())
+
+    def _changed(self) -> None:
+        """Tell Spark sessions' catalogs (delta_log.spark.catalog) that topics or configs changed:
+        the topic's own change is already done, so a marker that cannot be written is only logged."""
+        try:
+            self.storage.touch_marker(CATALOG_MARKER)
+        except Exception as exc:
+            log.warning("catalog change marker not written (sessions see the change at their next sync): %s", exc)
 
     def check_new_topic(
         self, name: str, *, partitions: int = 1, config: Mapping[str, object] | None = None
@@ -172,6 +187,7 @@ class Catalog:
         _refuse_self_dead_letters(name, values)
         dt = self.open_topic(name)
         self._set_properties(dt, {f"topiclake.{k}": v for k, v in values.items()})
+        self._changed()
         return self.describe_topic(name, dt)
 
     def set_delta_properties(self, name: str, properties: Mapping[str, str]) -> None:
@@ -200,6 +216,7 @@ class Catalog:
                 current=current,
             )
         self._set_properties(dt, {PARTITIONS_PROPERTY: str(total)})
+        self._changed()
         return self.describe_topic(name, dt)
 
     def delete_topic(self, name: str) -> None:
@@ -212,6 +229,7 @@ class Catalog:
         self.storage.delete_dir(uri)
         if self.storage.is_table(self.storage.latest_uri(name)):
             self.storage.delete_dir(self.storage.latest_uri(name))
+        self._changed()
 
     def upsert_tables(self) -> list[str]:
         """Topics that have an upsert table (`<root>/latest/<topic>`), sorted: one listing."""

@@ -38,7 +38,7 @@ from deltalake.exceptions import CommitFailedError
 from conf import WriterSettings
 from delta_log.core.lag import lag_sql
 from delta_log.core.value_schemas import subject_for
-from delta_log.log.catalog import Catalog
+from delta_log.log.catalog import CATALOG_MARKER, Catalog
 from delta_log.log.reader import TopicReader
 from delta_log.spark.s3a import configure_s3a
 from delta_log.spark.typed import register_typed_views
@@ -145,6 +145,7 @@ class CatalogSync:
         self.database = database
         self._topics: frozenset[str] | None = None
         self._registry_seq = -1
+        self._marker = ""  # the catalog marker (delta_log.log.catalog) as of the last sync
         self._thread: threading.Thread | None = None
         self.first_report: SyncReport | None = None  # what start() found
         self.listeners: list[Callable[[dict[str, str]], object]] = []  # told {topic: table} after each sync
@@ -169,8 +170,9 @@ class CatalogSync:
         topics = catalog.list_topics()
         return frozenset(topics) | {f"{t}{_LATEST}" for t in catalog.upsert_tables() if t in set(topics)}
 
-    def _sync(self, topics: frozenset[str], *, verify: bool) -> SyncReport:
+    def _sync(self, topics: frozenset[str], *, verify: bool, marker: str | None = None) -> SyncReport:
         spark, db = self.spark, _q(self.database)
+        marker = self.storage.read_marker(CATALOG_MARKER) if marker is None else marker
         configure_s3a(spark, self.storage.root, self.storage.storage_options)
         OffsetStore(self.storage)  # the offsets table exists, so the lag view always resolves
         report = SyncReport(self.database, topics=len(topics))
@@ -202,8 +204,8 @@ class CatalogSync:
                     if not _already_exists(exc):
                         raise
                 report.created.append(f"{self.database}.{name}")
-        if verify or report.drift or "_partitions" not in present:
-            self._write_partitions(topics)
+        if verify or report.drift or "_partitions" not in present or marker != self._marker:
+            self._write_partitions(topics)  # partitions added, or a topic made or gone
         self._lag_view()
         store = SchemaStore.open_if_exists(self.storage)
         state = store.state(max_age_s=0) if store is not None else None
@@ -226,7 +228,7 @@ class CatalogSync:
                     spark.sql(f"DROP VIEW IF EXISTS {_q(typed_db)}.{_q(r[1])}")
                     report.dropped.append(f"{typed_db}.{r[1]}")
             spark.sql(f"ALTER DATABASE {_q(typed_db)} SET DBPROPERTIES ('topiclake.registry.seq' = '{seq}')")
-        self._topics, self._registry_seq = topics, seq
+        self._topics, self._registry_seq, self._marker = topics, seq, marker
         for listener in self.listeners:
             listener(wanted)
         return report
@@ -339,13 +341,14 @@ class CatalogSync:
 
     def check(self) -> SyncReport | None:
         """One round of the thread: sync if the topics or the registry moved, else nothing."""
+        marker = self.storage.read_marker(CATALOG_MARKER)
         topics = self._list_topics()
         store = SchemaStore.open_if_exists(self.storage)
         seq = store.state(max_age_s=0).seq if store is not None else 0
-        if topics == self._topics and seq == self._registry_seq:
+        if topics == self._topics and seq == self._registry_seq and marker == self._marker:
             return None
         with self._lock:
-            report = self._sync(topics, verify=False)
+            report = self._sync(topics, verify=False, marker=marker)
         if report.drift or report.typed_views:
             log.info("catalog %s: %s", self.database, report.to_dict())
         return report

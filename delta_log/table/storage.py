@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -136,6 +137,24 @@ class StorageRoot:
         except (OSError, UnicodeDecodeError):
             return None
         return out
+
+    def touch_marker(self, name: str) -> None:
+        """Rewrite `_system/markers/<name>` with a new random value: a cheap "something changed"
+        that other processes read (`read_marker`) instead of listing or opening tables."""
+        fs, base = self.filesystem()
+        with translate_storage_errors():
+            fs.create_dir(f"{base}/{SYSTEM_DIR}/markers", recursive=True)
+            with fs.open_output_stream(f"{base}/{SYSTEM_DIR}/markers/{name}") as out:
+                out.write(uuid.uuid4().hex.encode())
+
+    def read_marker(self, name: str) -> str:
+        """The marker's value ("" when never written)."""
+        fs, base = self.filesystem()
+        try:
+            with fs.open_input_stream(f"{base}/{SYSTEM_DIR}/markers/{name}") as f:
+                return f.read().decode("ascii", "replace")
+        except (FileNotFoundError, OSError):
+            return ""
 
     def list_dirs(self, under: str) -> list[str]:
         fs, base = self.filesystem()

@@ -147,6 +147,11 @@ def test_new_sessions_see_topics_and_live_ones_see_changes(served, tmp_path):
         _produce(http, "late.arrivals", ["a", "b"])
         seen = worker.ask(until="SELECT count(*) FROM topics.late_arrivals", expect=[[2]], timeout=30)
         assert seen["rows"] == [[2]] and seen["seconds"] < 30
+        assert http.post("/topics/late.arrivals/partitions", json={"count": 5}).status_code == 200
+        added = worker.ask(
+            until="SELECT count(*) FROM topics._partitions WHERE topic = 'late.arrivals'", expect=[[5]], timeout=30
+        )
+        assert added["rows"] == [[5]], added  # added partitions reach the catalog's _partitions
         schema["properties"]["qty"] = {"type": "integer"}
         r = http.post(
             "/registry/subjects/orders-eu-value/versions", json={"schema": json.dumps(schema), "schemaType": "JSON"}

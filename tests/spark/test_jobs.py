@@ -147,7 +147,7 @@ def test_scheduler_runs_every_job_once_on_spark(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = {j["job"]: j for j in (json.loads(x) for x in out.stdout.splitlines() if x.startswith("{"))}
-    assert set(lines) == {"rebalance", "retention", "compaction", "replication"}
+    assert set(lines) == {"rebalance", "retention", "compaction", "upsert", "replication"}
     assert all(j["ok"] for j in lines.values()), lines
     assert lines["retention"]["report"]["records_removed"] == 30
     assert lines["replication"]["report"]["records_copied"] == 10  # what retention left

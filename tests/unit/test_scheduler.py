@@ -6,7 +6,7 @@ from jobs.scheduler import Scheduled, run_due, schedule_of
 
 def test_replication_is_scheduled_only_with_a_replica_root():
     names = [j.name for j in schedule_of(load_settings())]
-    assert names == ["rebalance", "retention", "compaction"]
+    assert names == ["rebalance", "retention", "compaction", "upsert"]
     s = load_settings(jobs={"replica_root": "/tmp/replica", "replication_interval_s": 7})
     [rep] = [j for j in schedule_of(s) if j.name == "replication"]
     assert rep.interval_s == 7

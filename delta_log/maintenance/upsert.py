@@ -33,7 +33,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from conf import ReaderSettings
-from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
+from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.log.reader import TopicReader
 from delta_log.system.offsets import OffsetCommit, OffsetStore
 from delta_log.table.storage import StorageRoot
@@ -42,17 +42,8 @@ log = logging.getLogger(__name__)
 
 UPSERT_GROUP = "topiclake-upsert"
 KAFKA_COLUMNS = ("key", "value", "partition", "offset", "timestamp", "timestampType", "headers")
-LATEST_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", TIMESTAMP_TYPE),
-        pa.field("timestampType", pa.int32()),
-        pa.field("headers", HEADERS_TYPE),
-    ]
-)
+#: A row of the upsert table: the topic table's columns but `topic` (typed columns come after)
+LATEST_SCHEMA = pa.schema([TOPIC_SCHEMA.field(name) for name in KAFKA_COLUMNS])
 TABLE_PROPERTIES = {"delta.enableChangeDataFeed": "true"}
 #: Parses a batch's values into a struct column (None: the topic has no value schema).
 ValueParse = Callable[[pa.ChunkedArray], pa.Array]

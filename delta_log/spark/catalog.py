@@ -62,6 +62,7 @@ PARTITIONS_SCHEMA = pa.schema(
     ]
 )
 SYSTEM_TABLES = frozenset({"_partitions", "_consumer_lag"})
+SUBJECT_PROPERTY = "value.subject"  # on a typed topic's table: its registry subject
 _LATEST = "@latest"  # marks an upsert table among the topics a sync lists (@ is not in topic names)
 
 
@@ -218,6 +219,7 @@ class CatalogSync:
         with_schema = {t: n for t, n in recheck.items() if state is not None and state.subject_schemas(subject_for(t))}
         if with_schema:
             report.typed_views = sorted(register_typed_views(spark, store, with_schema, self.database).values())
+            self._mark_subjects(with_schema)
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {_q(typed_db)}")
         if recheck is wanted or report.dropped:
             keep = {v.split(".", 1)[1].lower() for v in report.typed_views} | (
@@ -232,6 +234,18 @@ class CatalogSync:
         for listener in self.listeners:
             listener(wanted)
         return report
+
+    def _mark_subjects(self, topics: Iterable[str]) -> None:
+        """Each typed topic's table carries its registry subject as the Delta property
+        `value.subject`, so DESCRIBE TABLE EXTENDED shows it beside the topic's configs (not a
+        `topiclake.` key: it is not a topic config). Written once, by whichever sync sees it missing."""
+        catalog = Catalog(self.storage, WriterSettings())
+        for topic in topics:
+            try:
+                if catalog.open_topic(topic).metadata().configuration.get(SUBJECT_PROPERTY) != subject_for(topic):
+                    catalog.set_delta_properties(topic, {SUBJECT_PROPERTY: subject_for(topic)})
+            except Exception as exc:  # deleted meanwhile, or a commit lost to a busy writer: next change
+                log.debug("no subject property on %s: %s", topic, exc)
 
     def _typed_seq(self, typed_db: str) -> int:
         """The registry change the typed views were last made at (a property of their database)."""

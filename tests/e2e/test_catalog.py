@@ -139,6 +139,7 @@ def test_new_sessions_see_topics_and_live_ones_see_changes(served, tmp_path):
         described = worker.rows("DESCRIBE TABLE EXTENDED topics.orders_eu")
         assert "topiclake.partitions=2" in _properties(described)  # the topic's configs
         assert "topiclake.retention.ms=" in _properties(described)
+        assert "value.subject=orders-eu-value" in _properties(described)  # its schema subject
         typed = _properties(worker.rows("DESCRIBE TABLE EXTENDED topics_typed.orders_eu"))
         assert "topiclake.value.subject=orders-eu-value" in typed and "topiclake.value.schema.type=JSON" in typed
 

@@ -46,13 +46,19 @@ def _parser(storage: StorageRoot, topic: str) -> ValueParse | None:
 def _one(root: str, storage_options: dict[str, str], topic: str, settings_json: str) -> dict[str, Any]:
     settings = Settings.model_validate_json(settings_json)
     storage = StorageRoot(root, storage_options)
-    parse, offsets = _parser(storage, topic), OffsetStore(storage)
     total = UpsertReport(topic)
     rounds = 0
+    try:
+        parse, offsets = _parser(storage, topic), OffsetStore(storage)
+    except Exception as exc:  # one topic's trouble must not stop the others
+        return total.to_dict() | {"merges": 0, "error": f"{type(exc).__name__}: {exc}"[:500]}
     while True:  # until caught up: each MERGE takes at most upsert_max_records
-        report = upsert_topic(
-            storage, topic, parse=parse, max_records=settings.jobs.upsert_max_records, offsets=offsets
-        )
+        try:
+            report = upsert_topic(
+                storage, topic, parse=parse, max_records=settings.jobs.upsert_max_records, offsets=offsets
+            )
+        except Exception as exc:  # deleted meanwhile, a schema the table cannot take: reported, next run
+            return total.to_dict() | {"merges": rounds, "error": f"{type(exc).__name__}: {exc}"[:500]}
         rounds += 1
         for k in ("merged", "upserted_keys", "deleted", "without_key", "skipped_by_retention"):
             setattr(total, k, getattr(total, k) + getattr(report, k))
@@ -83,6 +89,7 @@ def run(spark: Any, settings: Settings, *, topics: list[str] | None = None) -> U
         progress.say(
             f"{r['topic']}: {r['merged']} records merged into {r['upserted_keys']} keys, lag {r['lag']}"
             + (f" CONFLICT: {r['conflict']}" if r["conflict"] else "")
+            + (f" ERROR: {r['error']}" if r.get("error") else "")
         )
     return UpsertJobReport(topics=results)
 

@@ -20,11 +20,12 @@ import hashlib
 import logging
 import signal
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conf import Settings
+from conf import ApiKeySettings, Settings
 from delta_log.core.acl import principal_of
 from delta_log.spark.java_build import package_jars
 from delta_log.table.storage import StorageRoot
@@ -89,14 +90,35 @@ def _folder(uri: str) -> str:
     return uri.split("://", 1)[1] if "://" in uri else uri
 
 
-def grants(settings: Settings, tables: dict[str, str]) -> Grants:
-    """Each key's reading rights over {topic: table} (pure): consume on a topic reads its table and
-    typed view; describe on `*` reads `_partitions` and `_consumer_lag`; admin on everything reads
+def endpoint_keys(settings: Settings) -> list[ApiKeySettings]:
+    """The keys that can log in here: the JDBC user names a principal, so a principal must have
+    one key (two keys with different ACLs could not be told apart), and Hive's server cuts a user
+    name at `@` or `/` (Kerberos style), so such principals would run as someone else."""
+    counts = Counter(k.principal for k in settings.auth.api_keys)
+    usable = []
+    for key in settings.auth.api_keys:
+        if counts[key.principal] > 1:
+            log.warning(
+                "principal %r has %d API keys: none of them logs in to the SQL endpoint",
+                key.principal,
+                counts[key.principal],
+            )
+        elif "@" in key.principal or "/" in key.principal:
+            log.warning("principal %r has @ or / in its name: it cannot log in to the SQL endpoint", key.principal)
+        else:
+            usable.append(key)
+    return usable
+
+
+def grants(settings: Settings, tables: dict[str, str], upserts: dict[str, str] | None = None) -> Grants:
+    """Each usable key's reading rights over {topic: table} and {topic: upsert table} (pure): consume
+    on a topic reads its table, typed view and upsert table; describe on every topic reads
+    `_partitions`, and describe on every topic and group `_consumer_lag`; admin on everything reads
     everything (delta_log.core.acl decides each)."""
-    db = settings.catalog.database
+    db = settings.catalog.database.lower()
     storage = StorageRoot(settings.root, settings.storage_options)
     out = Grants(set(), {}, {})
-    for key in settings.auth.api_keys:
+    for key in endpoint_keys(settings):
         principal = principal_of(key.principal, key.acls, key.groups)
         if principal.administers_all():
             out.admins.add(principal.name)
@@ -104,12 +126,18 @@ def grants(settings: Settings, tables: dict[str, str]) -> Grants:
         names = out.tables.setdefault(principal.name, set())
         folders = out.folders.setdefault(principal.name, [])
         for topic, table in tables.items():
-            if principal.allows("consume", topic):  # its table, typed view and upsert table
-                names |= {f"{db}.{table}".lower(), f"{db}_typed.{table}".lower(), f"{db}.{table}_latest".lower()}
-                folders += [_folder(storage.topic_uri(topic)), _folder(storage.latest_uri(topic))]
+            if principal.allows("consume", topic):
+                names |= {f"{db}.{table}".lower(), f"{db}_typed.{table}".lower()}
+                folders.append(_folder(storage.topic_uri(topic)))
+                if upserts and topic in upserts:
+                    names.add(f"{db}.{upserts[topic]}".lower())
+                    folders.append(_folder(storage.latest_uri(topic)))
         if principal.allows("describe", "*"):
-            names |= {f"{db}._partitions", f"{db}._consumer_lag"}
-            folders += [_folder(storage.system_uri("partitions")), _folder(storage.system_uri("consumer_offsets"))]
+            names.add(f"{db}._partitions")
+            folders.append(_folder(storage.system_uri("partitions")))
+            if principal.allows_group("describe", "*"):
+                names.add(f"{db}._consumer_lag")
+                folders.append(_folder(storage.system_uri("consumer_offsets")))
     return out
 
 
@@ -126,19 +154,19 @@ class Endpoint:
         jvm = self.spark._jvm
         assert jvm is not None
         self._access.setOpen(not self.settings.auth.enabled)
-        self.update({})
+        self.update({}, {})
         self._server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithSparkSession(
             self.spark._jsparkSession,
             False,  # a server error must not exit the driver's JVM under us
         )
 
-    def update(self, tables: dict[str, str]) -> None:
+    def update(self, tables: dict[str, str], upserts: dict[str, str]) -> None:
         """Hand the JVM what each principal may do now (after each catalog sync)."""
         jvm = self.spark._jvm
         assert jvm is not None
-        granted = grants(self.settings, tables)
+        granted = grants(self.settings, tables, upserts)
         hashes = jvm.java.util.HashMap()
-        for key in self.settings.auth.api_keys:
+        for key in endpoint_keys(self.settings):
             digest = hashlib.sha256(key.key.get_secret_value().encode()).digest()
             hashes.put(key.principal, bytearray(digest))
         names = jvm.java.util.HashMap()
@@ -185,7 +213,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     sync = catalog_sync(settings)
     assert sync is not None  # get_spark started it: catalog sessions keep one
     endpoint.start()
-    endpoint.update(sync.tables())
+    endpoint.update(sync.tables(), sync.upsert_tables())
     sync.listeners.append(endpoint.update)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

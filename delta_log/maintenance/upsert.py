@@ -23,7 +23,7 @@ the job's lag shows in `topics._consumer_lag`, on /metrics and in the console.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,15 +70,6 @@ class UpsertReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def merged_offsets(storage: StorageRoot, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """{partition: next offset to merge} as the upsert table's transactions say (0 before the first)."""
-    try:
-        dt = DeltaTable(latest_uri(storage, topic), storage_options=storage.options())
-    except TableNotFoundError:
-        return {p: 0 for p in partitions}
-    return {p: int(dt.transaction_version(txn_id(p)) or 0) for p in partitions}
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -149,9 +140,12 @@ def upsert_topic(
     table, in one commit with the new merged offsets. Returns what it did; a lost race is reported
     in `conflict` (nothing written, the next run does it)."""
     report = UpsertReport(topic)
-    reader = TopicReader(storage, topic, reader_settings)
+    reader = TopicReader(storage, topic, reader_settings)  # first: raises if the topic is gone
     partitions = reader.partition_offsets()
-    start = merged_offsets(storage, topic, [p.partition for p in partitions])
+    # one snapshot for both the offsets merged so far and the MERGE: a run that commits in between
+    # changes the transactions, and delta-rs refuses this commit
+    target = _ensure_table(storage, topic, LATEST_SCHEMA)
+    start = {p.partition: int(target.transaction_version(txn_id(p.partition)) or 0) for p in partitions}
     batches: list[pa.Table] = []
     new_offsets: dict[int, int] = {}
     budget = max_records
@@ -183,7 +177,6 @@ def upsert_topic(
     report.deleted = (
         source.num_rows - pc.sum(pc.is_valid(source["value"]).cast(pa.int64())).as_py() if source.num_rows else 0
     )
-    target = _ensure_table(storage, topic, source.schema)
     commit = CommitProperties(
         app_transactions=[Transaction(txn_id(p), o) for p, o in sorted(new_offsets.items())],
         custom_metadata={"topiclake.upsert.records": str(report.merged)},

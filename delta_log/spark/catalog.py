@@ -149,7 +149,8 @@ class CatalogSync:
         self._marker = ""  # the catalog marker (delta_log.log.catalog) as of the last sync
         self._thread: threading.Thread | None = None
         self.first_report: SyncReport | None = None  # what start() found
-        self.listeners: list[Callable[[dict[str, str]], object]] = []  # told {topic: table} after each sync
+        #: told ({topic: table}, {topic: its upsert table}) after each sync
+        self.listeners: list[Callable[[dict[str, str], dict[str, str]], object]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one sync at a time (the thread and a caller)
 
@@ -164,6 +165,17 @@ class CatalogSync:
     def tables(self) -> dict[str, str]:
         """{topic: table} of the topics the catalog holds now."""
         return topic_tables(t for t in self._topics or () if not t.endswith(_LATEST))
+
+    def upsert_tables(self) -> dict[str, str]:
+        """{topic: table} of the topics' upsert tables the catalog holds now."""
+        taken = {n.lower() for n in self.tables().values()}
+        out = {}
+        for t in sorted(self._topics or ()):
+            name = f"{self.tables().get(t.removesuffix(_LATEST), '')}_latest"
+            if t.endswith(_LATEST) and name.lower() not in taken:
+                out[t.removesuffix(_LATEST)] = name
+                taken.add(name.lower())
+        return out
 
     def _list_topics(self) -> frozenset[str]:
         """The root's topics, and `<topic>@latest` for each topic's upsert table."""
@@ -192,9 +204,13 @@ class CatalogSync:
             if self._is_gone_topic(name):
                 spark.sql(f"DROP TABLE IF EXISTS {db}.{_q(name)}")
                 report.dropped.append(f"{self.database}.{name}")
+        # a name two topics compete for ("a.b" and "a-b" are both a_b) may have moved to the other one
+        bases = [table_name(t).lower() for t in wanted]
+        contested = {b for b in bases if bases.count(b) > 1}
         for topic, name in sorted({**wanted, **upserts}.items()):
             known = name.lower() in present
-            if known and verify and self._location(name) != locations[topic]:
+            moved = verify or table_name(topic.removesuffix(_LATEST)).lower() in contested
+            if known and moved and self._location(name) != locations[topic]:
                 spark.sql(f"DROP TABLE IF EXISTS {db}.{_q(name)}")  # a collision renamed, or another root's
                 report.dropped.append(f"{self.database}.{name}")
                 known = False
@@ -232,7 +248,7 @@ class CatalogSync:
             spark.sql(f"ALTER DATABASE {_q(typed_db)} SET DBPROPERTIES ('topiclake.registry.seq' = '{seq}')")
         self._topics, self._registry_seq, self._marker = topics, seq, marker
         for listener in self.listeners:
-            listener(wanted)
+            listener(wanted, {t.removesuffix(_LATEST): n for t, n in upserts.items()})
         return report
 
     def _mark_subjects(self, topics: Iterable[str]) -> None:

@@ -136,6 +136,32 @@ def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
         assert words in str(refused.value), (sql, str(refused.value)[-700:])
     cur.execute("SELECT count(*) FROM topics.orders_1")
     assert cur.fetchall() == [(300,)]  # nothing was written
+    for sql, words in (
+        ("SET spark.sql.variable.substitute=true", "is refused"),
+        (
+            "SET spark.sql.catalog.other=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+            "is refused",
+        ),
+        (f"DESCRIBE delta.`{root}/topics/secret`", "not one of them"),  # its columns and configs, by path
+        (f"SHOW TBLPROPERTIES delta.`{root}/topics/secret`", "not one of them"),
+    ):
+        with pytest.raises(hive.OperationalError) as refused:
+            cur.execute(sql)
+        assert words in str(refused.value), (sql, str(refused.value)[-700:])
+    cur.execute("SET spark.sql.session.timeZone=UTC")  # what BI tools set is allowed
+    cur.execute("SELECT '${env:HOME}', '${spark:spark.app.name}'")
+    assert cur.fetchall() == [("${env:HOME}", "${spark:spark.app.name}")]  # no substitution: no secrets
+    # not even when the session asks for it in its JDBC settings (hiveconf: in a URL)
+    sneaky = hive.connect(
+        host="127.0.0.1",
+        port=port,
+        username="analyst",
+        password="orders-only-key",
+        auth="CUSTOM",
+        configuration={"spark.sql.variable.substitute": "true"},
+    ).cursor()
+    sneaky.execute("SELECT '${env:HOME}'")
+    assert sneaky.fetchall() == [("${env:HOME}",)]
     with pytest.raises(Exception, match="Error validating the login"):
         hive.connect(host="127.0.0.1", port=port, username="analyst", password="nope", auth="CUSTOM")
 

@@ -28,15 +28,22 @@ def test_grants_follow_each_keys_topic_acls():
             "api_keys": [
                 {"key": "a", "principal": "admin", "acls": {"*": ["admin"]}, "groups": {"*": ["admin"]}},
                 {"key": "o", "principal": "analyst", "acls": {"orders-*": ["consume"]}},
-                {"key": "d", "principal": "ops", "acls": {"*": ["describe"]}},
+                {"key": "d", "principal": "ops", "acls": {"*": ["describe"]}, "groups": {}},
+                {"key": "x1", "principal": "twice", "acls": {"*": ["admin"]}, "groups": {"*": ["admin"]}},
+                {"key": "x2", "principal": "twice", "acls": {"a": ["consume"]}},
+                {"key": "k", "principal": "admin@partner", "acls": {"orders-*": ["consume"]}},
             ]
         },
     )
-    g = grants(settings, {"orders-1": "orders_1", "secret": "secret"})
+    g = grants(settings, {"orders-1": "orders_1", "secret": "secret"}, {"orders-1": "orders_1_latest"})
     assert g.admins == {"admin"}
     assert g.tables["analyst"] == {"topics.orders_1", "topics_typed.orders_1", "topics.orders_1_latest"}
     assert g.folders["analyst"] == ["/data/topics/orders-1", "/data/latest/orders-1"]
-    assert g.tables["ops"] == {"topics._partitions", "topics._consumer_lag"}  # describe: no topic data
+    assert g.tables["ops"] == {"topics._partitions"}  # describe: no topic data; no group rights: no lag
+    # a principal with two keys, or one Hive would shorten to another name, cannot log in at all
+    assert "twice" not in g.admins | set(g.tables) and "admin@partner" not in g.tables
+    # no upsert table: no grant for a name another topic may hold (topic "orders-1.latest" is orders_1_latest)
+    assert "topics.orders_1_latest" not in grants(settings, {"orders-1": "orders_1"}).tables["analyst"]
 
 
 def test_latest_per_key_keeps_the_last_offset_within_a_partition_and_the_newest_time_across():

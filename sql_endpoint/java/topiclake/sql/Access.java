@@ -23,7 +23,7 @@ public final class Access {
       Map<String, List<String>> locations) {}
 
   private static volatile State state = new State(Map.of(), Set.of(), Map.of(), Map.of());
-  private static volatile boolean open = true;
+  private static volatile boolean open = false;  // closed until the driver says there are no keys
 
   private Access() {}
 
@@ -78,6 +78,7 @@ public final class Access {
     return MessageDigest.isEqual(expected == null ? new byte[32] : expected, given) && expected != null;
   }
 
+  /** canRead(user, "", "") is whether the user may read everything (an admin). */
   public static boolean canRead(String user, String database, String table) {
     if (open || user == null) {
       return true;
@@ -85,6 +86,9 @@ public final class Access {
     State s = state;
     if (s.admins().contains(user)) {
       return true;
+    }
+    if (table.isEmpty()) {
+      return false;
     }
     Set<String> names = s.readable().get(user);
     String name = (database == null ? "default" : database) + "." + table;

@@ -5,6 +5,8 @@ import java.util.IdentityHashMap;
 import java.util.Set;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.analysis.ResolvedPersistentView;
+import org.apache.spark.sql.catalyst.analysis.ResolvedTable;
 import org.apache.spark.sql.catalyst.catalog.CatalogTable;
 import org.apache.spark.sql.catalyst.catalog.HiveTableRelation;
 import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
@@ -13,6 +15,8 @@ import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
 import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.execution.command.SetCommand;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
@@ -38,6 +42,10 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
       "DescribeFunction", "DescribeFunctionCommand", "ShowFunctions", "ShowFunctionsCommand", "ShowCatalogs",
       "ShowCatalogsCommand", "ShowCurrentNamespace", "ShowCurrentNamespaceCommand", "SetCatalogAndNamespace",
       "SetNamespaceCommand", "SetCatalogCommand", "SetCommand", "ResetCommand", "ExplainCommand");
+  /** What a JDBC user may SET (reading any setting is allowed): what BI tools set, nothing that loads code. */
+  private static final Set<String> SETTABLE = Set.of("spark.sql.session.timezone", "spark.sql.ansi.enabled");
+  /** `<format>.`path``: a table by path, allowed only inside a folder the user may read. */
+  private static final Set<String> PATH_FORMATS = Set.of("delta", "parquet", "json", "csv", "orc", "text", "avro", "binaryfile");
 
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
@@ -58,6 +66,7 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
       return BoxedUnit.UNIT;
     };
     extensions.injectCheckRule(rule);
+    extensions.injectParser((session, parser) -> new UserStatementParser(parser));
     return BoxedUnit.UNIT;
   }
 
@@ -69,13 +78,37 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
     if (node instanceof SubqueryAlias alias && isRelation(alias.child())) {
       Seq<String> qualifier = alias.identifier().qualifier();
       if (qualifier.nonEmpty()) {
-        String database = qualifier.last();
-        String table = alias.identifier().name();
-        if (!Access.canRead(user, database, table)) {
-          refuseAsMissing(database, table);
-        }
+        checkTable(user, CollectionConverters.asJava(qualifier), alias.identifier().name());
         named.add(alias.child());
       }
+    }
+  }
+
+  /** A table named [catalog,] database, name: only in Spark's own catalog; by path, inside a readable folder. */
+  private static void checkTable(String user, java.util.List<String> qualifier, String table) {
+    String database = qualifier.get(qualifier.size() - 1);
+    if (qualifier.size() > 2 || (qualifier.size() == 2 && !qualifier.get(0).equalsIgnoreCase("spark_catalog"))) {
+      if (!Access.canRead(user, "", "")) {  // an admin: any catalog
+        refuseAsMissing(String.join(".", qualifier), table);
+      }
+      return;
+    }
+    if (PATH_FORMATS.contains(database.toLowerCase(java.util.Locale.ROOT)) && table.contains("/")) {
+      if (!Access.canReadPath(user, pathUri(table))) {
+        throw new SecurityException("Read tables by name (topics.<name>); this path is not one of them.");
+      }
+      return;
+    }
+    if (!Access.canRead(user, database, table)) {
+      refuseAsMissing(database, table);
+    }
+  }
+
+  private static java.net.URI pathUri(String path) {
+    try {
+      return path.contains("://") ? new java.net.URI(path) : new java.io.File(path).toURI();
+    } catch (java.net.URISyntaxException e) {
+      throw new SecurityException("Read tables by name (topics.<name>); this path is not one of them.");
     }
   }
 
@@ -83,6 +116,16 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
     if (node instanceof Command && !COMMANDS.contains(node.getClass().getSimpleName())) {
       throw new SecurityException("The SQL endpoint answers queries only (SELECT, SHOW, DESCRIBE); "
           + node.nodeName() + " is refused. Write to topics through Kafka or HTTP.");
+    }
+    if (node instanceof SetCommand set && set.kv().isDefined() && set.kv().get()._2().isDefined()
+        && !SETTABLE.contains(set.kv().get()._1().toLowerCase(java.util.Locale.ROOT))) {
+      throw new SecurityException("The SQL endpoint lets a session set only " + SETTABLE + "; "
+          + set.kv().get()._1() + " is refused.");
+    }
+    if (node instanceof ResolvedTable resolved) {  // DESCRIBE, SHOW TBLPROPERTIES ... of a table
+      checkResolved(user, resolved.catalog().name(), resolved.identifier());
+    } else if (node instanceof ResolvedPersistentView view) {
+      checkResolved(user, view.catalog().name(), view.identifier());
     }
     for (Expression e : CollectionConverters.asJava(node.expressions())) {
       if (e.exists(x -> x instanceof CallMethodViaReflection)) {
@@ -113,6 +156,13 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
     if (!Access.canRead(user, database, t.identifier().table())) {
       refuseAsMissing(database, t.identifier().table());
     }
+  }
+
+  private static void checkResolved(String user, String catalog, Identifier id) {
+    java.util.List<String> qualifier = new java.util.ArrayList<>();
+    qualifier.add(catalog);
+    qualifier.addAll(java.util.Arrays.asList(id.namespace()));
+    checkTable(user, qualifier, id.name());
   }
 
   private static void refuseAsMissing(String database, String table) {

@@ -158,7 +158,7 @@ def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
         username="analyst",
         password="orders-only-key",
         auth="CUSTOM",
-        configuration={"spark.sql.variable.substitute": "true"},
+        configuration={"set:hiveconf:spark.sql.variable.substitute": "true"},
     ).cursor()
     sneaky.execute("SELECT '${env:HOME}'")
     assert sneaky.fetchall() == [("${env:HOME}",)]

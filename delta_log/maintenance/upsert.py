@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from conf import ReaderSettings
@@ -127,6 +127,20 @@ def _ensure_table(storage: StorageRoot, topic: str, schema: pa.Schema) -> DeltaT
         return DeltaTable(uri, storage_options=storage.options())
 
 
+def _aligned(target: DeltaTable, source: pa.Table) -> pa.Table:
+    """`source` in the upsert table's columns: a new schema version's fields are added to the table
+    first (ALTER TABLE ADD COLUMNS; delta-rs's MERGE with schema evolution gives the table a new id,
+    which stops every Spark stream reading its change feed), and columns the latest version dropped
+    are null in the source."""
+    have = pa.schema(target.schema().to_arrow())
+    new = [f for f in source.schema if f.name not in have.names]
+    if new:
+        target.alter.add_columns(list(Schema.from_arrow(pa.schema(new)).fields))
+        have = pa.schema(target.schema().to_arrow())
+    columns = [source[f.name] if f.name in source.column_names else pa.nulls(source.num_rows, f.type) for f in have]
+    return pa.table(columns, names=have.names)
+
+
 def upsert_topic(
     storage: StorageRoot,
     topic: str,
@@ -144,7 +158,7 @@ def upsert_topic(
     partitions = reader.partition_offsets()
     # one snapshot for both the offsets merged so far and the MERGE: a run that commits in between
     # changes the transactions, and delta-rs refuses this commit
-    target = _ensure_table(storage, topic, LATEST_SCHEMA)
+    target = _ensure_table(storage, topic, _typed(LATEST_SCHEMA.empty_table(), parse).schema)
     start = {p.partition: int(target.transaction_version(txn_id(p.partition)) or 0) for p in partitions}
     batches: list[pa.Table] = []
     new_offsets: dict[int, int] = {}
@@ -172,7 +186,7 @@ def upsert_topic(
     report.merged = records.num_rows
     keyed = records.filter(pc.is_valid(records["key"]))
     report.without_key = records.num_rows - keyed.num_rows
-    source = _typed(latest_per_key(keyed.cast(LATEST_SCHEMA)), parse)
+    source = _aligned(target, _typed(latest_per_key(keyed.cast(LATEST_SCHEMA)), parse))
     report.upserted_keys = source.num_rows
     report.deleted = (
         source.num_rows - pc.sum(pc.is_valid(source["value"]).cast(pa.int64())).as_py() if source.num_rows else 0
@@ -190,7 +204,6 @@ def upsert_topic(
                 predicate="t.key = s.key",
                 source_alias="s",
                 target_alias="t",
-                merge_schema=True,  # a new schema version's fields become new columns
                 commit_properties=commit,
             )
             .when_matched_delete(predicate=f"s.value IS NULL AND {newer}")

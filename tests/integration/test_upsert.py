@@ -133,3 +133,28 @@ def test_change_feed_shows_inserts_updates_and_deletes_in_offset_order(storage, 
         (second, "update_postimage", b"a", b"3", 4),  # the last of a's two updates in the batch
     ]
     assert latest(storage, topic) == {b"a": b"3"}
+
+
+def test_a_new_schema_version_adds_columns_and_keeps_the_table_id(storage, settings, topic_factory):
+    """Readers of the change feed (Spark streams) stop if the table's id changes: new fields are
+    added with ALTER TABLE ADD COLUMNS, never by a MERGE's schema evolution."""
+    import json
+
+    topic = topic_factory(partitions=1, topiclake_table_mode="upsert")
+    writer = TopicWriter(storage, topic, settings.writer)
+
+    def parser(fields):
+        t = pa.struct([pa.field(f, pa.int64()) for f in fields])
+        return lambda values: pa.array(
+            [None if v is None else {f: json.loads(v).get(f) for f in fields} for v in values.to_pylist()], t
+        )
+
+    writer.append(batch(topic, 1, [(0, b"a", b'{"x": 1}')]))
+    upsert_topic(storage, topic, parse=parser(["x"]))
+    table_id = DeltaTable(latest_uri(storage, topic)).metadata().id
+    writer.append(batch(topic, 1, [(0, b"b", b'{"x": 2, "y": 3}')]))
+    upsert_topic(storage, topic, parse=parser(["x", "y"]))
+    dt = DeltaTable(latest_uri(storage, topic))
+    assert dt.metadata().id == table_id
+    rows = sorted(pa.table(dt.to_pyarrow_table(columns=["key", "x", "y"])).to_pylist(), key=lambda r: r["key"])
+    assert rows == [{"key": b"a", "x": 1, "y": None}, {"key": b"b", "x": 2, "y": 3}]

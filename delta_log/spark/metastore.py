@@ -115,7 +115,10 @@ def _alive(pid: int) -> bool:
         return False
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:  # a pid reused since (a restart) is not ours
+            return b"delta_log.spark.metastore" in fh.read()
     except (OSError, IndexError):
         return False
 

@@ -89,6 +89,19 @@ def topic_tables(topics: Iterable[str]) -> dict[str, str]:
     return tables
 
 
+def upsert_table_names(listed: Iterable[str], tables: dict[str, str]) -> dict[str, str]:
+    """{topic: `<its table>_latest`} for each `<topic>@latest` in `listed` (pure); a name that a topic's
+    own table (or an earlier upsert table) holds is left out, never shared."""
+    taken = {n.lower() for n in tables.values()}
+    out = {}
+    for t in sorted(listed):
+        topic = t.removesuffix(_LATEST)
+        if t.endswith(_LATEST) and topic in tables and f"{tables[topic]}_latest".lower() not in taken:
+            out[topic] = f"{tables[topic]}_latest"
+            taken.add(out[topic].lower())
+    return out
+
+
 @dataclass(slots=True)
 class SyncReport:
     """What a sync changed: the drift between the root and the catalog it found."""
@@ -168,14 +181,7 @@ class CatalogSync:
 
     def upsert_tables(self) -> dict[str, str]:
         """{topic: table} of the topics' upsert tables the catalog holds now."""
-        taken = {n.lower() for n in self.tables().values()}
-        out = {}
-        for t in sorted(self._topics or ()):
-            name = f"{self.tables().get(t.removesuffix(_LATEST), '')}_latest"
-            if t.endswith(_LATEST) and name.lower() not in taken:
-                out[t.removesuffix(_LATEST)] = name
-                taken.add(name.lower())
-        return out
+        return upsert_table_names(self._topics or (), self.tables())
 
     def _list_topics(self) -> frozenset[str]:
         """The root's topics, and `<topic>@latest` for each topic's upsert table."""
@@ -192,12 +198,8 @@ class CatalogSync:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
         wanted = topic_tables(t for t in topics if not t.endswith(_LATEST))
         locations = {t: self.storage.topic_uri(t) for t in wanted}
-        upserts: dict[str, str] = {}
-        for t in sorted(topics):
-            name = f"{wanted.get(t.removesuffix(_LATEST), '')}_latest"
-            if t.endswith(_LATEST) and name.lower() not in {n.lower() for n in [*wanted.values(), *upserts.values()]}:
-                upserts[t] = name
-                locations[t] = self.storage.latest_uri(t.removesuffix(_LATEST))
+        upserts = {f"{t}{_LATEST}": n for t, n in upsert_table_names(topics, wanted).items()}
+        locations |= {t: self.storage.latest_uri(t.removesuffix(_LATEST)) for t in upserts}
         present = {r[1].lower() for r in spark.sql(f"SHOW TABLES IN {db}").collect() if not r[2]}
         by_name = {name.lower(): topic for topic, name in {**wanted, **upserts}.items()}
         for name in sorted(present - by_name.keys() - SYSTEM_TABLES):
@@ -248,7 +250,7 @@ class CatalogSync:
             spark.sql(f"ALTER DATABASE {_q(typed_db)} SET DBPROPERTIES ('topiclake.registry.seq' = '{seq}')")
         self._topics, self._registry_seq, self._marker = topics, seq, marker
         for listener in self.listeners:
-            listener(wanted, {t.removesuffix(_LATEST): n for t, n in upserts.items()})
+            listener(wanted, upsert_table_names(topics, wanted))
         return report
 
     def _mark_subjects(self, topics: Iterable[str]) -> None:

@@ -10,7 +10,7 @@ from conf import load_settings
 from delta_log.core.topic_config import validate_config
 from delta_log.errors import InvalidConfigError
 from delta_log.maintenance.upsert import latest_per_key
-from delta_log.spark.catalog import topic_tables
+from delta_log.spark.catalog import topic_tables, upsert_table_names
 from sql_endpoint.server import grants
 
 
@@ -66,3 +66,8 @@ def test_table_mode_is_log_or_upsert():
     assert validate_config({"topiclake.table.mode": "upsert"})["topiclake.table.mode"] == "upsert"
     with pytest.raises(InvalidConfigError, match="log or upsert"):
         validate_config({"topiclake.table.mode": "latest"})
+
+
+def test_an_upsert_table_never_takes_a_topic_tables_name():
+    tables = topic_tables(["pay", "pay-latest", "orders"])  # pay_latest is the topic pay-latest's
+    assert upsert_table_names(["pay@latest", "orders@latest", "gone@latest"], tables) == {"orders": "orders_latest"}

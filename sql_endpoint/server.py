@@ -17,6 +17,7 @@ ships) inside a PySpark driver made by get_spark, so it has Delta, the catalog a
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import signal
 import threading
@@ -154,6 +155,7 @@ class Endpoint:
         jvm = self.spark._jvm
         assert jvm is not None
         self._access.setOpen(not self.settings.auth.enabled)
+        self._access.captureBaseSettings(self.spark._jsparkSession)  # what JDBC sessions' settings go back to
         self.update({}, {})
         self._server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithSparkSession(
             self.spark._jsparkSession,
@@ -197,6 +199,13 @@ def _java_list(jvm: Any, items: list[str]) -> Any:
     return out
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> int:
     """Run the endpoint until SIGTERM or SIGINT. Prints one line when it listens."""
     from delta_log.spark import get_spark
@@ -206,6 +215,12 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     port = settings.sql_server.port if port is None else port
     if not settings.catalog.enabled:
         raise SystemExit("the SQL endpoint serves the catalog: set catalog.enabled = true")
+    if settings.auth.enabled and not _loopback(host):
+        log.warning(
+            "the SQL endpoint listens on %s without TLS: JDBC logins (API keys) cross the network in clear "
+            "text; keep it on 127.0.0.1 and reach it through an SSH tunnel or a TLS proxy",
+            host,
+        )
     conf = {**settings.spark.conf, **endpoint_conf(settings, host, port)}
     settings = settings.model_copy(update={"spark": settings.spark.model_copy(update={"conf": conf})})
     spark = get_spark(settings, app_name="topiclake-sql-server")

@@ -17,7 +17,7 @@ from pyhive import hive
 
 from tests.e2e.server import REPO, ServerProcess, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 KEYS = """
 [[auth.api_keys]]
@@ -60,23 +60,25 @@ def endpoint(tmp_path_factory):
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 240
-    while True:
-        assert proc.poll() is None, (base / "sql-server.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "the SQL endpoint did not listen within 240 s"
-        if "topiclake SQL endpoint:" in (base / "sql-server.log").read_text(errors="replace"):
-            break
-        time.sleep(0.5)
-    yield port, http, root
-    proc.terminate()
     try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-    log.close()
-    http.close()
-    gateway.stop()
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, (base / "sql-server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the SQL endpoint did not listen within 240 s"
+            if "topiclake SQL endpoint:" in (base / "sql-server.log").read_text(errors="replace"):
+                break
+            time.sleep(0.5)
+        yield port, http, root
+    finally:  # also when it never listened: its JVM and the gateway are stopped by their ids
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+        http.close()
+        gateway.stop()
 
 
 def beeline(port: int, user: str, password: str, sql: str) -> subprocess.CompletedProcess[str]:
@@ -130,12 +132,18 @@ def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
         ("DROP TABLE topics.orders_1", "answers queries only"),
         ("SELECT reflect('java.lang.System', 'getenv', 'HOME')", "reflect and java_method are refused"),
         (f"SELECT * FROM parquet.`{root}/topics/secret`", "not one of them"),  # its files, by path
+        # a readable table's folder, then up and into another's (or out of the root)
+        (f"SELECT * FROM delta.`{root}/topics/orders-1/../secret`", "not one of them"),
+        (f"SELECT * FROM parquet.`{root}/topics/orders-1/../secret`", "not one of them"),
+        (f"SELECT * FROM text.`{root}/topics/orders-1/../../../keys.toml`", "not one of them"),
     ):
         with pytest.raises(hive.OperationalError) as refused:
             cur.execute(sql)
         assert words in str(refused.value), (sql, str(refused.value)[-700:])
     cur.execute("SELECT count(*) FROM topics.orders_1")
     assert cur.fetchall() == [(300,)]  # nothing was written
+    cur.execute(f"SELECT count(*) FROM delta.`{root}/topics/orders-1`")  # a table it may read, by path
+    assert cur.fetchall() == [(300,)]
     for sql, words in (
         ("SET spark.sql.variable.substitute=true", "is refused"),
         (
@@ -162,6 +170,24 @@ def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
     ).cursor()
     sneaky.execute("SELECT '${env:HOME}'")
     assert sneaky.fetchall() == [("${env:HOME}",)]
+    # nor a catalog plugin (it would open a JDBC URL of the user's at the first name it resolves):
+    # settings the URL gives a session are put back before its first statement
+    plugin = "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog"
+    url_set = hive.connect(
+        host="127.0.0.1",
+        port=port,
+        username="analyst",
+        password="orders-only-key",
+        auth="CUSTOM",
+        configuration={
+            "set:hiveconf:spark.sql.catalog.other": plugin,
+            "set:hiveconf:spark.sql.session.timeZone": "Europe/Paris",
+        },
+    ).cursor()
+    url_set.execute("SET spark.sql.catalog.other")
+    assert plugin not in str(url_set.fetchall())
+    url_set.execute("SET spark.sql.session.timeZone")  # what a user may SET stays as the URL set it
+    assert url_set.fetchall() == [("spark.sql.session.timeZone", "Europe/Paris")]
     with pytest.raises(Exception, match="Error validating the login"):
         hive.connect(host="127.0.0.1", port=port, username="analyst", password="nope", auth="CUSTOM")
 

@@ -24,6 +24,10 @@ public final class Access {
 
   private static volatile State state = new State(Map.of(), Set.of(), Map.of(), Map.of());
   private static volatile boolean open = false;  // closed until the driver says there are no keys
+  /** The server's own session settings, as a JDBC session starts with them. */
+  private static volatile Map<String, String> baseSettings = Map.of();
+  /** What a JDBC user may SET (reading any setting is allowed): what BI tools set, nothing that loads code. */
+  static final Set<String> SETTABLE = Set.of("spark.sql.session.timezone", "spark.sql.ansi.enabled");
 
   private Access() {}
 
@@ -47,6 +51,34 @@ public final class Access {
     state = new State(Map.copyOf(keyHashes), Set.copyOf(admins), Map.copyOf(readable), Map.copyOf(locations));
   }
 
+  /** The settings JDBC sessions start from: the server's session's, taken before any user connects. */
+  public static void captureBaseSettings(org.apache.spark.sql.classic.SparkSession session) {
+    baseSettings = Map.copyOf(scala.jdk.javaapi.CollectionConverters.asJava(session.sessionState().conf().getAllConfs()));
+  }
+
+  /**
+   * Puts back every setting of a user's session that differs from the server's, but those a user may
+   * SET. A SET statement is checked by ReadOnlyAccess; settings in the JDBC URL (hiveconf:, or
+   * ?key=value) are applied by the Thrift server when the session opens, before any statement, so a
+   * catalog plugin or a data source option given there would be in force for the first query.
+   */
+  static void revertSessionSettings(org.apache.spark.sql.internal.SQLConf conf) {
+    Map<String, String> base = baseSettings;
+    scala.collection.immutable.Map<String, String> all = conf.getAllConfs();
+    for (String key : scala.jdk.javaapi.CollectionConverters.asJava(all.keySet())) {
+      if (SETTABLE.contains(key.toLowerCase(Locale.ROOT))) {
+        continue;
+      }
+      String value = all.apply(key);
+      String wanted = base.get(key);
+      if (wanted == null) {
+        conf.unsetConf(key);
+      } else if (!wanted.equals(value)) {
+        conf.setConfString(key, wanted);
+      }
+    }
+  }
+
   /** A file or folder a query reads by path: inside a table folder the user may read. */
   public static boolean canReadPath(String user, URI path) {
     if (open || user == null) {
@@ -56,10 +88,24 @@ public final class Access {
     if (s.admins().contains(user)) {
       return true;
     }
+    String raw = path.getPath();
+    if (raw == null || hasDotSegment(raw)) {
+      return false;  // "<table>/../<another>" names a folder outside the table: never compared as given
+    }
     String authority = path.getAuthority() == null ? "" : path.getAuthority();
-    String wanted = authority + path.getPath();
+    String wanted = authority + raw;
     for (String folder : s.locations().getOrDefault(user, List.of())) {
       if (wanted.equals(folder) || wanted.startsWith(folder.endsWith("/") ? folder : folder + "/")) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether a path has a "." or ".." segment (a folder check would compare the text, not the folder). */
+  static boolean hasDotSegment(String path) {
+    for (String segment : path.split("/", -1)) {
+      if (segment.equals("..") || segment.equals(".")) {
         return true;
       }
     }

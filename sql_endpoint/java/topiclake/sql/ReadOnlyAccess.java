@@ -42,8 +42,6 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
       "DescribeFunction", "DescribeFunctionCommand", "ShowFunctions", "ShowFunctionsCommand", "ShowCatalogs",
       "ShowCatalogsCommand", "ShowCurrentNamespace", "ShowCurrentNamespaceCommand", "SetCatalogAndNamespace",
       "SetNamespaceCommand", "SetCatalogCommand", "SetCommand", "ResetCommand", "ExplainCommand");
-  /** What a JDBC user may SET (reading any setting is allowed): what BI tools set, nothing that loads code. */
-  private static final Set<String> SETTABLE = Set.of("spark.sql.session.timezone", "spark.sql.ansi.enabled");
   /** `<format>.`path``: a table by path, allowed only inside a folder the user may read. */
   private static final Set<String> PATH_FORMATS = Set.of("delta", "parquet", "json", "csv", "orc", "text", "avro", "binaryfile");
 
@@ -118,8 +116,8 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
           + node.nodeName() + " is refused. Write to topics through Kafka or HTTP.");
     }
     if (node instanceof SetCommand set && set.kv().isDefined() && set.kv().get()._2().isDefined()
-        && !SETTABLE.contains(set.kv().get()._1().toLowerCase(java.util.Locale.ROOT))) {
-      throw new SecurityException("The SQL endpoint lets a session set only " + SETTABLE + "; "
+        && !Access.SETTABLE.contains(set.kv().get()._1().toLowerCase(java.util.Locale.ROOT))) {
+      throw new SecurityException("The SQL endpoint lets a session set only " + Access.SETTABLE + "; "
           + set.kv().get()._1() + " is refused.");
     }
     if (node instanceof ResolvedTable resolved) {  // DESCRIBE, SHOW TBLPROPERTIES ... of a table
@@ -132,7 +130,21 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
         throw new SecurityException("reflect and java_method are refused on the SQL endpoint.");
       }
     }
-    if (!isRelation(node) || named.contains(node)) {
+    if (!isRelation(node)) {
+      return;
+    }
+    // The folders a relation reads are checked whatever named it: a name checked as text (a path
+    // with "..", or a catalog entry whose location was changed) must not reach another table's files.
+    boolean files = node instanceof LogicalRelation relation && relation.relation() instanceof HadoopFsRelation;
+    if (files) {
+      HadoopFsRelation fs = (HadoopFsRelation) ((LogicalRelation) node).relation();
+      for (Path path : CollectionConverters.asJava(fs.location().rootPaths())) {
+        if (!Access.canReadPath(user, path.toUri())) {
+          throw new SecurityException("Read tables by name (topics.<name>); this path is not one of them.");
+        }
+      }
+    }
+    if (named.contains(node)) {
       return;
     }
     CatalogTable t = null;
@@ -140,14 +152,8 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
       t = hive.tableMeta();
     } else if (node instanceof LogicalRelation relation && relation.catalogTable().isDefined()) {
       t = relation.catalogTable().get();
-    } else if (node instanceof LogicalRelation relation && relation.relation() instanceof HadoopFsRelation files) {
-      // by path: a user's delta.`...`, or Delta reading a table's log and files for a query
-      for (Path path : CollectionConverters.asJava(files.location().rootPaths())) {
-        if (!Access.canReadPath(user, path.toUri())) {
-          throw new SecurityException("Read tables by name (topics.<name>); this path is not one of them.");
-        }
-      }
-      return;
+    } else if (files) {
+      return;  // by path (a user's delta.`...`, or Delta reading a table's files): checked above
     }
     if (t == null) {
       throw new SecurityException("Read tables by name (topics.<name>); paths are refused on the SQL endpoint.");

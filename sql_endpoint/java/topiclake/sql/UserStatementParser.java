@@ -16,7 +16,8 @@ import scala.collection.immutable.Seq;
  * The session's parser, with variable substitution off for every JDBC user's statement, whatever
  * the session set (a SET, or hiveconf: settings in the JDBC URL): `${env:...}`, `${spark:...}` and
  * `${hiveconf:...}` would otherwise put the server's environment and configuration, secrets
- * included, into a query's result or its error message.
+ * included, into a query's result or its error message. Before each statement, settings the JDBC
+ * URL gave the session are put back to the server's (Access.revertSessionSettings).
  */
 public final class UserStatementParser implements ParserInterface {
   private final ParserInterface delegate;
@@ -27,7 +28,9 @@ public final class UserStatementParser implements ParserInterface {
 
   private static void forUser() {
     if (Access.user() != null) {
-      SQLConf.get().setConfString("spark.sql.variable.substitute", "false");
+      SQLConf conf = SQLConf.get();
+      Access.revertSessionSettings(conf);
+      conf.setConfString("spark.sql.variable.substitute", "false");
     }
   }
 

@@ -186,7 +186,16 @@ def upsert_topic(
     report.merged = records.num_rows
     keyed = records.filter(pc.is_valid(records["key"]))
     report.without_key = records.num_rows - keyed.num_rows
-    source = _aligned(target, _typed(latest_per_key(keyed.cast(LATEST_SCHEMA)), parse))
+    try:
+        source = _aligned(target, _typed(latest_per_key(keyed.cast(LATEST_SCHEMA)), parse))
+    except CommitFailedError as exc:  # another run's MERGE came between: the next run adds them
+        report.conflict = str(exc)[:300]
+        return report
+    if any(int(target.transaction_version(txn_id(p)) or 0) != o for p, o in start.items()):
+        # adding columns refreshed the table past a MERGE another run committed since `start` was
+        # read: this run's records are older than the table's, so it writes nothing
+        report.conflict = "another run merged meanwhile"
+        return report
     report.upserted_keys = source.num_rows
     report.deleted = (
         source.num_rows - pc.sum(pc.is_valid(source["value"]).cast(pa.int64())).as_py() if source.num_rows else 0
@@ -196,7 +205,12 @@ def upsert_topic(
         custom_metadata={"topiclake.upsert.records": str(report.merged)},
         max_commit_retries=0,  # a concurrent commit changed the txns: start again from its end
     )
-    newer = "(s.`partition` = t.`partition` OR s.`timestamp` >= t.`timestamp`)"
+    # a record replaces a key's row if it is later in the key's partition (by offset: a replayed
+    # record changes nothing), or, from another partition (a key that moved), not older
+    newer = (
+        "((s.`partition` = t.`partition` AND s.`offset` > t.`offset`)"
+        " OR (s.`partition` <> t.`partition` AND s.`timestamp` >= t.`timestamp`))"
+    )
     try:
         (
             target.merge(

@@ -21,7 +21,7 @@ from delta_log import Catalog, StorageRoot, TopicWriter
 from tests.e2e.server import REPO, ServerProcess
 from tests.integration.test_upsert import batch, model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def latest(root, topic, columns=("key", "value")):
@@ -111,17 +111,32 @@ def test_kill_9_mid_merge_then_restart_loses_nothing_and_duplicates_nothing(tmp_
         "PYTHONPATH": str(REPO),
     }
     run = [sys.executable, "-m", "jobs.upsert", "--local"]
+    log_dir = root / "latest" / "accounts" / "_delta_log"
+
+    def commits() -> int:
+        return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
+
     kills = 0
-    for delay in (1.2, 1.6, 0.9, 2.0, 1.4):  # after the interpreter's start (~1 s), mid-run
+    for _ in range(5):
         proc = subprocess.Popen(run, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
+        before, deadline = commits(), time.monotonic() + 120
+        while commits() <= before and proc.poll() is None:  # this run has committed a MERGE of its own
+            assert time.monotonic() < deadline, "the job committed nothing within 120 s"
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.15))  # then die somewhere in the next MERGE: reading, writing or committing
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait(30)
     assert kills >= 3, "the job finished before it could be killed: give it more records"
-    done = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert commits() > 5  # every killed run had committed before it died
+    for _ in range(5):  # a run makes at most 100 MERGEs of upsert_max_records: again until caught up
+        done = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        if "lag 0" in done.stdout + done.stderr:
+            break
+    else:
+        raise AssertionError(f"the job did not catch up: {done.stdout[-2000:]}")
     expected = model(logs[0]) | model(logs[1])
     assert {r["key"]: r["value"] for r in latest(root, "accounts")} == expected
     dt = DeltaTable(storage.latest_uri("accounts"))

@@ -133,6 +133,17 @@ def test_change_feed_shows_inserts_updates_and_deletes_in_offset_order(storage, 
         (second, "update_postimage", b"a", b"3", 4),  # the last of a's two updates in the batch
     ]
     assert latest(storage, topic) == {b"a": b"3"}
+    # a deleted key comes back: in the feed's commit order, each key's changes follow its offsets
+    writer.append(batch(topic, 1, [(0, b"b", b"4")]))
+    upsert_topic(storage, topic)
+    cdf = pa.table(DeltaTable(latest_uri(storage, topic)).load_cdf(starting_version=0).read_all()).to_pylist()
+    b_changes = [
+        (r["_change_type"], r["offset"])
+        for r in sorted(cdf, key=lambda r: r["_commit_version"])
+        if r["key"] == b"b" and r["_change_type"] != "update_preimage"
+    ]
+    assert b_changes == [("insert", 1), ("delete", 1), ("insert", 5)]
+    assert latest(storage, topic) == {b"a": b"3", b"b": b"4"}
 
 
 def test_a_new_schema_version_adds_columns_and_keeps_the_table_id(storage, settings, topic_factory):
@@ -158,3 +169,61 @@ def test_a_new_schema_version_adds_columns_and_keeps_the_table_id(storage, setti
     assert dt.metadata().id == table_id
     rows = sorted(pa.table(dt.to_pyarrow_table(columns=["key", "x", "y"])).to_pylist(), key=lambda r: r["key"])
     assert rows == [{"key": b"a", "x": 1, "y": None}, {"key": b"b", "x": 2, "y": 3}]
+
+
+def test_a_run_that_adds_columns_after_another_run_merged_writes_nothing_older(
+    storage, settings, topic_factory, monkeypatch
+):
+    """Adding a new schema version's columns refreshes the table: a MERGE another run committed
+    after this run read its offsets is then in the table, and this run's older records must not
+    overwrite it (nor move the merged offsets back)."""
+    import json
+
+    from delta_log.maintenance import upsert
+
+    topic = topic_factory(partitions=1, topiclake_table_mode="upsert")
+    writer = TopicWriter(storage, topic, settings.writer)
+
+    def parser(fields):
+        t = pa.struct([pa.field(f, pa.int64()) for f in fields])
+        return lambda values: pa.array(
+            [None if v is None else {f: json.loads(v).get(f) for f in fields} for v in values.to_pylist()], t
+        )
+
+    writer.append(batch(topic, 1, [(0, b"a", b'{"x": 1}')]))
+    upsert_topic(storage, topic, parse=parser(["x"]))
+    writer.append(batch(topic, 1, [(0, b"c", b'{"x": 2}')]))  # new keys only: the other run's MERGE
+    original = upsert._aligned
+    other_ran = []
+
+    def aligned_after_another_run(target, source):
+        if not other_ran:  # between this run's read of its offsets and its ALTER TABLE: another run
+            other_ran.append(True)
+            writer.append(batch(topic, 1, [(0, b"b", b'{"x": 3}')]))  # inserts, so the ALTER does not conflict
+            assert upsert_topic(storage, topic, parse=parser(["x"])).merged == 2
+        return original(target, source)
+
+    monkeypatch.setattr(upsert, "_aligned", aligned_after_another_run)
+    late = upsert_topic(storage, topic, parse=parser(["x", "y"]))  # a new version: columns added
+    assert late.conflict and other_ran
+    dt = DeltaTable(latest_uri(storage, topic))
+    assert dt.transaction_version("upsert-0") == 3  # not moved back to 2
+    rows = sorted(pa.table(dt.to_pyarrow_table(columns=["key", "x"])).to_pylist(), key=lambda r: r["key"])
+    assert rows == [{"key": b"a", "x": 1}, {"key": b"b", "x": 3}, {"key": b"c", "x": 2}]
+    # an update by the other run instead: its MERGE rewrote a file the ALTER read, which refuses
+    writer.append(batch(topic, 1, [(0, b"a", b'{"x": 4}')]))
+    other_ran.clear()
+    original_writer_append = writer.append
+
+    def update_a(records):
+        return original_writer_append(batch(topic, 1, [(0, b"a", b'{"x": 5}')]))
+
+    monkeypatch.setattr(writer, "append", update_a)
+    late = upsert_topic(storage, topic, parse=parser(["x", "y", "z"]))
+    assert late.conflict and other_ran  # reported, not raised: the next run merges
+    monkeypatch.setattr(upsert, "_aligned", original)
+    upsert_topic(storage, topic, parse=parser(["x", "y", "z"]))
+    dt = DeltaTable(latest_uri(storage, topic))
+    assert dt.transaction_version("upsert-0") == 5
+    rows = sorted(pa.table(dt.to_pyarrow_table(columns=["key", "x"])).to_pylist(), key=lambda r: r["key"])
+    assert rows == [{"key": b"a", "x": 5}, {"key": b"b", "x": 3}, {"key": b"c", "x": 2}]

@@ -395,6 +395,13 @@ class CatalogSettings(BaseModel):
     sync_interval_s: float = Field(
         2.0, gt=0, le=3600, description="How often a live session compares the catalog with the root."
     )
+    partitions_refresh_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="How often a live session rewrites _partitions (high watermarks, log start offsets: what "
+        "_consumer_lag's lag is measured against); on a root whose refresh takes long, at most a tenth of the time.",
+    )
     start_timeout_s: float = Field(120.0, gt=0, description="How long to wait for the metastore to answer.")
 
 

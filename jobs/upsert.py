@@ -6,7 +6,8 @@
     topiclake jobs upsert
 
 The scheduler runs it every `jobs.upsert_interval_s`. A run merges what each topic gained since the
-last one, up to `jobs.upsert_max_records` per MERGE, until it has caught up. A topic with a JSON
+last one, up to `jobs.upsert_max_records` per MERGE, until it has caught up or made 100 MERGEs of a
+topic (so one topic's backlog cannot hold up the others; the next run goes on, and its lag shows). A topic with a JSON
 Schema or Avro value schema gets the value's fields as typed columns (the typed views' types).
 """
 

@@ -14,7 +14,7 @@ from conf import load_settings
 # port: the default 9092 would collide between servers (tests that speak Kafka ask for the port).
 os.environ.setdefault("TOPICLAKE_KAFKA__PORT", "0")
 # The shared session (and the processes tests start) keep Spark's in-memory catalog; the catalog's
-# own tests (tests/catalog) start sessions on a root's metastore in processes of their own.
+# own tests (tests/e2e/test_catalog.py, test_sql_endpoint.py) start sessions on a root's metastore in processes of their own.
 os.environ.setdefault("TOPICLAKE_CATALOG__ENABLED", "false")
 
 _MARKS = {"integration": "integration", "spark": "spark", "e2e": "e2e"}

@@ -5,8 +5,10 @@ What a root's catalog holds (`<db>` is `catalog.database`, default `topics`):
   whose name collides is `<name>_2`, never silently replaced). Its Delta properties are the topic's
   configs (`topiclake.*`), so `DESCRIBE TABLE EXTENDED` shows them.
 - `<db>._partitions`: topic, partition, log start offset, high watermark, segments, bytes: a snapshot
-  in `<root>/_system/partitions` (through delta-rs), rewritten at each sync that finds a change and
-  by `topiclake catalog sync`.
+  in `<root>/_system/partitions` (through delta-rs), rewritten at each sync that finds a change, by
+  `topiclake catalog sync`, and by every live session's sync thread each `partitions_refresh_s`
+  when what it reads moved (Spark SQL cannot read a table's high watermark, a Delta txn, at query
+  time; the refresh spends at most a tenth of the thread's time, however many topics a root has).
 - `<db>._consumer_lag`: a view over the committed offsets (live) and `_partitions`.
 - `<db>_typed.<name>`: for topics with a JSON Schema or Avro value schema, the Kafka columns and the
   value's fields as typed columns (delta_log.spark.typed); TBLPROPERTIES name the subject and the
@@ -25,14 +27,16 @@ poll: a folder listing and a small Delta read). `get_spark` starts it for catalo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from conf import WriterSettings
@@ -63,6 +67,12 @@ PARTITIONS_SCHEMA = pa.schema(
 )
 SYSTEM_TABLES = frozenset({"_partitions", "_consumer_lag"})
 SUBJECT_PROPERTY = "value.subject"  # on a typed topic's table: its registry subject
+#: `_partitions` is rewritten whole every refresh: keep an hour of its history, not Delta's 30 days
+_PARTITIONS_PROPERTIES = {
+    "delta.logRetentionDuration": "interval 1 hours",
+    "delta.deletedFileRetentionDuration": "interval 1 hours",
+}
+_VACUUM_EVERY = 100  # rewrites of _partitions between two vacuums of the files they replaced
 _LATEST = "@latest"  # marks an upsert table among the topics a sync lists (@ is not in topic names)
 
 
@@ -166,6 +176,8 @@ class CatalogSync:
         self.listeners: list[Callable[[dict[str, str], dict[str, str]], object]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one sync at a time (the thread and a caller)
+        self._partition_rows: list[tuple[Any, ...]] | None = None  # what _partitions holds, as last written
+        self._partition_writes = 0
 
     # --- one pass -------------------------------------------------------------------------------
 
@@ -293,7 +305,8 @@ class CatalogSync:
             return False
         return not self.storage.is_table(location)
 
-    def _write_partitions(self, topics: Iterable[str]) -> None:
+    def _write_partitions(self, topics: Iterable[str], *, if_changed: bool = False) -> None:
+        """Rewrite the `_partitions` snapshot (`if_changed`: only if its rows moved since the last)."""
         rows = []
         for t in sorted(t for t in topics if not t.endswith(_LATEST)):
             try:
@@ -303,6 +316,8 @@ class CatalogSync:
                 continue
             for p in offsets:
                 rows.append((t, p.partition, p.log_start_offset, p.high_watermark, p.segments, p.size_bytes))
+        if if_changed and rows == self._partition_rows:
+            return
         uri = self.storage.system_uri("partitions")
         try:
             write_deltalake(
@@ -312,10 +327,19 @@ class CatalogSync:
                 ),
                 mode="overwrite",
                 schema_mode="overwrite",
+                configuration=_PARTITIONS_PROPERTIES,  # a table of a few current rows: no long history
                 storage_options=self.storage.options(),
             )
         except CommitFailedError:  # another session rewrote the snapshot at the same moment
             log.debug("_partitions rewritten concurrently")
+        else:
+            self._partition_rows = rows
+            self._partition_writes += 1
+            if self._partition_writes % _VACUUM_EVERY == 0:  # the files older rewrites replaced
+                with contextlib.suppress(Exception):
+                    DeltaTable(uri, storage_options=self.storage.options()).vacuum(
+                        retention_hours=1, enforce_retention_duration=False, dry_run=False
+                    )
         db = _q(self.database)
         try:
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {db}._partitions USING DELTA LOCATION '{uri}'")
@@ -327,6 +351,14 @@ class CatalogSync:
     def _lag_view(self) -> None:
         db = _q(self.database)
         offsets_uri = self.storage.system_uri("consumer_offsets")
+        try:
+            self._create_lag_view(db, offsets_uri)
+        except Exception as exc:  # two sessions' first syncs on a new root replaced it at once
+            if not _already_exists(exc):
+                raise
+            self._create_lag_view(db, offsets_uri)
+
+    def _create_lag_view(self, db: str, offsets_uri: str) -> None:
         self.spark.sql(f"""
             CREATE OR REPLACE VIEW {db}._consumer_lag AS
             WITH latest AS (
@@ -342,26 +374,37 @@ class CatalogSync:
 
     # --- kept in step ---------------------------------------------------------------------------
 
-    def start(self, interval_s: float) -> None:
-        """Sync now, then on a daemon thread whenever the root's topics or schemas change."""
+    def start(self, interval_s: float, *, partitions_refresh_s: float = 10.0) -> None:
+        """Sync now, then on a daemon thread whenever the root's topics or schemas change; rewrite
+        `_partitions` every `partitions_refresh_s` when its rows moved."""
         self.first_report = self.sync(verify=False)
         self._thread = threading.Thread(
-            target=self._run, args=(interval_s,), name=f"topiclake-catalog-{self.database}", daemon=True
+            target=self._run,
+            args=(interval_s, partitions_refresh_s),
+            name=f"topiclake-catalog-{self.database}",
+            daemon=True,
         )
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
 
-    def _run(self, interval_s: float) -> None:
+    def _run(self, interval_s: float, partitions_refresh_s: float) -> None:
         from pyspark import SparkContext
 
-        try:
-            with self._lock:
-                self._write_partitions(self._topics or ())  # a fresh snapshot, off the session's start
-        except Exception as exc:
-            log.warning("could not refresh %s._partitions: %s", self.database, exc)
-        while not self._stop.wait(interval_s):
+        refresh_at = 0.0  # a fresh snapshot first, off the session's start
+        while True:
+            if time.monotonic() >= refresh_at:
+                started = time.monotonic()
+                try:
+                    with self._lock:
+                        self._write_partitions(self._topics or (), if_changed=True)
+                except Exception as exc:
+                    log.warning("could not refresh %s._partitions: %s", self.database, exc)
+                took = time.monotonic() - started
+                refresh_at = started + max(partitions_refresh_s, 10 * took)  # at most a tenth of the time
+            if self._stop.wait(interval_s):
+                return
             if SparkContext._active_spark_context is None:  # the session was stopped
                 return
             try:

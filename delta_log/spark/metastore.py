@@ -12,8 +12,8 @@ metastore. No new dependency and no extra service to install.
   `catalog.metastore_uri`, else this root's service (its address is in `endpoint.json` beside the
   database), else it starts one. Starting is serialized by a lock file, so two processes never boot
   the database twice.
-- The service lives as long as the process that started it (`topiclake serve`, `topiclake
-  sql-server`, or the first session on a root with neither): a small wrapper process (this module's
+- The service lives as long as the process that started it (the first catalog session on the root:
+  `topiclake sql-server`, a notebook, `topiclake sql`, a Spark job): a small wrapper process (this module's
   `__main__`) waits on both pids, woken by their exit, with no polling. A service that died is
   started again on the same port by the next `ensure_metastore`, so sessions already connected
   reconnect to it (Hive's client retries).
@@ -155,11 +155,19 @@ def wait_for_metastore(settings: Settings) -> None:
     folder = metastore_dir(settings)
     known = read_endpoint(folder)
     deadline = time.monotonic() + settings.catalog.start_timeout_s
+    restarted = False
     while known is not None and time.monotonic() < deadline:
         if _answers(known.host, known.port, 0.5):
             return
         if not _alive(known.pid):
-            break
+            # the service we found was shutting down (the session that started it ended as this one
+            # began): start it again, on the same port if it is free, once
+            if restarted:
+                break
+            restarted = True
+            ensure_metastore(settings, wait=False)
+            known = read_endpoint(folder)
+            continue
         time.sleep(0.25)  # waiting once, for a JVM to start, bounded by start_timeout_s
     log_path = folder / "metastore.log"
     tail = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""

@@ -121,7 +121,7 @@ def _keep_catalog(spark: SparkSession, settings: Settings) -> None:
     if key in _SYNCS:  # that session was stopped and this is a new one
         _SYNCS.pop(key).stop()
     sync = CatalogSync(spark, storage, settings.catalog.database, before_round=lambda: ensure_metastore(settings))
-    sync.start(settings.catalog.sync_interval_s)
+    sync.start(settings.catalog.sync_interval_s, partitions_refresh_s=settings.catalog.partitions_refresh_s)
     _SYNCS[key] = sync
 
 

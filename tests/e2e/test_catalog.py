@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.server import REPO, ServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 class Worker:
@@ -153,6 +153,19 @@ def test_new_sessions_see_topics_and_live_ones_see_changes(served, tmp_path):
             until="SELECT count(*) FROM topics._partitions WHERE topic = 'late.arrivals'", expect=[[5]], timeout=30
         )
         assert added["rows"] == [[5]], added  # added partitions reach the catalog's _partitions
+        # _consumer_lag follows new records (its high watermarks are refreshed while a session lives)
+        commit = {"offsets": [{"topic": "late.arrivals", "partition": 0, "offset": 0}]}
+        assert http.post("/groups/lag-readers/offsets", json=commit).status_code == 200
+        _produce(http, "late.arrivals", ["c", "d", "e"], partition=0)
+        latest = http.get("/topics/late.arrivals/offsets", params={"at": "latest"}).json()["partitions"]
+        high_watermark = next(p["high_watermark"] for p in latest if p["partition"] == 0)
+        assert high_watermark >= 3
+        lagging = worker.ask(
+            until="SELECT lag FROM topics._consumer_lag WHERE `group` = 'lag-readers' AND topic = 'late.arrivals'",
+            expect=[[high_watermark]],
+            timeout=60,
+        )
+        assert lagging["rows"] == [[high_watermark]], lagging
         schema["properties"]["qty"] = {"type": "integer"}
         r = http.post(
             "/registry/subjects/orders-eu-value/versions", json={"schema": json.dumps(schema), "schemaType": "JSON"}

@@ -105,6 +105,8 @@ def test_beeline_answers_a_group_by_for_a_key_and_refuses_what_it_may_not_read(e
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert lines(done.stdout) == ["partition,n", "0,100", "1,100", "2,100"]
+    system = beeline(port, "admin", "admin-secret-key", "SELECT sum(high_watermark) AS n FROM topics._partitions")
+    assert system.returncode == 0 and lines(system.stdout) == ["n", "301"], system.stderr[-3000:]
 
     shown = beeline(port, "analyst", "orders-only-key", "SHOW TABLES IN topics")
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -128,6 +130,9 @@ def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
     assert cur.fetchall() == [(100, 0, 99)]
     for sql, words in (
         ("SELECT * FROM topics.secret", "TABLE_OR_VIEW_NOT_FOUND"),
+        # every topic's offsets and every group's lag need describe on all of them
+        ("SELECT * FROM topics._partitions", "TABLE_OR_VIEW_NOT_FOUND"),
+        ("SELECT * FROM topics._consumer_lag", "TABLE_OR_VIEW_NOT_FOUND"),
         ("INSERT INTO topics.orders_1 SELECT * FROM topics.orders_1", "answers queries only"),
         ("DROP TABLE topics.orders_1", "answers queries only"),
         ("SELECT reflect('java.lang.System', 'getenv', 'HOME')", "reflect and java_method are refused"),

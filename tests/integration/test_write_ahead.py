@@ -380,3 +380,39 @@ def test_a_claim_that_fails_answers_its_requests_with_the_reason(registry):
     assert committer.submit(AppendRequest(batch=make_batch(3))).result(10).ranges[0].base_offset == 0
     committer.close()  # nothing left waiting: it does not sit out its timeout
     assert committer.queue_depth == 0
+
+
+def test_a_recycled_segment_file_yields_only_its_own_frames(storage, tmp_path):
+    """A released segment's file is written over by a later segment: what is left of its old
+    frames after the new ones is never read back as the new segment's (their records were in
+    their tables; read again they could land in a topic created anew under the same name)."""
+    import pyarrow as pa
+
+    from delta_log.core.records import TOPIC_SCHEMA
+    from delta_log.log.wal import WriteAheadLog, encode_frame, read_dir
+
+    def records(topic: str, n: int) -> pa.Table:
+        rows = [
+            {"key": None, "value": b"v" * 100, "topic": topic, "partition": 0, "offset": i, "timestamp": None,
+             "timestampType": 0, "headers": []}
+            for i in range(n)
+        ]  # fmt: skip
+        return pa.Table.from_pylist(rows, TOPIC_SCHEMA)
+
+    wal = WriteAheadLog(storage, "recycling", segment_bytes=1 << 20)
+    for _ in range(5):  # segment 0: five frames of an old topic
+        wal.append(encode_frame(records("old", 50), []), {("old", 0): 50})
+    wal.append(encode_frame(records("old", 1), []), {("old", 0): 50})
+    wal.release({("old", 0): 50})  # all in the table: the next write rolls
+    wal.append(encode_frame(records("new", 3), []), {("new", 0): 3})  # segment 1
+    assert wal.release({("old", 0): 50}) == 1  # segment 0 released: its file is kept to reuse
+    assert not list(Path(wal.dir).glob("00000000000000000000.wal")) and list(Path(wal.dir).glob("free-*"))
+    wal.release({("old", 0): 50, ("new", 0): 3})
+    # segment 2, over segment 0's file: a frame of the same size as the old ones ("odl" is as long as
+    # "old"), so the next bytes are exactly the old second frame's, whole and with a valid CRC
+    wal.append(encode_frame(records("odl", 50), []), {("odl", 0): 50})
+    segment = Path(wal.dir) / f"{2:020d}.wal"
+    assert segment.stat().st_size > 5 * 50 * 100  # the old frames are still in the file, after the new one
+    frames = [f for path, f in read_dir(storage, wal.dir) if path.endswith(segment.name)]
+    assert [set(f.records.column("topic").to_pylist()) for f in frames] == [{"odl"}]
+    wal.close()

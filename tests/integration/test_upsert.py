@@ -3,6 +3,7 @@ in offset order with the merged offsets as Delta transactions; change data feed 
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -38,6 +39,14 @@ def latest(storage, topic):
     rows = t.to_pylist()
     assert len({r["key"] for r in rows}) == len(rows), "a key with two rows"
     return {r["key"]: r["value"] for r in rows}
+
+
+def parser(fields):
+    """A value parse of JSON values into a struct of int64 `fields` (a typed topic's, for the tests)."""
+    t = pa.struct([pa.field(f, pa.int64()) for f in fields])
+    return lambda values: pa.array(
+        [None if v is None else {f: json.loads(v).get(f) for f in fields} for v in values.to_pylist()], t
+    )
 
 
 def model(log):
@@ -149,16 +158,8 @@ def test_change_feed_shows_inserts_updates_and_deletes_in_offset_order(storage, 
 def test_a_new_schema_version_adds_columns_and_keeps_the_table_id(storage, settings, topic_factory):
     """Readers of the change feed (Spark streams) stop if the table's id changes: new fields are
     added with ALTER TABLE ADD COLUMNS, never by a MERGE's schema evolution."""
-    import json
-
     topic = topic_factory(partitions=1, topiclake_table_mode="upsert")
     writer = TopicWriter(storage, topic, settings.writer)
-
-    def parser(fields):
-        t = pa.struct([pa.field(f, pa.int64()) for f in fields])
-        return lambda values: pa.array(
-            [None if v is None else {f: json.loads(v).get(f) for f in fields} for v in values.to_pylist()], t
-        )
 
     writer.append(batch(topic, 1, [(0, b"a", b'{"x": 1}')]))
     upsert_topic(storage, topic, parse=parser(["x"]))
@@ -177,18 +178,10 @@ def test_a_run_that_adds_columns_after_another_run_merged_writes_nothing_older(
     """Adding a new schema version's columns refreshes the table: a MERGE another run committed
     after this run read its offsets is then in the table, and this run's older records must not
     overwrite it (nor move the merged offsets back)."""
-    import json
-
     from delta_log.maintenance import upsert
 
     topic = topic_factory(partitions=1, topiclake_table_mode="upsert")
     writer = TopicWriter(storage, topic, settings.writer)
-
-    def parser(fields):
-        t = pa.struct([pa.field(f, pa.int64()) for f in fields])
-        return lambda values: pa.array(
-            [None if v is None else {f: json.loads(v).get(f) for f in fields} for v in values.to_pylist()], t
-        )
 
     writer.append(batch(topic, 1, [(0, b"a", b'{"x": 1}')]))
     upsert_topic(storage, topic, parse=parser(["x"]))

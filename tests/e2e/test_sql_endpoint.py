@@ -4,6 +4,7 @@ Superset uses), with the API keys as logins and their topic ACLs deciding what e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -191,6 +192,23 @@ def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
     ).cursor()
     url_set.execute("SET spark.sql.catalog.other")
     assert plugin not in str(url_set.fetchall())
+    # nor when the URL also names a database of that catalog (the server runs its USE as the session
+    # opens, before it names the user): the catalog would open its JDBC URL, creating this folder
+    probe = root.parent / "probe-derby"
+    with contextlib.suppress(Exception):
+        hive.connect(
+            host="127.0.0.1",
+            port=port,
+            username="analyst",
+            password="orders-only-key",
+            auth="CUSTOM",
+            configuration={
+                "use:database": "other.ns",
+                "set:hiveconf:spark.sql.catalog.other": plugin,
+                "set:hiveconf:spark.sql.catalog.other.url": f"jdbc:derby:{probe};create=true",
+            },
+        ).cursor().execute("SELECT 1")
+    assert not probe.exists()
     url_set.execute("SET spark.sql.session.timeZone")  # what a user may SET stays as the URL set it
     assert url_set.fetchall() == [("spark.sql.session.timeZone", "Europe/Paris")]
     with pytest.raises(Exception, match="Error validating the login"):

@@ -26,6 +26,10 @@ public final class Access {
   private static volatile boolean open = false;  // closed until the driver says there are no keys
   /** The server's own session settings, as a JDBC session starts with them. */
   private static volatile Map<String, String> baseSettings = Map.of();
+  /** The server's own session (the driver's: the catalog sync runs there); JDBC sessions are new ones. */
+  private static volatile Object baseSession = null;
+  /** What the Thrift server itself sets on each session it opens (kept: dates and times as java.time). */
+  private static final Set<String> SERVER_SET = Set.of("spark.sql.datetime.java8api.enabled");
   /** What a JDBC user may SET (reading any setting is allowed): what BI tools set, nothing that loads code. */
   static final Set<String> SETTABLE = Set.of("spark.sql.session.timezone", "spark.sql.ansi.enabled");
 
@@ -54,6 +58,17 @@ public final class Access {
   /** The settings JDBC sessions start from: the server's session's, taken before any user connects. */
   public static void captureBaseSettings(org.apache.spark.sql.classic.SparkSession session) {
     baseSettings = Map.copyOf(scala.jdk.javaapi.CollectionConverters.asJava(session.sessionState().conf().getAllConfs()));
+    baseSession = session;
+  }
+
+  /**
+   * Whether `session` is one the Thrift server opened for a JDBC client (any session but the
+   * server's own, once captured): its statements run with its user's settings put back, whoever
+   * runs them (the server runs a URL's use:database before it names the user).
+   */
+  static boolean isClientSession(Object session) {
+    Object base = baseSession;
+    return base != null && session != base;
   }
 
   /**
@@ -66,7 +81,8 @@ public final class Access {
     Map<String, String> base = baseSettings;
     scala.collection.immutable.Map<String, String> all = conf.getAllConfs();
     for (String key : scala.jdk.javaapi.CollectionConverters.asJava(all.keySet())) {
-      if (SETTABLE.contains(key.toLowerCase(Locale.ROOT))) {
+      String lower = key.toLowerCase(Locale.ROOT);
+      if (SETTABLE.contains(lower) || SERVER_SET.contains(lower)) {
         continue;
       }
       String value = all.apply(key);

@@ -64,7 +64,7 @@ public class ReadOnlyAccess extends AbstractFunction1<SparkSessionExtensions, Bo
       return BoxedUnit.UNIT;
     };
     extensions.injectCheckRule(rule);
-    extensions.injectParser((session, parser) -> new UserStatementParser(parser));
+    extensions.injectParser((session, parser) -> new UserStatementParser(session, parser));
     return BoxedUnit.UNIT;
   }
 

@@ -20,14 +20,27 @@ import scala.collection.immutable.Seq;
  * URL gave the session are put back to the server's (Access.revertSessionSettings).
  */
 public final class UserStatementParser implements ParserInterface {
+  private final Object session;
   private final ParserInterface delegate;
 
-  public UserStatementParser(ParserInterface delegate) {
+  public UserStatementParser(Object session, ParserInterface delegate) {
+    this.session = session;
     this.delegate = delegate;
   }
 
-  private static void forUser() {
-    if (Access.user() != null) {
+  private boolean forClient() {
+    return Access.user() != null || Access.isClientSession(session);
+  }
+
+  private void forUser() {
+    if (forClient()) {
+      SQLConf.get().setConfString("spark.sql.variable.substitute", "false");
+    }
+  }
+
+  /** Before a statement (not each expression or view text parsed while one is analyzed). */
+  private void forStatement() {
+    if (forClient()) {
       SQLConf conf = SQLConf.get();
       Access.revertSessionSettings(conf);
       conf.setConfString("spark.sql.variable.substitute", "false");
@@ -36,13 +49,13 @@ public final class UserStatementParser implements ParserInterface {
 
   @Override
   public LogicalPlan parsePlan(String sql) throws ParseException {
-    forUser();
+    forStatement();
     return delegate.parsePlan(sql);
   }
 
   @Override
   public LogicalPlan parsePlanWithParameters(String sql, ParameterContext parameters) throws ParseException {
-    forUser();
+    forStatement();
     return delegate.parsePlanWithParameters(sql, parameters);
   }
 

@@ -2,21 +2,23 @@
 the topic's Delta table holds it.
 
 Layout: `<root>/_wal/<gateway id>/<sequence>.wal`, one directory per gateway process. Each write is
-one frame: magic, payload length, CRC32 (of the segment's sequence and the payload) and the
-segment's sequence, then an Arrow IPC stream of the records it acks (TOPIC_SCHEMA, every topic and
+one frame: magic, payload length, CRC32 (of the segment file's salt and the payload) and the salt
+(8 random bytes drawn each time a file starts a segment), then an Arrow IPC stream of the records it acks (TOPIC_SCHEMA, every topic and
 partition of that write together, offsets already assigned) with the idempotent producers' ranges
 in its schema metadata. On local disk frames are written to a segment file and fsynced
 (`os.fdatasync`) before the write returns; the segment rolls at `segment_bytes`. On an object store
 every write is one object (one PUT), durable when the PUT returns.
 
-Reading (`decode_frames`) stops at the first torn or corrupt frame, or at a frame of another
-sequence than its segment's: a write that did not complete was never acked. A segment is released
+Reading (`decode_frames`) stops at the first torn or corrupt frame, or at a frame with another salt
+than the file's first: a write that did not complete was never acked. A segment is released
 once every record in it is in its topic's table (`release`). On local disk a released file is kept
 (up to `_RECYCLED` of them, renamed `free-<n>`) and written over by a later segment, as databases
 recycle their WAL files: writing into pages the page cache holds costs a tenth of the CPU of new
 ones here (2.3 against 0.22 ms per MB, docs/BENCHMARKS.md), and an overwrite's fdatasync changes no
-file size. What is left of the old content after the new frames carries the old sequence, so no
-reader takes it for this segment's.
+file size. What is left of the old content after the new frames carries the old salt, so no
+reader takes it for this segment's (and no producer can forge a frame in it: a record's bytes
+cannot know the salt, as SQLite's WAL salts its frames). All gateways of a root must read the frame
+format they write: upgrade them together (docs/OPERATIONS.md).
 Whoever replays a log (a restarted gateway, a gateway taking partitions over) reads every segment
 of every gateway directory and keeps the records at or past each partition's table high watermark,
 so a replay writes nothing twice.
@@ -48,9 +50,8 @@ log = logging.getLogger(__name__)
 
 WAL_DIR = "_wal"
 _MAGIC = b"TLW2"
-_HEADER = struct.Struct(">4sIIQ")  # magic, payload bytes, crc32 of (sequence, payload), segment sequence
-_SEQUENCE = struct.Struct(">Q")
-_OLD_MAGIC = b"TLW1"  # before recycling: no sequence (such segments are never recycled)
+_HEADER = struct.Struct(">4sII8s")  # magic, payload bytes, crc32 of (salt, payload), the file's salt
+_OLD_MAGIC = b"TLW1"  # before recycling: no salt (such files are never recycled)
 _OLD_HEADER = struct.Struct(">4sII")
 #: released segment files kept for reuse per log (each up to segment_bytes on disk)
 _RECYCLED = 2
@@ -85,35 +86,38 @@ def encode_frame(records: pa.Table, producers: list[ProducerRange]) -> pa.Buffer
     return sink.getvalue()
 
 
-def frame_header(payload: pa.Buffer, sequence: int) -> bytes:
-    """The header of `payload`'s frame in segment `sequence`."""
-    return _HEADER.pack(_MAGIC, payload.size, zlib.crc32(payload, zlib.crc32(_SEQUENCE.pack(sequence))), sequence)
+def frame_header(payload: pa.Buffer, salt: bytes) -> bytes:
+    """The header of `payload`'s frame in a file whose segment drew `salt`."""
+    return _HEADER.pack(_MAGIC, payload.size, zlib.crc32(payload, zlib.crc32(salt)), salt)
 
 
-def decode_frames(data: bytes | pa.Buffer, sequence: int | None = None) -> Iterator[Frame]:
-    """The complete frames of a segment, in order; stops at a torn or corrupt one, and at a frame
-    of another segment than `sequence` (what is left of a recycled file's old content)."""
+def decode_frames(data: bytes | pa.Buffer) -> Iterator[Frame]:
+    """The complete frames of a segment file, in order. Stops at a torn or corrupt frame, and at a
+    frame with another salt than the file's first (what is left of a recycled file's old content);
+    a file that starts in today's format has no frame of the old one."""
     view = memoryview(data)
     pos = 0
+    salt: bytes | None = None  # the file's, from its first frame (None: the old format)
     while pos + _OLD_HEADER.size <= len(view):
         magic = bytes(view[pos : pos + 4])
-        if magic == _MAGIC:
+        if magic == _MAGIC and (pos == 0 or salt is not None):
             if pos + _HEADER.size > len(view):
                 return  # a torn header: never acked
-            _, size, crc, seq = _HEADER.unpack_from(view, pos)
-            start = pos + _HEADER.size
-            seed = zlib.crc32(_SEQUENCE.pack(seq))
-            if sequence is not None and seq != sequence:
+            _, size, crc, frame_salt = _HEADER.unpack_from(view, pos)
+            if salt is not None and frame_salt != salt:
                 return  # an earlier life of a recycled file: its records were all in their tables
-        elif magic == _OLD_MAGIC:
+            salt, start = frame_salt, pos + _HEADER.size
+            seed = zlib.crc32(frame_salt)
+        elif magic == _OLD_MAGIC and salt is None:
             _, size, crc = _OLD_HEADER.unpack_from(view, pos)
             start, seed = pos + _OLD_HEADER.size, 0
         else:
-            log.warning("write-ahead segment: a corrupt frame at byte %d; the rest is ignored", pos)
+            # the rest of a recycled file's old content (or damage): nothing acked is past here
+            log.debug("write-ahead segment: no frame at byte %d; the rest is ignored", pos)
             return
         end = start + size
         if size > MAX_FRAME_BYTES or end > len(view) or zlib.crc32(view[start:end], seed) != crc:
-            if end < len(view):
+            if end < len(view) and salt is None:
                 log.warning("write-ahead segment: a corrupt frame at byte %d; the rest is ignored", pos)
             return
         reader = pa.ipc.open_stream(pa.py_buffer(view[start:end]))
@@ -128,6 +132,7 @@ def decode_frames(data: bytes | pa.Buffer, sequence: int | None = None) -> Itera
 class _Segment:
     sequence: int
     path: str
+    salt: bytes = field(default_factory=lambda: os.urandom(8))
     nbytes: int = 0
     #: (topic, partition) -> one past the highest offset the segment holds
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -162,10 +167,11 @@ class WriteAheadLog:
         size = _HEADER.size + payload.size
         with self._lock:
             seg = self._current(size)
-        pieces = [frame_header(payload, seg.sequence), payload]
+        pieces = [frame_header(payload, seg.salt), payload]
         if self.local:
             assert self._fd is not None
-            os.writev(self._fd, [memoryview(p) for p in pieces])
+            if os.writev(self._fd, [memoryview(p) for p in pieces]) != size:
+                raise OSError(f"write-ahead segment {seg.path}: a short write")
             os.fdatasync(self._fd)
         else:
             with self.fs.open_output_stream(seg.path) as out:
@@ -181,22 +187,37 @@ class WriteAheadLog:
     def _current(self, size: int) -> _Segment:
         """The segment the next frame goes to (a new one per write on an object store)."""
         seg = self._segments[-1] if self._segments else None
-        if seg is not None and self.local and not self._roll and seg.nbytes + size <= self.segment_bytes:
+        if (
+            seg is not None
+            and self.local
+            and self._fd is not None  # else the last roll failed: try again
+            and not self._roll
+            and seg.nbytes + size <= self.segment_bytes
+        ):
             return seg
-        self._roll = False
         seq, self._next = self._next, self._next + 1
         seg = _Segment(sequence=seq, path=f"{self.dir}/{seq:020d}.wal")
-        self._segments.append(seg)
         if self.local:
             if self._fd is not None:
                 os.close(self._fd)
-            if self._free:  # written over from its start (no O_APPEND, no truncation)
-                os.rename(self._free.pop(), seg.path)
-                self._fd = os.open(seg.path, os.O_WRONLY)
-            else:
-                self._fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._fd = None  # until the next file is open: a failure here leaves no stale fd
+            self._fd = self._open_segment(seg.path)
             _fsync_dir(self.dir)  # the new file's name is durable too
+        self._roll = False
+        self._segments.append(seg)
         return seg
+
+    def _open_segment(self, path: str) -> int:
+        """A released file renamed to `path` and written over from its start (no O_APPEND, no
+        truncation), or a new file. Raises: OSError."""
+        while self._free:
+            free = self._free.pop()
+            try:
+                os.rename(free, path)
+                return os.open(path, os.O_WRONLY)
+            except OSError as exc:  # gone meanwhile: the next one, or a new file
+                log.debug("write-ahead: cannot reuse %s: %s", free, exc)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     # -- releasing ------------------------------------------------------------------------------
     def release(self, flushed: Mapping[tuple[str, int], int]) -> int:
@@ -273,15 +294,8 @@ def read_dir(storage: StorageRoot, path: str) -> Iterator[tuple[str, Frame]]:
                 data = f.read_buffer()
         except (OSError, FileNotFoundError):
             continue  # released meanwhile: its records are in the table
-        for frame in decode_frames(data, _sequence_of(info.path)):
+        for frame in decode_frames(data):
             yield info.path, frame
-
-
-def _sequence_of(path: str) -> int | None:
-    try:
-        return int(path.rsplit("/", 1)[-1].removesuffix(".wal"))
-    except ValueError:
-        return None
 
 
 def delete_dir(storage: StorageRoot, path: str) -> None:

@@ -335,11 +335,14 @@ class CatalogSync:
         else:
             self._partition_rows = rows
             self._partition_writes += 1
-            if self._partition_writes % _VACUUM_EVERY == 0:  # the files older rewrites replaced
+            if self._partition_writes == 1 or self._partition_writes % _VACUUM_EVERY == 0:
                 with contextlib.suppress(Exception):
-                    DeltaTable(uri, storage_options=self.storage.options()).vacuum(
-                        retention_hours=1, enforce_retention_duration=False, dry_run=False
-                    )
+                    dt = DeltaTable(uri, storage_options=self.storage.options())
+                    held = dt.metadata().configuration
+                    if any(held.get(k) != v for k, v in _PARTITIONS_PROPERTIES.items()):
+                        # a table made before the property was set (delta-rs sets it only at creation)
+                        dt.alter.set_table_properties(_PARTITIONS_PROPERTIES)
+                    dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)  # replaced files
         db = _q(self.database)
         try:
             self.spark.sql(f"CREATE TABLE IF NOT EXISTS {db}._partitions USING DELTA LOCATION '{uri}'")

@@ -164,9 +164,14 @@ def wait_for_metastore(settings: Settings) -> None:
             # began): start it again, on the same port if it is free, once
             if restarted:
                 break
-            restarted = True
+            restarted, port = True, known.port
             ensure_metastore(settings, wait=False)
             known = read_endpoint(folder)
+            if known is not None and known.port != port:  # this session's Spark was told the old port
+                raise InvalidConfigError(
+                    f"the Hive metastore for {settings.root} restarted on port {known.port} (port {port} was "
+                    "still taken): start this Spark session again"
+                )
             continue
         time.sleep(0.25)  # waiting once, for a JVM to start, bounded by start_timeout_s
     log_path = folder / "metastore.log"

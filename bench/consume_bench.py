@@ -141,10 +141,13 @@ def e2e_latency(url: str, topic: str, seconds: float, rate: float) -> dict[str, 
             params={"offset": 0, "value_format": "string"},
             timeout=30,
         ) as resp:
+            event = ""
             for line in resp.iter_lines():
                 if stop.is_set():
                     break
-                if line.startswith("data: "):
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "record":  # not the first `position` event
                     now = time.perf_counter()
                     received["SSE"][int(json.loads(line[6:])["value"])] = now
 

@@ -56,10 +56,10 @@ def records_of(url: str, topic: str, partitions: int) -> dict[int, list[tuple[in
 def test_partitions_are_led_by_both_gateways_and_a_client_of_one_writes_to_the_others(pair):
     first, second = pair
     admin = AdminClient({"bootstrap.servers": first.kafka})
-    admin.create_topics([NewTopic("spread", 8, 1)])["spread"].result(30)
+    admin.create_topics([NewTopic("spread", 16, 1)])["spread"].result(30)  # 8 fell to one gateway 2 times in 256
     md = admin.list_topics(timeout=10)
     leaders = {p.leader for p in md.topics["spread"].partitions.values()}
-    assert leaders == set(md.brokers)  # both gateways lead some of the 8 partitions
+    assert leaders == set(md.brokers)  # both gateways lead some of the 16 partitions
     delivered: list = []
     p = Producer({"bootstrap.servers": first.kafka, "enable.idempotence": True, "linger.ms": 5})
     for i in range(400):
@@ -69,7 +69,7 @@ def test_partitions_are_led_by_both_gateways_and_a_client_of_one_writes_to_the_o
 
     # the other gateway sees the commits within its reader's refresh interval
     def all_seen() -> dict | None:
-        stored = records_of(second.url, "spread", 8)
+        stored = records_of(second.url, "spread", 16)
         return stored if sum(len(v) for v in stored.values()) == 400 else None
 
     stored = wait_for(all_seen, what="400 records seen by the other gateway")
@@ -84,7 +84,7 @@ def test_partitions_are_led_by_both_gateways_and_a_client_of_one_writes_to_the_o
         c.subscribe(["spread"])
     seen: set[tuple[int, int]] = set()
     deadline = time.monotonic() + 90
-    while (len(seen) < 400 or any(len(c.assignment()) != 4 for c in members)) and time.monotonic() < deadline:
+    while (len(seen) < 400 or any(len(c.assignment()) != 8 for c in members)) and time.monotonic() < deadline:
         for c in members:
             m = c.poll(0.2)
             if m is not None and m.error() is None:
@@ -93,7 +93,7 @@ def test_partitions_are_led_by_both_gateways_and_a_client_of_one_writes_to_the_o
     for c in members:
         c.close()
     assert len(seen) == 400
-    assert len(parts[0]) == 4 and len(parts[1]) == 4 and not parts[0] & parts[1]
+    assert len(parts[0]) == 8 and len(parts[1]) == 8 and not parts[0] & parts[1]
 
 
 @pytest.mark.parametrize("config", [{}, {"topiclake.ack.mode": "log"}], ids=["table", "log"])

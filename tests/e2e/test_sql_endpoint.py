@@ -96,6 +96,19 @@ def lines(out: str) -> list[str]:
     return [line.rsplit("> ", 1)[-1].strip() for line in out.splitlines() if line.rsplit("> ", 1)[-1].strip()]
 
 
+def analyst(port: int, configuration: dict[str, str] | None = None) -> hive.Cursor:
+    """A PyHive cursor logged in with the `orders-*` key (`configuration`: the session's settings,
+    as a JDBC URL gives them)."""
+    return hive.connect(
+        host="127.0.0.1",
+        port=port,
+        username="analyst",
+        password="orders-only-key",
+        auth="CUSTOM",
+        configuration=configuration,
+    ).cursor()
+
+
 def test_beeline_answers_a_group_by_for_a_key_and_refuses_what_it_may_not_read(endpoint):
     port, _, _ = endpoint
     done = beeline(
@@ -125,8 +138,7 @@ def test_beeline_answers_a_group_by_for_a_key_and_refuses_what_it_may_not_read(e
 
 def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
     port, _, root = endpoint
-    conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password="orders-only-key", auth="CUSTOM")
-    cur = conn.cursor()
+    cur = analyst(port)
     cur.execute("SELECT count(*), min(offset), max(offset) FROM topics.orders_1 WHERE partition = 1")
     assert cur.fetchall() == [(100, 0, 99)]
     for sql, words in (
@@ -166,48 +178,30 @@ def test_pyhive_queries_and_the_endpoint_is_read_only(endpoint):
     cur.execute("SELECT '${env:HOME}', '${spark:spark.app.name}'")
     assert cur.fetchall() == [("${env:HOME}", "${spark:spark.app.name}")]  # no substitution: no secrets
     # not even when the session asks for it in its JDBC settings (hiveconf: in a URL)
-    sneaky = hive.connect(
-        host="127.0.0.1",
-        port=port,
-        username="analyst",
-        password="orders-only-key",
-        auth="CUSTOM",
-        configuration={"set:hiveconf:spark.sql.variable.substitute": "true"},
-    ).cursor()
+    sneaky = analyst(port, {"set:hiveconf:spark.sql.variable.substitute": "true"})
     sneaky.execute("SELECT '${env:HOME}'")
     assert sneaky.fetchall() == [("${env:HOME}",)]
     # nor a catalog plugin (it would open a JDBC URL of the user's at the first name it resolves):
     # settings the URL gives a session are put back before its first statement
     plugin = "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog"
-    url_set = hive.connect(
-        host="127.0.0.1",
-        port=port,
-        username="analyst",
-        password="orders-only-key",
-        auth="CUSTOM",
-        configuration={
-            "set:hiveconf:spark.sql.catalog.other": plugin,
-            "set:hiveconf:spark.sql.session.timeZone": "Europe/Paris",
-        },
-    ).cursor()
+    url_set = analyst(
+        port,
+        {"set:hiveconf:spark.sql.catalog.other": plugin, "set:hiveconf:spark.sql.session.timeZone": "Europe/Paris"},
+    )
     url_set.execute("SET spark.sql.catalog.other")
     assert plugin not in str(url_set.fetchall())
     # nor when the URL also names a database of that catalog (the server runs its USE as the session
     # opens, before it names the user): the catalog would open its JDBC URL, creating this folder
     probe = root.parent / "probe-derby"
     with contextlib.suppress(Exception):
-        hive.connect(
-            host="127.0.0.1",
-            port=port,
-            username="analyst",
-            password="orders-only-key",
-            auth="CUSTOM",
-            configuration={
+        analyst(
+            port,
+            {
                 "use:database": "other.ns",
                 "set:hiveconf:spark.sql.catalog.other": plugin,
                 "set:hiveconf:spark.sql.catalog.other.url": f"jdbc:derby:{probe};create=true",
             },
-        ).cursor().execute("SELECT 1")
+        ).execute("SELECT 1")
     assert not probe.exists()
     url_set.execute("SET spark.sql.session.timeZone")  # what a user may SET stays as the URL set it
     assert url_set.fetchall() == [("spark.sql.session.timeZone", "Europe/Paris")]
@@ -219,8 +213,7 @@ def test_a_new_topic_reaches_the_endpoint_with_its_acl(endpoint):
     port, http, _ = endpoint
     assert http.post("/topics", json={"name": "orders-late", "partitions": 1}).status_code == 201
     assert http.post("/topics/orders-late/records", json={"records": [{"value": "x"}] * 5}).status_code == 200
-    conn = hive.connect(host="127.0.0.1", port=port, username="analyst", password="orders-only-key", auth="CUSTOM")
-    cur = conn.cursor()
+    cur = analyst(port)
     deadline = time.monotonic() + 60
     while True:
         cur.execute("SHOW TABLES IN topics")

@@ -29,7 +29,7 @@ from pyhive import hive
 from bench.common import percentile, print_table, write_results
 from conf import load_settings
 from delta_log import Catalog, StorageRoot, TopicWriter, normalize_batch
-from tests.e2e.server import REPO, free_port
+from tests.e2e.server import REPO, free_port, stop_process
 
 COUNT = "SELECT count(*) FROM topics.clicks"
 GROUP_BY = "SELECT partition, count(*), max(offset) FROM topics.clicks GROUP BY partition ORDER BY partition"
@@ -94,12 +94,7 @@ def endpoint_queries(
             for name, sql in (("COUNT(*)", COUNT), ("GROUP BY", GROUP_BY)):
                 rows.append({"way": "SQL endpoint (PyHive)", "query": name, **timed_queries(cursor, sql, repeats)})
         finally:
-            server.terminate()
-            try:
-                server.wait(60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(10)
+            stop_process(server, timeout=60)
     return ready_s
 
 

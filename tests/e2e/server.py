@@ -98,9 +98,14 @@ class ServerProcess:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            stop_process(self.proc, timeout=30)
+
+
+def stop_process(proc: subprocess.Popen[bytes], *, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if `proc` has not exited within `timeout` seconds (by its own id)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

@@ -16,7 +16,7 @@ import pyspark
 import pytest
 from pyhive import hive
 
-from tests.e2e.server import REPO, ServerProcess, free_port
+from tests.e2e.server import REPO, ServerProcess, free_port, stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -71,12 +71,7 @@ def endpoint(tmp_path_factory):
             time.sleep(0.5)
         yield port, http, root
     finally:  # also when it never listened: its JVM and the gateway are stopped by their ids
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, timeout=60)
         log.close()
         http.close()
         gateway.stop()

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 
-.PHONY: setup minio kafka-jars chromium sql-endpoint run test test-fast lint bench clean
+.PHONY: FORCE setup minio kafka-jars chromium sql-endpoint run test test-fast lint bench clean
 
 # The Kafka codec (kafka_gateway/codec, Rust) is compiled by this install (setuptools-rust, cargo);
 # its build directory is cached under ~/.cache, so a fresh clone rebuilds only what changed.
@@ -47,11 +47,16 @@ CONSOLE_NPM := $(HOME)/.cache/topiclake/console-npm
 CHART_JS := console/static/vendor/chart.umd.min.js
 CHART_STAMP := console/static/vendor/.chart.js-$(CHARTJS_VERSION)
 
-$(CHART_STAMP):
+# (fetched again when the pinned version changes, or the file is gone; --prefix keeps npm in its cache
+# folder even when a package.json or node_modules lies above it)
+$(CHART_STAMP): $(if $(wildcard $(CHART_JS)),,FORCE)
+	@command -v npm >/dev/null || { echo "npm (Node.js) fetches the console's chart library: install Node.js with npm, then run make again." >&2; exit 1; }
 	mkdir -p $(CONSOLE_NPM) console/static/vendor
-	cd $(CONSOLE_NPM) && npm install --no-package-lock --no-audit --no-fund --silent chart.js@$(CHARTJS_VERSION)
+	npm install --prefix $(CONSOLE_NPM) --no-package-lock --no-save --no-audit --no-fund --silent chart.js@$(CHARTJS_VERSION)
 	cp $(CONSOLE_NPM)/node_modules/chart.js/dist/chart.umd.min.js $(CHART_JS)
 	rm -f console/static/vendor/.chart.js-* && touch $(CHART_STAMP)
+
+FORCE:
 
 # Debian's chromium and its chromedriver, for the console's browser tests (tests/console).
 chromium:

@@ -128,7 +128,7 @@ def produce_scaling(
         else:
             body, content_type = arrow_batch(per_batch, size, keyed), "application/vnd.apache.arrow.stream"
         head = (
-            "POST /topics/t/records?value_format=string HTTP/1.1\r\nHost: bench\r\n"
+            "POST /topics/t/records?value_format=string HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         request = head.encode() + body

@@ -78,7 +78,7 @@ async def _raw_long_poll(port: int, path: str, done: list[float]) -> None:
     """One long-poll over a bare socket: httpx's own per-response cost (~10 ms under 100
     concurrent answers) would be measured instead of the server's."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
     await writer.drain()
     data = b""
     while chunk := await reader.read(65536):

@@ -48,6 +48,7 @@ class Cluster:
         url: str,
         kafka: str = "",
         node_id: int = -1,
+        auth: bool = False,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.directory = directory
@@ -63,6 +64,7 @@ class Cluster:
             pid=os.getpid(),
             kafka=kafka,
             node_id=node_id,
+            auth=auth,
         )
         self._members: list[GatewayRecord] = [self.me]
         self._partition_owners: dict[tuple[str, int], list[str | None]] = {}
@@ -209,6 +211,8 @@ class Cluster:
                     "started_at_ms": r.started_at_ms,
                     "kafka": r.kafka or None,
                     "node_id": r.node_id if r.kafka else None,
+                    "tls": r.url.startswith("https://"),
+                    "auth": r.auth,
                     "heartbeat_age_ms": now - r.heartbeat_ms,
                     "live": r.live(now, self.timeout_ms),
                 }

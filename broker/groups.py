@@ -278,7 +278,7 @@ class LagPoint:
     """A group's lag at one moment: per partition, and in total (of the partitions known then)."""
 
     at_ms: int
-    lag: int | None  # None: the history does not reach back this far
+    lag: int | None  # None: the history does not reach back this far, or nothing was committed then
     partitions: list[PartitionLag]
 
 
@@ -313,7 +313,7 @@ def lag_history(
     out = []
     for i, at in enumerate(times):
         offsets = committed[i]
-        if offsets is None:
+        if not offsets:  # the history does not reach back this far, or the group had committed nothing yet
             out.append(LagPoint(at_ms=at, lag=None, partitions=[]))
             continue
         rows = []

@@ -244,6 +244,12 @@ class ServerSettings(BaseModel):
     heartbeat_persist_interval_s: float = Field(
         5.0, gt=0, description="How often live groups' heartbeats are persisted to _system/consumer_groups."
     )
+    allowed_hosts: tuple[str, ...] = Field(
+        (),
+        description='Host names the server answers to ("*": any). Empty: a server bound to a loopback address '
+        "answers only to localhost, 127.0.0.1 and ::1 (a page cannot rebind its own name onto it), one bound "
+        "elsewhere to any name.",
+    )
     console: bool = Field(
         True,
         description="Serve the web console at /console (its pages and scripts hold no data and load without "

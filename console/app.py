@@ -4,7 +4,9 @@ The console is a small single-page app in the browser (console/static). It holds
 no data route: every topic, record, group and metric it shows comes from the same HTTP API any
 client calls, with the API key the user logs in with (kept in the browser's sessionStorage, sent
 as `Authorization: Bearer`). So the API's authorization decides what a key sees, and, since the
-API takes no cookies, a page on another site cannot make the browser act with the key (no CSRF).
+API takes no cookies, a page on another site cannot make the browser act with the key. Writes a
+browser sends from another origin, and requests under a host name the server does not answer to,
+are refused for the whole API (ingest_gateway.browser_guard): that also covers a server without keys.
 
 The files themselves are the same bytes for everyone and are served without a key (a user must be
 able to load the login), GET and HEAD only; `server.console = false` turns them off. Every answer

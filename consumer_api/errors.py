@@ -26,3 +26,20 @@ class JsonTooDeepError(MalformedRequestError):
 class UnsupportedMediaTypeError(TopiclakeError):
     code = "UNSUPPORTED_MEDIA_TYPE"
     hint = "Use application/json, application/x-ndjson or application/vnd.apache.arrow.stream."
+
+
+class CrossSiteRequestError(TopiclakeError):
+    """A browser sent a state-changing request from another site's page (CSRF)."""
+
+    code = "CROSS_SITE_REQUEST"
+    hint = (
+        "The API takes writes from its own origin (the console) and from clients outside a browser; "
+        "call it from this origin, or from a backend."
+    )
+
+
+class HostNotAllowedError(TopiclakeError):
+    """The Host header names a host this server does not serve (DNS rebinding)."""
+
+    code = "HOST_NOT_ALLOWED"
+    hint = "Use the address the server listens on, or add the name to server.allowed_hosts."

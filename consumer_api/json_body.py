@@ -57,8 +57,18 @@ def loads(data: bytes, *, where: str = "The body") -> Any:
         return json.loads(data, parse_constant=_no_constant)
     except RecursionError:
         raise JsonTooDeepError(f"{where} nests objects and arrays deeper than {MAX_JSON_DEPTH} levels.") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+    except json.JSONDecodeError as exc:
+        raise MalformedRequestError(f"{where} is not valid JSON: {exc}, at {_near(exc)}. Fix the JSON there.") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedRequestError(f"{where} is not valid JSON: {exc}.") from exc
+
+
+def _near(exc: json.JSONDecodeError, width: int = 24) -> str:
+    """Where a JSON error is, as text a user can find: up to `width` characters either side."""
+    doc, pos = exc.doc, exc.pos
+    before = doc[max(0, pos - width) : pos].replace("\n", " ")
+    after = doc[pos : pos + width].replace("\n", " ")
+    return f"{'...' if pos > width else ''}{before} >>>{after}{'...' if pos + width < len(doc) else ''}"
 
 
 def dumps_value(value: Any) -> bytes:

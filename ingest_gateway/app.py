@@ -30,6 +30,7 @@ from delta_log.registry import TopicRegistry
 from delta_log.system.gateways import GatewayDirectory
 from delta_log.system.groups import GroupStore
 from delta_log.table.storage import StorageRoot
+from ingest_gateway.browser_guard import SameOriginMiddleware
 from ingest_gateway.errors import error_response, install_error_handlers
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.openapi import install_openapi
@@ -266,6 +267,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 url=settings.cluster.advertise_url,
                 kafka=listener.advertised if listener else "",
                 node_id=listener.node_id if listener else -1,
+                auth=settings.auth.enabled,
             )
             await cluster.start()
             if settings.cluster.route_produce:  # each partition's owner appends to it and keeps it compact
@@ -349,6 +351,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         retry_after=settings.server.retry_after_seconds,
         console=settings.server.console,
     )
+    app.add_middleware(SameOriginMiddleware, retry_after=settings.server.retry_after_seconds)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
 
     install_error_handlers(app, retry_after=settings.server.retry_after_seconds, on_error=metrics.on_error)
@@ -357,6 +360,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(records.router)
     app.include_router(consumer_router)
     app.include_router(registry_routes.router)
+    app.include_router(registry_routes.summary_router)
     app.include_router(jobs_routes.router)
     if settings.server.console:
         install_console(app)

@@ -45,6 +45,8 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     http_errors.MalformedRequestError: 400,
     http_errors.JsonTooDeepError: 400,
     http_errors.UnsupportedMediaTypeError: 415,
+    http_errors.CrossSiteRequestError: 403,
+    http_errors.HostNotAllowedError: 400,
     e.SourcesGoneError: 503,
     e.DataLossError: 409,
     e.AuthenticationError: 401,

@@ -7,6 +7,8 @@
   byte (or of the connection), or it is closed: half-open connections cannot pile up.
   Between requests, uvicorn's keep-alive timeout closes idle connections.
 - TLS: a certificate and key; optionally a CA to verify client certificates.
+- Host names: bound to a loopback address, it answers only to loopback names (DNS rebinding;
+  ingest_gateway.browser_guard).
 
 The guard wraps uvicorn's HTTP protocol class (httptools when installed, else h11), so it sees
 every connection before a request exists, which no ASGI middleware can.
@@ -21,12 +23,15 @@ import resource
 import socket
 import ssl
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from broker.connections import ConnectionGuard
 from conf import ServerSettings, Settings
+from ingest_gateway.browser_guard import HostGuardMiddleware, allowed_hosts
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +192,12 @@ def run(
         if server.ssl_ca_certs:
             tls["ssl_ca_certs"] = server.ssl_ca_certs
             tls["ssl_cert_reqs"] = _CLIENT_CERTS[server.ssl_client_auth]
+    served: ASGIApp = app
+    allowed = allowed_hosts(host, server.allowed_hosts, [urlsplit(settings.cluster.advertise_url or "").netloc])
+    if allowed is not None:
+        served = HostGuardMiddleware(app, allowed)
     config = uvicorn.Config(
-        app,
+        served,
         host=host,
         port=port,
         log_config=log_config,

@@ -71,7 +71,12 @@ async function api(method, path, { json, body, query } = {}) {
     for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== "") q.set(k, v);
     if ([...q].length) url += `?${q}`;
   }
-  const r = await fetch(url, { method, headers, body });
+  let r;
+  try {
+    r = await fetch(url, { method, headers, body });
+  } catch {
+    throw new ApiError(0, "NO_ANSWER", OFFLINE);
+  }
   if (r.status === 204) return null;
   const text = await r.text();
   let doc = null;
@@ -84,6 +89,7 @@ async function api(method, path, { json, body, query } = {}) {
   return { doc, headers: r.headers };
 }
 
+const OFFLINE = "The server did not answer: check that it is running and reachable, then reload the page.";
 const get = async (path, query) => (await api("GET", path, { query })).doc;
 const enc = encodeURIComponent;
 
@@ -377,6 +383,7 @@ async function topicPage(name) {
   const more = h("input", { id: "partition-count", type: "number", value: d.partitions + 1 });
   const confirm = h("input", { id: "delete-confirm", placeholder: `type ${name} to confirm` });
   const alter = guarded(async () => {
+    if (!key.value.trim()) throw new Error("Enter a config key to set, for example retention.ms (the table above lists them).");
     await api("PATCH", `/topics/${enc(name)}/config`, { json: { config: { [key.value]: value.value === "" ? null : value.value } } });
     await topicPage(name);
     say(`Set ${key.value}.`, true);
@@ -421,38 +428,46 @@ async function messagesPage(name, params) {
   const partition = Number(params.get("p") || 0);
   const from = params.get("from") || "newest";
   const as = params.get("as") || "auto";
-  const direction = params.get("dir") || "forward";
+  // backward: the page of records before the start, newest first; forward: from the start on, oldest first
+  const direction = params.get("dir") || (from === "newest" ? "backward" : "forward");
   const info = (d.partition_offsets || []).find((p) => p.partition === partition) || { log_start_offset: 0, high_watermark: 0 };
   let offset;
-  if (from === "offset") offset = Number(params.get("offset") || 0);
-  else if (from === "timestamp") {
-    const at = Date.parse(params.get("ts") || "");
-    const found = await get(`/topics/${enc(name)}/offsets`, { at: Number.isFinite(at) ? Math.max(at, 0) : "earliest" });
+  if (from === "offset") {
+    offset = Number(params.get("offset"));
+    if (params.get("offset") === "" || !Number.isSafeInteger(offset) || offset < 0) throw new Error("Enter an offset to start from: a whole number, 0 or more.");
+  } else if (from === "timestamp") {
+    // the time box is UTC, as the timestamps below are shown
+    const at = Date.parse(`${params.get("ts") || ""}Z`);
+    if (!Number.isFinite(at)) throw new Error("Enter a time (UTC) to start from.");
+    const found = await get(`/topics/${enc(name)}/offsets`, { at: Math.max(at, 0) });
     offset = (found.partitions.find((p) => p.partition === partition) || {}).offset ?? info.high_watermark;
   } else if (from === "earliest") offset = info.log_start_offset;
   else offset = info.high_watermark; // newest: the page before the high watermark
-  let start = offset;
-  if (from === "newest" || direction === "backward") start = Math.max(info.log_start_offset, offset - PAGE_SIZE);
+  offset = Math.min(Math.max(offset, info.log_start_offset), info.high_watermark);
+  const start = direction === "backward" ? Math.max(info.log_start_offset, offset - PAGE_SIZE) : offset;
+  const count = direction === "backward" ? offset - start : PAGE_SIZE;
   let records = [];
-  const count = from === "newest" || direction === "backward" ? offset - start : PAGE_SIZE;
   if (start < info.high_watermark && count > 0) {
     const page = await get(`/topics/${enc(name)}/partitions/${partition}/records`, { offset: start, max_records: count, key_format: "binary", value_format: "binary" });
     records = page.records;
   }
   await loadSchemas(records.flatMap((r) => [framedId(fromBase64(r.value)), framedId(fromBase64(r.key))]));
   const set = (q) => { const p = new URLSearchParams(params); for (const [k, v] of Object.entries(q)) p.set(k, v); location.hash = `#/messages/${enc(name)}?${p}`; };
+  const first = records.length ? records[0].offset : start;
+  const last = records.length ? records[records.length - 1].offset : start - 1;
   const partSel = h("select", { id: "msg-partition" }, Array.from({ length: d.partitions }, (_, i) => h("option", { value: i, selected: i === partition }, `partition ${i}`)));
   const fromSel = h("select", { id: "msg-from" }, ["newest", "earliest", "offset", "timestamp"].map((f) => h("option", { value: f, selected: f === from }, f)));
-  const offIn = h("input", { id: "msg-offset", type: "number", value: params.get("offset") || info.log_start_offset });
-  const tsIn = h("input", { id: "msg-ts", type: "datetime-local", value: params.get("ts") || "" });
-  const dirSel = h("select", { id: "msg-dir" }, ["forward", "backward"].map((f) => h("option", { value: f, selected: f === direction }, f)));
+  const offIn = h("input", { id: "msg-offset", type: "number", min: 0, value: params.get("offset") ?? info.log_start_offset });
+  const tsIn = h("input", { id: "msg-ts", type: "datetime-local", step: 1, value: params.get("ts") || "" });
+  const dirSel = h("select", { id: "msg-dir" }, [["forward", "forward (oldest first)"], ["backward", "backward (newest first)"]].map(([f, label]) => h("option", { value: f, selected: f === direction }, label)));
   const asSel = h("select", { id: "msg-as" }, ["auto", "json", "text", "avro", "hex"].map((f) => h("option", { value: f, selected: f === as }, f)));
   const find = h("input", { id: "msg-search", placeholder: "search this page" });
   const body = h("tbody");
   const draw = () => {
     const needle = find.value.toLowerCase();
-    body.replaceChildren(...records.map((r) => {
-      const key = render(fromBase64(r.key), as === "hex" ? "hex" : "auto");
+    const shown = direction === "backward" ? [...records].reverse() : records;
+    body.replaceChildren(...shown.map((r) => {
+      const key = render(fromBase64(r.key), as);
       const value = render(fromBase64(r.value), as);
       const headers = Object.entries(r.headers || {}).map(([k, v]) => `${k}=${v === null ? "null" : v}`);
       const line = `${key.text} ${value.text} ${headers.join(" ")}`.toLowerCase();
@@ -460,7 +475,7 @@ async function messagesPage(name, params) {
       return h("tr", { class: "record", "data-offset": r.offset },
         h("td", { class: "num" }, r.offset),
         h("td", {}, when(r.timestamp), h("br"), h("span", { class: "tag" }, r.timestamp_type === 1 ? "LogAppendTime" : "CreateTime")),
-        h("td", {}, h("pre", { class: "value" }, clip(key.text))),
+        h("td", {}, key.kind !== "null" && key.kind !== "text" ? h("span", { class: "tag" }, key.kind) : "", h("pre", { class: "value" }, clip(key.text))),
         h("td", {}, h("span", { class: "tag" }, value.kind), h("pre", { class: "value" }, clip(value.text))),
         h("td", {}, headers.map((x) => h("div", { class: "header" }, x))));
     }).filter(Boolean));
@@ -468,15 +483,22 @@ async function messagesPage(name, params) {
   find.addEventListener("input", draw);
   const follow = h("button", { type: "button", class: "plain", id: "msg-follow" }, "Follow live");
   follow.addEventListener("click", () => followLive(name, partition, records, draw, follow));
+  // the pages before and after this one, whichever way it was read
+  const older = h("button", { type: "button", class: "plain", id: "msg-older", disabled: first <= info.log_start_offset,
+    onclick: () => set({ from: "offset", offset: first, dir: "backward" }) }, "Older");
+  const newer = h("button", { type: "button", class: "plain", id: "msg-newer", disabled: last + 1 >= info.high_watermark,
+    onclick: () => set({ from: "offset", offset: last + 1, dir: "forward" }) }, "Newer");
   show(
     seq,
     h("h1", {}, "Messages of ", h("a", { href: `#/topic/${enc(name)}` }, name)),
     h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); set({ p: partSel.value, from: fromSel.value, offset: offIn.value, ts: tsIn.value, dir: dirSel.value, as: asSel.value }); } },
-      h("label", {}, "Partition", partSel), h("label", {}, "From", fromSel), h("label", {}, "Offset", offIn), h("label", {}, "Time", tsIn),
+      h("label", {}, "Partition", partSel), h("label", {}, "From", fromSel), h("label", {}, "Offset", offIn), h("label", {}, "Time (UTC)", tsIn),
       h("label", {}, "Direction", dirSel), h("label", {}, "Show as", asSel), h("button", { type: "submit", id: "msg-go" }, "Browse")),
-    h("div", { class: "row" }, h("label", {}, "Find", find), follow,
-      h("span", { class: "muted", id: "msg-position" }, `offsets ${info.log_start_offset} .. ${info.high_watermark - 1} · showing ${records.length}`)),
-    h("table", { id: "messages" }, h("thead", {}, h("tr", {}, ["Offset", "Timestamp", "Key", "Value", "Headers"].map((c) => h("th", {}, c)))), body),
+    h("div", { class: "row" }, older, newer, h("label", {}, "Find", find), follow,
+      h("span", { class: "muted", id: "msg-position" }, records.length
+        ? `offsets ${first} .. ${last} of ${info.log_start_offset} .. ${info.high_watermark - 1} · showing ${records.length}`
+        : `offsets ${info.log_start_offset} .. ${info.high_watermark - 1} · no records here`)),
+    h("table", { id: "messages" }, h("thead", {}, h("tr", {}, ["Offset", "Timestamp (UTC)", "Key", "Value", "Headers"].map((c) => h("th", {}, c)))), body),
     produceForm(name, partition),
   );
   draw();
@@ -499,7 +521,10 @@ async function followLive(name, partition, records, draw, button) {
     let buf = "";
     for (;;) {
       const { value, done } = await reader.read();
-      if (done) break;
+      if (done) {
+        say("The server ended the live stream (it restarted, or the topic changed): press Follow live to go on.");
+        break;
+      }
       buf += text.decode(value, { stream: true });
       let cut;
       while ((cut = buf.indexOf("\n\n")) >= 0) {
@@ -517,8 +542,9 @@ async function followLive(name, partition, records, draw, button) {
       }
     }
   } catch (e) {
-    if (e.name !== "AbortError") say(e.message || String(e));
+    if (e.name !== "AbortError") say(e instanceof TypeError ? OFFLINE : e.message || String(e));
   }
+  if (streamAbort && !streamAbort.signal.aborted) { streamAbort = null; button.textContent = "Follow live"; }
 }
 
 function produceForm(name, partition) {
@@ -580,16 +606,24 @@ async function groupPage(name, params) {
   const until = Date.now();
   const history = await get(`/groups/${enc(name)}/lag-history`, { since_ms: until - (WINDOWS[windowName] || 3600000), until_ms: until, points: 30 });
   const canvas = h("canvas", { id: "lag-chart" });
-  const topics = [...new Set(g.lag.map((r) => r.topic))];
-  const topicSel = h("select", { id: "reset-topic" }, topics.map((t) => h("option", { value: t }, t)));
+  // the topics it committed to or subscribes to; any other topic may be typed
+  const topics = [...new Set([...g.lag.map((r) => r.topic), ...g.members.flatMap((m) => m.topics)])].sort();
+  const topicSel = h("input", { id: "reset-topic", list: "reset-topics", value: topics[0] || "", placeholder: "topic" });
+  const topicList = h("datalist", { id: "reset-topics" }, topics.map((t) => h("option", { value: t })));
   const toSel = h("select", { id: "reset-to" }, ["earliest", "latest", "timestamp", "offset"].map((t) => h("option", { value: t }, t)));
   const at = h("input", { id: "reset-value", placeholder: "epoch ms or offset" });
   const windowSel = h("select", { id: "lag-window", onchange: () => { location.hash = `#/group/${enc(name)}?window=${enc(windowSel.value)}`; } },
     Object.keys(WINDOWS).map((w) => h("option", { value: w, selected: w === windowName }, w)));
   const reset = guarded(async () => {
-    const body = { topic: topicSel.value, to: toSel.value };
-    if (toSel.value === "timestamp") body.timestamp = Number(at.value);
-    if (toSel.value === "offset") body.offset = Number(at.value);
+    if (!topicSel.value.trim()) throw new Error("Enter the topic whose offsets to reset.");
+    const body = { topic: topicSel.value.trim(), to: toSel.value };
+    if (toSel.value === "timestamp" || toSel.value === "offset") {
+      const n = Number(at.value.trim());
+      if (at.value.trim() === "" || !Number.isSafeInteger(n) || n < 0) {
+        throw new Error(toSel.value === "offset" ? "Enter the offset to reset to: a whole number, 0 or more." : "Enter the time to reset to, in epoch milliseconds.");
+      }
+      body[toSel.value] = n;
+    }
     const { doc } = await api("POST", `/groups/${enc(name)}/offsets/reset`, { json: body });
     await groupPage(name, params);
     say(`Reset ${doc.offsets.length} partition(s) of ${body.topic}.`, true);
@@ -599,6 +633,7 @@ async function groupPage(name, params) {
     h("h1", {}, "Group ", h("span", { id: "group-name" }, name)),
     h("p", { id: "group-state" }, `State ${g.state} · generation ${g.generation} · protocol ${g.assignor || "-"} · ${g.members.length} member(s)`),
     h("h2", {}, "Lag over time ", windowSel),
+    h("p", { class: "muted" }, "The lag of the partitions the group had committed at each moment (Delta time travel of the offsets table); gaps: no commit yet, or history no longer kept."),
     h("div", { class: "charts" }, h("div", { class: "chart" }, canvas)),
     h("h2", {}, "Members"),
     h("table", { id: "members" },
@@ -611,37 +646,44 @@ async function groupPage(name, params) {
     h("table", { id: "lag" },
       h("thead", {}, h("tr", {}, ["Topic", "Partition", "Committed", "High watermark", "Lag"].map((c, i) => h("th", { class: i ? "num" : "" }, c)))),
       h("tbody", {}, g.lag.map((r) => h("tr", {}, h("td", {}, r.topic), h("td", { class: "num" }, r.partition),
-        h("td", { class: "num" }, r.committed_offset ?? "none"), h("td", { class: "num" }, r.high_watermark), h("td", { class: "num" }, r.lag))))),
+        h("td", { class: "num" }, r.committed_offset ?? "none"), h("td", { class: "num" }, r.high_watermark),
+        h("td", { class: "num", title: r.committed_offset === null ? "no commit yet: counted from the log start" : "" }, r.committed_offset === null ? `${r.lag} (from log start)` : r.lag))))),
     h("form", { class: "panel", id: "reset", onsubmit: (ev) => { ev.preventDefault(); reset(); } },
       h("h2", {}, "Reset offsets"),
       h("p", { class: "muted" }, "Only while the group has no members (the API refuses otherwise)."),
+      topicList,
       h("div", { class: "row" }, h("label", {}, "Topic", topicSel), h("label", {}, "To", toSel), h("label", {}, "Timestamp or offset", at),
         h("button", { type: "submit", id: "reset-send" }, "Reset"))),
   );
-  chart(canvas, "line", history.points.map((p) => new Date(p.at_ms).toLocaleTimeString()), [{ label: "total lag (records)", data: history.points.map((p) => p.lag) }]);
+  chart(canvas, "line", history.points.map((p) => new Date(p.at_ms).toLocaleTimeString()), [{ label: "total lag of committed partitions (records)", data: history.points.map((p) => p.lag), spanGaps: false }]);
 }
 
 // -- schemas -----------------------------------------------------------------------------------------
 // Subjects follow Confluent's TopicNameStrategy: <topic>-value and <topic>-key.
 const topicOf = (subject) => subject.replace(/-(value|key)$/, "");
 
-async function schemasPage() {
+async function schemasPage(params) {
   const seq = navSeq;
-  const subjects = await get("/registry/subjects");
-  const topics = new Set((await get("/topics")).topics);
-  const latest = await Promise.all(subjects.map((s) => get(`/registry/subjects/${enc(s)}/versions/latest`).catch(() => null)));
-  const levels = await Promise.all(subjects.map((s) => get(`/registry/config/${enc(s)}`, { defaultToGlobal: true }).catch(() => null)));
+  const search = params.get("search") || "";
+  const after = params.get("after") || "";
+  const page = await get("/schemas", { search, after, limit: PAGE_SIZE }); // the server pages and filters
+  const box = h("input", { id: "subject-search", value: search, placeholder: "name contains" });
+  const go = (q) => { location.hash = `#/schemas?${new URLSearchParams(q)}`; };
   show(
     seq,
     h("h1", {}, "Schemas"),
+    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
+      h("label", {}, "Search", box), h("button", { type: "submit" }, "Search")),
     h("table", { id: "subjects" },
       h("thead", {}, h("tr", {}, ["Subject", "Latest version", "Type", "Id", "Compatibility", "Used by topic"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, subjects.length ? subjects.map((s, i) => h("tr", { "data-subject": s },
-        h("td", {}, h("a", { href: `#/schema/${enc(s)}` }, s)),
-        h("td", {}, latest[i] ? latest[i].version : "?"), h("td", {}, latest[i] ? latest[i].schemaType || "AVRO" : ""),
-        h("td", {}, latest[i] ? latest[i].id : ""), h("td", {}, levels[i] ? levels[i].compatibilityLevel : ""),
-        h("td", {}, topics.has(topicOf(s)) ? h("a", { href: `#/topic/${enc(topicOf(s))}` }, topicOf(s)) : h("span", { class: "muted" }, "none")))) :
-        h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No subjects.")))),
+      h("tbody", {}, page.subjects.length ? page.subjects.map((x) => h("tr", { "data-subject": x.subject },
+        h("td", {}, h("a", { href: `#/schema/${enc(x.subject)}` }, x.subject)),
+        h("td", {}, `${x.version}`), h("td", {}, x.schemaType), h("td", {}, `${x.id}`), h("td", {}, x.compatibility),
+        h("td", {}, x.topic ? h("a", { href: `#/topic/${enc(x.topic)}` }, x.topic) : h("span", { class: "muted" }, "none")))) :
+        h("tr", {}, h("td", { colspan: 6, class: "muted" }, search ? "No subjects match." : "No subjects yet: create a topic with a value schema, or register one.")))),
+    h("div", { class: "row" },
+      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
+      page.next ? h("button", { class: "plain", type: "button", id: "next-subjects", onclick: () => go({ search, after: page.next }) }, "Next page") : null),
   );
 }
 
@@ -704,6 +746,12 @@ async function schemaPage(subject, params) {
 }
 
 // -- jobs ----------------------------------------------------------------------------------------------
+// what a run did: its figures in a line, the whole report a click away
+function report(r) {
+  const line = summary(r) || "nothing to do";
+  return r && Object.keys(r).length ? h("details", {}, h("summary", {}, line), h("pre", { class: "value" }, JSON.stringify(r, null, 2))) : line;
+}
+
 function summary(report) {
   return Object.entries(report || {}).map(([k, v]) => `${k}: ${Array.isArray(v) ? v.length : typeof v === "object" && v !== null ? JSON.stringify(v) : v}`).join(" · ");
 }
@@ -737,8 +785,10 @@ async function jobsPage() {
           h("tbody", {}, j.runs.length ? j.runs.map((r) => h("tr", { class: r.ok ? "ok" : "failed" },
             h("td", {}, new Date(r.started_at_ms).toLocaleString()), h("td", { class: "num" }, r.seconds),
             h("td", {}, r.ok ? "ok" : "failed"), h("td", {}, `${r.trigger} (${r.host} pid ${r.pid})`),
-            h("td", {}, r.ok ? summary(r.report) : r.error))) : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No runs yet.")))));
+            h("td", {}, r.ok ? report(r.report) : r.error))) : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No runs yet.")))));
     }),
+    doc.jobs.some((j) => j.job === "replication") ? null
+      : h("div", { class: "panel muted", id: "replication-off" }, "replication: not configured. Set jobs.replica_root (a second root) to copy every topic there (docs/OPERATIONS.md)."),
   );
 }
 
@@ -753,24 +803,46 @@ function metricTotals(text) {
   return out;
 }
 
-async function clusterPage() {
+async function clusterPage(params) {
   const seq = navSeq;
+  const search = params.get("search") || "";
+  const after = params.get("after") || "";
   const c = await get("/cluster");
+  const leaders = await get("/cluster/partitions", { search, after, limit: PAGE_SIZE });
   const rateCanvas = h("canvas", { id: "produce-rate-chart" });
   const commitCanvas = h("canvas", { id: "commit-latency-chart" });
   const fetchCanvas = h("canvas", { id: "fetch-rate-chart" });
+  const gateways = c.gateways || [];
+  const box = h("input", { id: "leader-search", value: search, placeholder: "topic name contains" });
+  const go = (q) => { location.hash = `#/cluster?${new URLSearchParams(q)}`; };
+  const yesNo = (v, yes, no) => (v === undefined || v === null ? "unknown" : v ? yes : no);
   show(
     seq,
     h("h1", {}, "Cluster"),
     h("table", { id: "gateways" },
-      h("thead", {}, h("tr", {}, ["Gateway", "HTTP", "Kafka (node id)", "Health", "Groups coordinated"].map((x) => h("th", {}, x)))),
-      h("tbody", {}, (c.gateways || []).map((g) => h("tr", { "data-gateway": g.gateway_id },
+      h("thead", {}, h("tr", {}, ["Gateway", "HTTP", "Kafka (node id)", "Health", "TLS", "Auth", "Partitions led (this page)", "Groups coordinated"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, gateways.map((g) => h("tr", { "data-gateway": g.gateway_id },
         h("td", {}, g.gateway_id, " ", g.gateway_id === c.self ? h("span", { class: "tag" }, "this gateway") : ""),
         h("td", {}, g.url || ""),
         h("td", {}, g.kafka ? `${g.kafka} (${g.node_id})` : "off"),
         h("td", {}, `${g.live ? "live" : "gone"}, heartbeat ${(g.heartbeat_age_ms / 1000).toFixed(1)} s ago`),
-        h("td", {}, (g.groups || []).join(", ")))))),
-    h("p", { class: "muted", id: "transport" }, `This page: ${location.protocol === "https:" ? "TLS" : "no TLS"}; ${sessionStorage.getItem(KEY) ? "API key in use" : "no API key (auth off)"}.`),
+        h("td", { class: "tls" }, yesNo(g.tls, "TLS", "no TLS")),
+        h("td", { class: "auth" }, yesNo(g.auth, "API keys", "no keys")),
+        h("td", { class: "num" }, leaders.gateways[g.gateway_id] || 0),
+        h("td", {}, (g.groups || []).join(", "), g.groups_total > (g.groups || []).length ? h("span", { class: "muted" }, ` and ${g.groups_total - g.groups.length} more`) : ""))))),
+    h("h2", {}, "Partition leaders"),
+    h("p", { class: "muted" }, "The gateway that appends to each partition (Kafka: its leader); producers' requests are forwarded to it."),
+    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
+      h("label", {}, "Search", box), h("button", { type: "submit" }, "Search")),
+    h("table", { id: "leaders" },
+      h("thead", {}, h("tr", {}, ["Topic", "Partitions", ...gateways.map((g) => g.gateway_id)].map((x, i) => h("th", { class: i ? "num" : "" }, x)))),
+      h("tbody", {}, leaders.topics.length ? leaders.topics.map((t) => h("tr", { "data-topic": t.topic },
+        h("td", {}, h("a", { href: `#/topic/${enc(t.topic)}` }, t.topic)), h("td", { class: "num" }, t.partitions),
+        ...gateways.map((g) => h("td", { class: "num", title: `partitions ${t.owners.map((o, p) => (o === g.gateway_id ? p : null)).filter((p) => p !== null).join(", ")}` },
+          t.owners.filter((o) => o === g.gateway_id).length)))) : h("tr", {}, h("td", { colspan: 2 + gateways.length, class: "muted" }, "No topics.")))),
+    h("div", { class: "row" },
+      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
+      leaders.next ? h("button", { class: "plain", type: "button", id: "next-leaders", onclick: () => go({ search, after: leaders.next }) }, "Next page") : null),
     h("h2", {}, "This gateway, live"),
     h("div", { class: "charts" }, h("div", { class: "chart" }, rateCanvas), h("div", { class: "chart" }, commitCanvas), h("div", { class: "chart" }, fetchCanvas)),
   );
@@ -802,7 +874,7 @@ async function clusterPage() {
 // -- charts (Chart.js, built by make setup) ---------------------------------------------------------
 function chart(canvas, type, labels, datasets, { sparkline = false } = {}) {
   if (!window.Chart) {
-    canvas.replaceWith(h("p", { class: "muted" }, "The chart library is missing: run make setup."));
+    canvas.replaceWith(h("p", { class: "muted" }, "The chart library is missing: run make run or make setup (they fetch Chart.js with npm), then reload."));
     return null;
   }
   const c = new window.Chart(canvas, {
@@ -831,10 +903,10 @@ const ROUTES = [
   [/^#\/messages\/([^?]+)$/, (m, q) => messagesPage(decodeURIComponent(m[1]), q), "topics"],
   [/^#\/groups$/, (m, q) => groupsPage(q), "groups"],
   [/^#\/group\/([^?]+)$/, (m, q) => groupPage(decodeURIComponent(m[1]), q), "groups"],
-  [/^#\/schemas$/, () => schemasPage(), "schemas"],
+  [/^#\/schemas$/, (m, q) => schemasPage(q), "schemas"],
   [/^#\/schema\/([^?]+)$/, (m, q) => schemaPage(decodeURIComponent(m[1]), q), "schemas"],
   [/^#\/jobs$/, () => jobsPage(), "jobs"],
-  [/^#\/cluster$/, () => clusterPage(), "cluster"],
+  [/^#\/cluster$/, (m, q) => clusterPage(q), "cluster"],
 ];
 
 async function route() {

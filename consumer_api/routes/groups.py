@@ -166,7 +166,8 @@ async def lag_history(
 ) -> LagHistory:
     """The group's lag over time, from Delta time travel: at each moment, its committed offsets as
     the offsets table held them against each topic's high watermark then (of the topics this key
-    may describe). A moment before the table's retained history has `lag` null."""
+    may describe); partitions the group had not committed yet are not counted. A moment before
+    the table's retained history, or before the group's first commit, has `lag` null."""
     await groups.describe(coordinator, principal, group)  # the group exists, and the key may describe it
     until = until_ms if until_ms is not None else int(time.time() * 1000)
     since = since_ms if since_ms is not None else max(until - 3_600_000, 0)

@@ -32,6 +32,8 @@ class GatewayRecord:
     #: the Kafka listener's advertised "host:port" ("" without one) and its broker id
     kafka: str = ""
     node_id: int = -1
+    #: whether its API (and Kafka listener) require keys: what the console's Cluster page shows
+    auth: bool = False
 
     def live(self, now_ms: int, timeout_ms: int) -> bool:
         return now_ms - self.heartbeat_ms <= timeout_ms
@@ -51,6 +53,7 @@ class GatewayRecord:
             pid=int(raw.get("pid", 0)),
             kafka=str(raw.get("kafka", "")),
             node_id=int(raw.get("node_id", -1)),
+            auth=bool(raw.get("auth", False)),
         )
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import resource
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from consumer_api.params import TopicQuery
+from broker import admin
+from consumer_api.params import AfterQuery, SearchQuery, TopicQuery
 from delta_log.core.acl import authorize
 from delta_log.core.ownership import group_resource
+from delta_log.errors import TopicNotFoundError
 from ingest_gateway.dependencies import MetricsDep, OptionalPrincipalDep, PrincipalDep, RegistryDep
 
 router = APIRouter(tags=["operations"])
@@ -62,14 +65,20 @@ def metrics(registry: RegistryDep, m: MetricsDep, principal: OptionalPrincipalDe
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
+#: Groups listed per gateway by GET /cluster (the rest are counted): 1,000 groups stay one answer.
+MAX_LISTED_GROUPS = 100
+
+
 @router.get("/cluster")
 async def cluster(
     request: Request, registry: RegistryDep, principal: PrincipalDep, group: str | None = None, topic: TopicQuery = None
 ) -> JSONResponse:
-    """The gateways on this root: id, URL, health (heartbeat age), and the groups each coordinates;
-    with `group`, also which gateway coordinates that group (Kafka's FindCoordinator); with `topic`,
-    which gateway owns (appends to) each of its partitions (Kafka: the partition leaders). Needs
-    admin on some topic (Kafka: DESCRIBE on the cluster), and describe on `topic`."""
+    """The gateways on this root: id, URL, health (heartbeat age), whether each serves TLS and
+    requires keys, and the groups each coordinates (those this key may describe: the first
+    100 by name, and how many); with `group`, also which gateway coordinates that group (Kafka's
+    FindCoordinator); with `topic`, which gateway owns (appends to) each of its partitions (Kafka:
+    the partition leaders). Needs admin on some topic (Kafka: DESCRIBE on the cluster), and
+    describe on `topic`."""
     authorize(principal, "admin", None)
     if topic is not None:
         authorize(principal, "describe", topic)
@@ -78,19 +87,50 @@ async def cluster(
     if view is None:  # an app without membership (embedded in a test or a notebook)
         return JSONResponse({"self": None, "gateways": [], "groups": {}})
     records = await run_in_threadpool(coordinator.store.load)
-    groups = sorted(set(records) | set(coordinator.groups))
+    groups = sorted(g for g in set(records) | set(coordinator.groups) if principal.allows_group("describe", g))
     owners: dict[str, list[str]] = {}
     for g in groups:
         o = view.owner(group_resource(g))
         owners.setdefault(o.gateway_id if o else "none", []).append(g)
     described = view.describe()
     for gw in described["gateways"]:
-        gw["groups"] = owners.get(gw["gateway_id"], [])
+        coordinated = owners.get(gw["gateway_id"], [])
+        gw["groups"] = coordinated[:MAX_LISTED_GROUPS]
+        gw["groups_total"] = len(coordinated)
     if group is not None:
         coordinator_of = view.owner(group_resource(group))
         described["coordinator"] = coordinator_of.gateway_id if coordinator_of else None
     if topic is not None:
         reader = await run_in_threadpool(registry.reader, topic)
-        owners = view.partition_owners(topic, reader.config.partitions)
-        described["partitions"] = [{"partition": p, "owner": o} for p, o in enumerate(owners)]
+        leaders = view.partition_owners(topic, reader.config.partitions)
+        described["partitions"] = [{"partition": p, "owner": o} for p, o in enumerate(leaders)]
     return JSONResponse(described)
+
+
+@router.get("/cluster/partitions")
+def partition_leaders(
+    request: Request,
+    registry: RegistryDep,
+    principal: PrincipalDep,
+    search: SearchQuery = "",
+    after: AfterQuery = "",
+    limit: Annotated[int, Query(ge=1, le=1000, description="Topics in a page.")] = 50,
+) -> dict[str, object]:
+    """Which gateway owns (appends to) each partition of a page of topics (those this key may
+    describe, by name; `next` asks for the next page), and how many of the page's partitions each
+    gateway owns. Needs admin on some topic, as GET /cluster."""
+    authorize(principal, "admin", None)
+    view = request.app.state.cluster
+    names, last = admin.list_topics(registry, principal, search=search, after=after, limit=limit)
+    topics: list[dict[str, object]] = []
+    counts: dict[str, int] = {}
+    for name in names:
+        try:
+            partitions = registry.reader(name).config.partitions
+        except TopicNotFoundError:  # deleted meanwhile
+            continue
+        leaders = view.partition_owners(name, partitions) if view is not None else [None] * partitions
+        for o in leaders:
+            counts[o or "none"] = counts.get(o or "none", 0) + 1
+        topics.append({"topic": name, "partitions": partitions, "owners": leaders})
+    return {"topics": topics, "next": last, "gateways": counts}

@@ -17,7 +17,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
+from consumer_api.params import AfterQuery, SearchQuery
 from delta_log.core.acl import Principal, authorize
+from delta_log.core.paging import page_of
 from delta_log.core.value_schemas import (
     MAX_SCHEMA_ID,
     SCHEMA_TYPES,
@@ -38,6 +40,9 @@ from ingest_gateway.errors import REGISTRY_PREFIX
 from ingest_gateway.schemas import CompatibilityLevel, RegisterSchema
 
 router = APIRouter(prefix=REGISTRY_PREFIX, tags=["schema registry"])
+#: topiclake's own view of the registry (not Confluent's API): pages of subjects with their latest
+#: version, for a console with thousands of them
+summary_router = APIRouter(tags=["schema registry"])
 
 Subject = Annotated[
     str,
@@ -102,7 +107,8 @@ async def schema_by_id(schema_id: SchemaId, registry: RegistryDep, principal: Pr
     if schema is None or not users:
         raise SchemaNotFoundError(f"Schema {schema_id} not found.", id=schema_id)
     if not any(principal.allows("describe", topic_of_subject(s)) for s in users):
-        _describe(principal, users[0])  # refused: say which permission is missing
+        # as if absent: ids are sequential, and a refusal would name a topic this key may not see
+        raise SchemaNotFoundError(f"Schema {schema_id} not found.", id=schema_id)
     out: dict[str, Any] = {"schema": schema.text}
     if schema.schema_type != "AVRO":
         out["schemaType"] = schema.schema_type
@@ -303,3 +309,44 @@ async def delete_subject_config(subject: Subject, registry: RegistryDep, princip
     authorize(principal, "admin", topic_of_subject(subject))
     was = await run_in_threadpool(lambda: registry.schemas.set_level(subject, None))
     return _answer({"compatibilityLevel": was})
+
+
+@summary_router.get("/schemas")
+async def subject_summaries(
+    registry: RegistryDep,
+    principal: PrincipalDep,
+    search: SearchQuery = "",
+    after: AfterQuery = "",
+    limit: Annotated[int, Query(ge=1, le=1000, description="Subjects in a page.")] = 50,
+) -> Response:
+    """A page of the subjects this key may describe (names containing `search`, after `after`;
+    `next` asks for the next page), each with its latest version, schema id and type, its
+    compatibility level (its own, else the global one), its number of versions, and the topic that
+    uses it (TopicNameStrategy: `<topic>-value`, `<topic>-key`; null when no such topic exists)."""
+    state = await _state(registry)
+    live = ((s, vs) for s, vs in state.subjects.items() if any(not v.deleted for v in vs))
+    page, last = page_of(
+        live,
+        lambda item: item[0],
+        search=search,
+        after=after,
+        limit=limit,
+        keep=lambda item: principal.allows("describe", topic_of_subject(item[0])),
+    )
+
+    def summary(subject: str, versions: list[SubjectVersion]) -> dict[str, Any]:
+        kept = [v for v in versions if not v.deleted]
+        latest = kept[-1]
+        topic = topic_of_subject(subject)
+        return {
+            "subject": subject,
+            "version": latest.version,
+            "versions": len(kept),
+            "id": latest.schema_id,
+            "schemaType": state.schemas[latest.schema_id].schema_type,
+            "compatibility": state.level_of(subject),
+            "topic": topic if registry.catalog.is_topic(topic) else None,
+        }
+
+    subjects = await run_in_threadpool(lambda: [summary(s, vs) for s, vs in page])
+    return _answer({"subjects": subjects, "next": last})

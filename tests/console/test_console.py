@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import httpx
@@ -116,7 +117,7 @@ def test_create_produce_browse_in_the_browser(server, api, browser, screenshots)
 
     def browsed(d):  # the topic's description may trail the ack by the reader's refresh interval
         d.find_element(By.ID, "msg-go").click()
-        wait_ready(d, "#/messages/clicks?p=0&from=newest&offset=0&ts=&dir=forward&as=auto")
+        wait_ready(d, "#/messages/clicks?p=0&from=newest&offset=0&ts=&dir=backward&as=auto")
         return d.find_elements(By.CSS_SELECTOR, "#messages tr.record")
 
     (record,) = WebDriverWait(browser, WAIT).until(browsed)
@@ -127,7 +128,7 @@ def test_create_produce_browse_in_the_browser(server, api, browser, screenshots)
     # the same record, as hex; and found / not found by the page's search
     Select(browser.find_element(By.ID, "msg-as")).select_by_value("hex")
     browser.find_element(By.ID, "msg-go").click()
-    wait_ready(browser, "#/messages/clicks?p=0&from=newest&offset=0&ts=&dir=forward&as=hex")
+    wait_ready(browser, "#/messages/clicks?p=0&from=newest&offset=0&ts=&dir=backward&as=hex")
     assert "7b 22 63 6c" in browser.find_element(By.CSS_SELECTOR, "#messages tr.record").text  # {"cl
     fill(browser, "msg-search", "no such text")
     assert browser.find_elements(By.CSS_SELECTOR, "#messages tr.record") == []
@@ -168,9 +169,20 @@ def test_the_cluster_page_charts_the_servers_own_metrics(server, api, browser, s
     WebDriverWait(browser, WAIT).until(lambda d: len(chart_points(d, "produce-rate-chart") or []) >= 2)
     assert max(chart_points(browser, "produce-rate-chart")) > 0  # the produce above, as a rate
     assert max(chart_points(browser, "fetch-rate-chart")) > 0  # and the fetch
-    assert "no TLS" in browser.find_element(By.ID, "transport").text
     gateways = browser.find_element(By.ID, "gateways").text
     assert "this gateway" in gateways and "live, heartbeat" in gateways and server.url in gateways
+    # each gateway's own TLS and auth settings, as it published them (not guessed by the page)
+    assert browser.find_element(By.CSS_SELECTOR, "#gateways td.tls").text == "no TLS"
+    assert browser.find_element(By.CSS_SELECTOR, "#gateways td.auth").text == "no keys"
+    # the partitions each gateway leads, a page of topics at a time (server-side search)
+    leaders = browser.find_element(By.CSS_SELECTOR, '#leaders tr[data-topic="rates"]')
+    assert [td.text for td in leaders.find_elements(By.TAG_NAME, "td")] == ["rates", "1", "1"]
+    fill(browser, "leader-search", "rat")
+    browser.find_element(By.ID, "leader-search").submit()
+    wait_ready(browser, "#/cluster?search=rat")
+    assert [
+        r.get_attribute("data-topic") for r in browser.find_elements(By.CSS_SELECTOR, "#leaders tr[data-topic]")
+    ] == ["rates"]
     screenshots(browser, "cluster")
 
 
@@ -422,3 +434,115 @@ def test_avro_values_are_decoded_through_the_registry_and_live_records_follow(se
     assert api.post("/topics/avro-clicks/records", json=body).status_code == 200
     WebDriverWait(browser, WAIT).until(lambda d: '"user": "bob"' in d.find_element(By.ID, "messages").text)
     browser.find_element(By.ID, "msg-follow").click()  # stop
+
+
+def test_messages_page_through_a_partition_both_ways(server, api, browser):
+    """Newest first by default; Older and Newer step a page at a time, whichever way the page reads."""
+    assert api.post("/topics", json={"name": "pages"}).status_code == 201
+    for i in range(0, 120, 40):
+        api.post("/topics/pages/records", json={"records": [{"value": n} for n in range(i, i + 40)]})
+
+    def offsets(d) -> list[int]:
+        return [int(r.get_attribute("data-offset")) for r in d.find_elements(By.CSS_SELECTOR, "#messages tr.record")]
+
+    def newest(d):
+        open_page(d, server.url, "#/messages/pages")
+        return offsets(d) if len(offsets(d)) == 50 and offsets(d)[0] == 119 else None
+
+    assert WebDriverWait(browser, WAIT).until(newest) == list(range(119, 69, -1))  # the newest, newest first
+    assert browser.find_element(By.ID, "msg-newer").get_attribute("disabled") is not None
+    browser.find_element(By.ID, "msg-older").click()
+    wait_ready(browser, "#/messages/pages?from=offset&offset=70&dir=backward")
+    assert offsets(browser) == list(range(69, 19, -1))
+    browser.find_element(By.ID, "msg-older").click()
+    wait_ready(browser, "#/messages/pages?from=offset&offset=20&dir=backward")
+    assert offsets(browser) == list(range(19, -1, -1))
+    assert browser.find_element(By.ID, "msg-older").get_attribute("disabled") is not None  # the log start
+    browser.find_element(By.ID, "msg-newer").click()
+    wait_ready(browser, "#/messages/pages?from=offset&offset=20&dir=forward")
+    assert offsets(browser) == list(range(20, 70))  # forward: oldest first
+    # an offset left empty is the page's to refuse, not a silent 0
+    open_page(browser, server.url, "#/messages/pages?from=offset&offset=")
+    assert "Enter an offset" in banner(browser)
+
+
+def test_a_page_of_another_site_cannot_write_through_the_browser(server, api, browser, tmp_path):
+    """Without keys, a page the user opens elsewhere could post to the gateway (a no-cors fetch needs
+    no CORS permission): the gateway refuses writes a browser marks as cross-origin."""
+    import http.server
+    import threading
+
+    from tests.e2e.server import free_port
+
+    assert api.post("/topics", json={"name": "csrf-target"}).status_code == 201
+    (tmp_path / "evil.html").write_text("<html><body>another site</body></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://127.0.0.1:{other.server_address[1]}/evil.html")
+        status = browser.execute_async_script(
+            """const done = arguments[arguments.length - 1];
+            const body = new Blob([JSON.stringify({records: [{value: "from another site"}]})]);
+            Promise.all([
+              fetch(arguments[0] + "/topics/csrf-target/records", {method: "POST", mode: "no-cors", body}),
+              fetch(arguments[0] + "/topics", {method: "POST", mode: "no-cors", body: new Blob(['{"name": "csrf-made"}'])}),
+            ]).then(() => done("sent"), (e) => done(String(e)));""",
+            server.url,
+        )
+        assert status == "sent"
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert api.get("/topics/csrf-target").json()["partition_offsets"][0]["high_watermark"] == 0  # nothing written
+    assert "csrf-made" not in api.get("/topics").json()["topics"]  # nor created
+    # the console itself (same origin) still writes
+    open_page(browser, server.url, "#/messages/csrf-target")
+    fill(browser, "produce-value", '"from the console"')
+    browser.find_element(By.ID, "produce").submit()
+    assert "Produced at offset 0" in wait_banner(browser, "Produced")
+
+
+def test_what_a_limited_admin_key_sees_of_the_cluster_and_the_registry(secured):
+    """A key with admin on orders-* topics and groups: the cluster's group lists, the partition
+    leaders and the schema pages show only its own; a schema id only others use is not found."""
+    admin = {"Authorization": "Bearer admin-key-0123456789"}
+    team = {"Authorization": "Bearer team-admin-0123456789"}
+    with httpx.Client(base_url=secured.url, timeout=60) as client:
+        for group in ("orders-readers", "secret-readers"):
+            r = client.post(
+                "/groups/" + group + "/offsets",
+                headers=admin,
+                json={
+                    "offsets": [
+                        {"topic": "orders-1" if group.startswith("orders") else "secret", "partition": 0, "offset": 0}
+                    ]
+                },
+            )
+            assert r.status_code == 200, r.text
+        ids = {}
+        for topic in ("orders-1", "secret"):
+            schema = {"type": "record", "name": topic.replace("-", "_"), "fields": [{"name": "a", "type": "string"}]}
+            r = client.post(
+                f"/registry/subjects/{topic}-value/versions", headers=admin, json={"schema": json.dumps(schema)}
+            )
+            assert r.status_code == 200, r.text
+            ids[topic] = r.json()["id"]
+
+        everything = client.get("/cluster", headers=admin).json()
+        assert {"orders-readers", "secret-readers"} <= {g for gw in everything["gateways"] for g in gw["groups"]}
+        seen = client.get("/cluster", headers=team).json()
+        (gateway,) = seen["gateways"]
+        assert gateway["groups"] == ["orders-readers"] and gateway["groups_total"] == 1
+        assert gateway["tls"] is False and gateway["auth"] is True
+        leaders = client.get("/cluster/partitions", headers=team).json()
+        assert [t["topic"] for t in leaders["topics"]] == ["orders-1"] and leaders["next"] is None
+        assert sum(leaders["gateways"].values()) == 1
+
+        subjects = client.get("/schemas", headers=team).json()
+        assert [s["subject"] for s in subjects["subjects"]] == ["orders-1-value"]
+        assert subjects["subjects"][0]["topic"] == "orders-1" and subjects["subjects"][0]["compatibility"] == "BACKWARD"
+        assert client.get(f"/registry/schemas/ids/{ids['orders-1']}", headers=team).status_code == 200
+        hidden = client.get(f"/registry/schemas/ids/{ids['secret']}", headers=team)
+        assert hidden.status_code == 404 and "secret" not in hidden.text
+        assert client.get("/schemas").status_code == 401

@@ -272,7 +272,7 @@ def test_a_fetch_is_capped_at_a_record_boundary_never_refused(tight_server):
 def test_half_open_connections_are_closed_and_limited_per_client(tight_server):
     idle = [_raw(tight_server) for _ in range(40)]  # the per-client limit, none finishing its headers
     for s in idle:
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     over = _raw(tight_server)
     answer = over.recv(4096)
     assert answer.startswith(b"HTTP/1.1 503") and b"TOO_MANY_CONNECTIONS" in answer, answer
@@ -288,12 +288,12 @@ def test_half_open_connections_are_closed_and_limited_per_client(tight_server):
 
 def test_a_kept_alive_connection_gets_the_header_timeout_for_its_next_request(tight_server):
     s = _raw(tight_server)
-    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     answer = b""
     while not answer.endswith(b'"ok"}'):
         answer += s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 200")
-    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # then never finishes
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # then never finishes
     s.settimeout(5)
     assert s.recv(10) == b""
     s.close()
@@ -323,3 +323,41 @@ def test_timestamps_outside_the_topics_window_are_refused_on_every_path(http):
         == 200
     )
     assert http.post(f"/topics/{name}/records", json={"records": [{"value": 3, "timestamp": old}]}).status_code == 200
+
+
+def test_writes_a_browser_sends_from_another_origin_are_refused(http, topic):
+    """CSRF: what browsers mark as coming from another origin (Sec-Fetch-Site, else Origin against
+    Host) may not write, with or without keys; reads, same-origin writes and clients outside a
+    browser (neither header) are unaffected."""
+    body = {"records": [{"value": "x"}]}
+    for headers in (
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},  # another port of the same host is another origin
+        {"origin": "http://evil.example"},
+        {"origin": "null"},  # a sandboxed frame or a file
+    ):
+        r = http.post(f"/topics/{topic}/records", json=body, headers=headers)
+        assert_refused(r, 403, "CROSS_SITE_REQUEST")
+        assert "from this origin" in r.json()["error"]["message"]
+    assert_refused(
+        http.delete(f"/topics/{topic}", headers={"origin": "http://evil.example"}), 403, "CROSS_SITE_REQUEST"
+    )
+    assert sum(hw(http, topic).values()) == 0  # nothing written, nothing deleted
+    same = {"origin": str(http.base_url).rstrip("/"), "sec-fetch-site": "same-origin"}
+    assert http.post(f"/topics/{topic}/records", json=body, headers=same).status_code == 200
+    assert http.post(f"/topics/{topic}/records", json=body).status_code == 200
+    assert http.get(f"/topics/{topic}", headers={"sec-fetch-site": "cross-site"}).status_code == 200
+    assert sum(hw(http, topic).values()) == 2
+
+
+def test_a_loopback_server_answers_only_loopback_host_names(server, http):
+    """DNS rebinding: a page that points its own name at 127.0.0.1 is refused by the Host it sends,
+    health checks included; localhost and the address itself are served."""
+    for name in ("evil.example", "evil.example:8080", "10.0.0.1"):
+        r = http.get("/healthz", headers={"host": name})
+        assert_refused(r, 400, "HOST_NOT_ALLOWED")
+        assert "server.allowed_hosts" in r.json()["error"]["message"]
+        assert_refused(http.post("/topics", json={"name": "rebound"}, headers={"host": name}), 400, "HOST_NOT_ALLOWED")
+    assert "rebound" not in http.get("/topics").json()["topics"]
+    assert http.get("/healthz", headers={"host": f"localhost:{server.port}"}).status_code == 200
+    assert http.get("/healthz", headers={"host": f"127.0.0.1:{server.port}"}).status_code == 200

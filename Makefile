@@ -58,15 +58,27 @@ $(CHART_STAMP): $(if $(wildcard $(CHART_JS)),,FORCE)
 
 FORCE:
 
+# Swagger UI for the API's /docs page, the same way (no CDN at run time).
+SWAGGER_VERSION := 5.35.0
+SWAGGER_DIR := ingest_gateway/static/swagger
+SWAGGER_STAMP := $(SWAGGER_DIR)/.swagger-ui-$(SWAGGER_VERSION)
+
+$(SWAGGER_STAMP): $(if $(wildcard $(SWAGGER_DIR)/swagger-ui-bundle.js),,FORCE)
+	@command -v npm >/dev/null || { echo "npm (Node.js) fetches Swagger UI for /docs: install Node.js with npm, then run make again." >&2; exit 1; }
+	mkdir -p $(CONSOLE_NPM) $(SWAGGER_DIR)
+	npm install --prefix $(CONSOLE_NPM) --no-package-lock --no-save --no-audit --no-fund --silent swagger-ui-dist@$(SWAGGER_VERSION)
+	cp $(CONSOLE_NPM)/node_modules/swagger-ui-dist/swagger-ui-bundle.js $(CONSOLE_NPM)/node_modules/swagger-ui-dist/swagger-ui.css $(SWAGGER_DIR)/
+	rm -f $(SWAGGER_DIR)/.swagger-ui-* && touch $(SWAGGER_STAMP)
+
 # Debian's chromium and its chromedriver, for the console's browser tests (tests/console).
 chromium:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
 
-setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) minio kafka-jars chromium sql-endpoint
+setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) $(SWAGGER_STAMP) minio kafka-jars chromium sql-endpoint
 
-run: $(STAMP) $(CHART_STAMP)
+run: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}
 
 test: setup

@@ -30,6 +30,7 @@ from delta_log.registry import TopicRegistry
 from delta_log.system.gateways import GatewayDirectory
 from delta_log.system.groups import GroupStore
 from delta_log.table.storage import StorageRoot
+from ingest_gateway.api_docs import install_docs, is_docs_asset
 from ingest_gateway.browser_guard import SameOriginMiddleware
 from ingest_gateway.errors import error_response, install_error_handlers
 from ingest_gateway.metrics import Metrics
@@ -65,7 +66,7 @@ class RequestMetricsMiddleware:
 
 #: Answered without a key whatever the configuration: liveness and readiness probes.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-DOCS_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+DOCS_PATHS = frozenset({"/openapi.json", "/docs", "/redoc"})
 
 
 class AuthenticationMiddleware:
@@ -89,6 +90,7 @@ class AuthenticationMiddleware:
             scope["type"] != "http"
             or not self.auth.enabled
             or scope["path"] in self.open
+            or (self.auth.open_docs and is_docs_asset(scope["path"]))
             or (self.console and is_console_file(scope["method"], scope["path"]))
         ):
             await self.app(scope, receive, send)
@@ -336,6 +338,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="A Kafka-like log whose topics are Delta Lake tables.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served by install_docs, from this gateway (no CDN)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -365,4 +369,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.server.console:
         install_console(app)
     install_openapi(app, settings)
+    install_docs(app)
     return app

@@ -267,5 +267,8 @@ def test_ops_endpoints(http, topic):
     assert f'topiclake_records_in_total{{topic="{topic}"}}' in text
     assert 'topiclake_errors_total{code="UNKNOWN_TOPIC"}' in text
     assert "topiclake_commit_latency_seconds_bucket" in text and "topiclake_queue_depth" in text
-    assert http.get("/docs").status_code == 200
+    docs = http.get("/docs")  # served whole by the gateway: no CDN (make setup fetched Swagger UI)
+    assert docs.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in docs.text and "cdn" not in docs.text
+    assert http.get("/docs/assets/swagger-ui-bundle.js").status_code == 200
+    assert http.get("/redoc", follow_redirects=False).headers["location"] == "/docs"
     assert "/topics/{topic}/records" in http.get("/openapi.json").json()["paths"]

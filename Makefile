@@ -84,7 +84,7 @@ run: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 	$(PY) -m pytest -q -m "not spark and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -327,5 +327,7 @@ def lag_history(
             elif p in hws:
                 lag = max(hws[p] - offset, 0)
                 rows.append(PartitionLag(topic=t, partition=p, committed_offset=offset, high_watermark=hws[p], lag=lag))
-        out.append(LagPoint(at_ms=at, lag=None if unknown else sum(r.lag for r in rows), partitions=rows))
+        # no partition counted (only deleted topics, or none this key may describe): no point, not 0
+        lag = None if unknown or not rows else sum(r.lag for r in rows)
+        out.append(LagPoint(at_ms=at, lag=lag, partitions=rows))
     return out

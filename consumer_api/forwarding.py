@@ -32,8 +32,13 @@ FORWARDED_BY = "x-topiclake-forwarded-by"
 FORWARDED_FOR = "x-topiclake-forwarded-for"
 #: one group's routes: /groups/{g} and below (not the listing, /groups)
 GROUP_PATH = re.compile(r"^/groups/([^/]+)(?:/|$)")
-#: hop-by-hop headers (RFC 9110 7.6.1) and those the client library recomputes
-_DROP = {b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"trailer", b"host", b"content-length"}
+#: hop-by-hop headers (RFC 9110 7.6.1), those the client library recomputes, and where a browser's
+#: request came from: this gateway checked that already (ingest_gateway.browser_guard), and the
+#: owner, reached on another address, would take the console's own writes for another site's
+_DROP = {
+    b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"te", b"trailer", b"host", b"content-length",
+    b"origin", b"referer", b"sec-fetch-site", b"sec-fetch-mode", b"sec-fetch-dest", b"sec-fetch-user",
+}  # fmt: skip
 
 
 async def _read_body(receive: Receive) -> bytes | None:

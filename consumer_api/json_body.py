@@ -68,7 +68,9 @@ def _near(exc: json.JSONDecodeError, width: int = 24) -> str:
     doc, pos = exc.doc, exc.pos
     before = doc[max(0, pos - width) : pos].replace("\n", " ")
     after = doc[pos : pos + width].replace("\n", " ")
-    return f"{'...' if pos > width else ''}{before} >>>{after}{'...' if pos + width < len(doc) else ''}"
+    near = f"{'...' if pos > width else ''}{before} >>>{after}{'...' if pos + width < len(doc) else ''}"
+    # bytes that are no UTF-8 (json decodes lone surrogates) must not break the answer's encoding
+    return near.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def dumps_value(value: Any) -> bytes:

@@ -35,9 +35,11 @@ def cross_site(scope: Scope) -> str | None:
     """Why a state-changing request came from another site's page (None: it did not, or it did
     not come from a browser)."""
     site = _header(scope, b"sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
+    if site is not None:  # a page cannot set it, and it survives proxies that rewrite Host: it decides
+        if site in ("same-origin", "none"):
+            return None
         return f"A page of another origin sent this {scope['method']} (Sec-Fetch-Site: {site}) and it was refused."
-    origin = _header(scope, b"origin")
+    origin = _header(scope, b"origin")  # browsers without Fetch Metadata
     host = _header(scope, b"host") or ""
     if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
         return f"A page of {origin} sent this {scope['method']} to {host or 'this server'} and it was refused."
@@ -67,8 +69,10 @@ def _hostname(host: str) -> str:
     """The name part of a Host header ("[::1]:8080" -> "::1", "Example:80" -> "example")."""
     host = host.strip().lower()
     if host.startswith("["):
-        return host[1 : host.find("]")] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        name = host[1 : host.find("]")] if "]" in host else host
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return name.rstrip(".")  # "localhost." is localhost
 
 
 def _is_loopback(host: str) -> bool:
@@ -82,13 +86,14 @@ def _is_loopback(host: str) -> bool:
 
 def allowed_hosts(bind_host: str, configured: Iterable[str], advertised: Iterable[str] = ()) -> frozenset[str] | None:
     """The Host names to answer (None: any). `configured` (server.allowed_hosts) decides when
-    given ("*": any); else a loopback-bound server answers its loopback names and `advertised`,
-    and one bound elsewhere answers any name."""
+    given ("*": any), with the loopback names (a page cannot send those: local clients keep
+    working); else a loopback-bound server answers its loopback names and `advertised`, and one
+    bound elsewhere answers any name."""
     names = [n.strip().lower() for n in configured if n.strip()]
     if "*" in names:
         return None
     if names:
-        return frozenset(names) | {_hostname(h) for h in advertised if h}
+        return LOOPBACK_NAMES | {_hostname(n) for n in names} | {_hostname(h) for h in advertised if h}
     if not _is_loopback(bind_host):
         return None
     return LOOPBACK_NAMES | {bind_host.lower().strip("[]")} | {_hostname(h) for h in advertised if h}

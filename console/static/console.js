@@ -444,19 +444,37 @@ async function messagesPage(name, params) {
   } else if (from === "earliest") offset = info.log_start_offset;
   else offset = info.high_watermark; // newest: the page before the high watermark
   offset = Math.min(Math.max(offset, info.log_start_offset), info.high_watermark);
-  const start = direction === "backward" ? Math.max(info.log_start_offset, offset - PAGE_SIZE) : offset;
-  const count = direction === "backward" ? offset - start : PAGE_SIZE;
+  const fetchFrom = (at, count) => get(`/topics/${enc(name)}/partitions/${partition}/records`, { offset: at, max_records: count, key_format: "binary", value_format: "binary" });
   let records = [];
-  if (start < info.high_watermark && count > 0) {
-    const page = await get(`/topics/${enc(name)}/partitions/${partition}/records`, { offset: start, max_records: count, key_format: "binary", value_format: "binary" });
-    records = page.records;
+  if (direction === "forward") {
+    if (offset < info.high_watermark) records = (await fetchFrom(offset, PAGE_SIZE)).records;
+  } else {
+    // the PAGE_SIZE records just before `offset`: read from PAGE_SIZE offsets earlier up to it (a
+    // fetch stops at its byte limit, so large records take several), and keep the last ones; a
+    // compacted partition has gaps, so a short page reaches further back, a few times at most
+    let upTo = offset;
+    for (let tries = 0; records.length < PAGE_SIZE && upTo > info.log_start_offset && tries < 8; tries++) {
+      const lo = Math.max(info.log_start_offset, upTo - PAGE_SIZE);
+      const got = [];
+      for (let at = lo, reads = 0; at < upTo && reads < 50; reads++) {
+        const page = await fetchFrom(at, upTo - at);
+        got.push(...page.records.filter((r) => r.offset < upTo));
+        if (!page.records.length || page.next_offset <= at) break;
+        at = page.next_offset;
+      }
+      records = [...got, ...records];
+      upTo = lo;
+    }
+    records = records.slice(-PAGE_SIZE);
   }
   await loadSchemas(records.flatMap((r) => [framedId(fromBase64(r.value)), framedId(fromBase64(r.key))]));
   const set = (q) => { const p = new URLSearchParams(params); for (const [k, v] of Object.entries(q)) p.set(k, v); location.hash = `#/messages/${enc(name)}?${p}`; };
-  const first = records.length ? records[0].offset : start;
-  const last = records.length ? records[records.length - 1].offset : start - 1;
+  const first = records.length ? records[0].offset : offset;
+  const last = records.length ? records[records.length - 1].offset : offset - 1;
   const partSel = h("select", { id: "msg-partition" }, Array.from({ length: d.partitions }, (_, i) => h("option", { value: i, selected: i === partition }, `partition ${i}`)));
   const fromSel = h("select", { id: "msg-from" }, ["newest", "earliest", "offset", "timestamp"].map((f) => h("option", { value: f, selected: f === from }, f)));
+  // each start reads its natural way unless the user picks a direction after it
+  fromSel.addEventListener("change", () => { dirSel.value = fromSel.value === "newest" ? "backward" : "forward"; });
   const offIn = h("input", { id: "msg-offset", type: "number", min: 0, value: params.get("offset") ?? info.log_start_offset });
   const tsIn = h("input", { id: "msg-ts", type: "datetime-local", step: 1, value: params.get("ts") || "" });
   const dirSel = h("select", { id: "msg-dir" }, [["forward", "forward (oldest first)"], ["backward", "backward (newest first)"]].map(([f, label]) => h("option", { value: f, selected: f === direction }, label)));
@@ -508,13 +526,14 @@ async function messagesPage(name, params) {
 async function followLive(name, partition, records, draw, button) {
   let redraw = 0;
   if (streamAbort) { streamAbort.abort(); streamAbort = null; button.textContent = "Follow live"; return; }
-  streamAbort = new AbortController();
+  const mine = new AbortController();
+  streamAbort = mine;
   button.textContent = "Stop following";
   const headers = { Accept: "text/event-stream" };
   const key = sessionStorage.getItem(KEY);
   if (key) headers.Authorization = `Bearer ${key}`;
   try {
-    const r = await fetch(`/topics/${enc(name)}/partitions/${partition}/stream?key_format=binary&value_format=binary`, { headers, signal: streamAbort.signal });
+    const r = await fetch(`/topics/${enc(name)}/partitions/${partition}/stream?key_format=binary&value_format=binary`, { headers, signal: mine.signal });
     if (!r.ok) throw new ApiError(r.status, String(r.status), (await r.json()).error.message);
     const reader = r.body.getReader();
     const text = new TextDecoder();
@@ -544,7 +563,7 @@ async function followLive(name, partition, records, draw, button) {
   } catch (e) {
     if (e.name !== "AbortError") say(e instanceof TypeError ? OFFLINE : e.message || String(e));
   }
-  if (streamAbort && !streamAbort.signal.aborted) { streamAbort = null; button.textContent = "Follow live"; }
+  if (streamAbort === mine && !mine.signal.aborted) { streamAbort = null; button.textContent = "Follow live"; }
 }
 
 function produceForm(name, partition) {

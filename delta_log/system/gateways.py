@@ -33,7 +33,8 @@ class GatewayRecord:
     kafka: str = ""
     node_id: int = -1
     #: whether its API (and Kafka listener) require keys: what the console's Cluster page shows
-    auth: bool = False
+    #: (None: a gateway of a version that did not say)
+    auth: bool | None = None
 
     def live(self, now_ms: int, timeout_ms: int) -> bool:
         return now_ms - self.heartbeat_ms <= timeout_ms
@@ -53,7 +54,7 @@ class GatewayRecord:
             pid=int(raw.get("pid", 0)),
             kafka=str(raw.get("kafka", "")),
             node_id=int(raw.get("node_id", -1)),
-            auth=bool(raw.get("auth", False)),
+            auth=None if raw.get("auth") is None else bool(raw["auth"]),
         )
 
 

@@ -162,6 +162,26 @@ def test_forwarded_requests_keep_auth(gateways):
         )
 
 
+def test_a_browsers_group_writes_reach_a_coordinator_on_another_gateway(gateways):
+    """The console calls its own gateway (same origin); a group another gateway coordinates gets
+    the request forwarded, and the owner must not take it for another site's (its Host differs)."""
+    owner = owner_of(gateways, "console-group")
+    first = next(s for s in gateways if s is not owner)
+    browser = {**ADMIN, "origin": first.url, "sec-fetch-site": "same-origin"}
+    commit = {"offsets": [{"topic": "orders", "partition": 0, "offset": 1}]}
+    for headers in (browser, {**ADMIN, "origin": first.url}):  # with Fetch Metadata, and an older browser's
+        r = httpx.post(f"{first.url}/groups/console-group/offsets", json=commit, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+    r = httpx.post(
+        f"{first.url}/groups/console-group/offsets/reset", json={"topic": "orders", "to": "earliest"}, headers=browser
+    )
+    assert r.status_code == 200, r.text
+    # another site's page is still refused, at the first gateway
+    evil = {**ADMIN, "origin": "http://evil.example", "sec-fetch-site": "cross-site"}
+    r = httpx.post(f"{first.url}/groups/console-group/offsets", json=commit, headers=evil, timeout=30)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "CROSS_SITE_REQUEST"
+
+
 def test_kill_9_the_coordinator_another_takes_over(gateways):
     """Members heartbeat and commit through the surviving gateways; the group's coordinator dies.
     Another gateway takes the group over; offsets never move backwards; a stale member's commit

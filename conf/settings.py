@@ -246,9 +246,9 @@ class ServerSettings(BaseModel):
     )
     allowed_hosts: tuple[str, ...] = Field(
         (),
-        description='Host names the server answers to ("*": any). Empty: a server bound to a loopback address '
-        "answers only to localhost, 127.0.0.1 and ::1 (a page cannot rebind its own name onto it), one bound "
-        "elsewhere to any name.",
+        description='Host names the server answers to besides localhost, 127.0.0.1 and ::1 ("*": any). Empty: a '
+        "server bound to a loopback address answers only to those (a page cannot rebind its own name onto it), "
+        "one bound elsewhere to any name.",
     )
     console: bool = Field(
         True,

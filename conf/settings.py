@@ -74,6 +74,18 @@ class WriterSettings(BaseModel):
         ge=1,
         description="delta.checkpointInterval of new topics: delta-rs replays the log since the last checkpoint on every commit and refresh.",
     )
+    own_log_entries: bool = Field(
+        True,
+        description="On local disk, appends write their Delta log entry themselves (a tenth of delta-rs's commit "
+        "time, and no table re-read after it); false: every commit through delta-rs.",
+    )
+    checkpoint_min_interval_s: float = Field(
+        2.0,
+        ge=0,
+        description="A writer that commits its own log entries (local disk) checkpoints a topic at most this often: "
+        "a checkpoint re-reads the table (tens of ms with hundreds of files), and at a hundred commits a second "
+        "every 10th commit would take most of a core.",
+    )
     log_retention: str = Field("interval 7 days", description="delta.logRetentionDuration of new topics")
     deleted_file_retention: str = Field("interval 1 hours", description="delta.deletedFileRetentionDuration")
     max_row_group_rows: int = Field(8192, gt=0, description="Parquet row group size; a fetch reads only these.")

@@ -187,9 +187,15 @@ class TransactionCache:
         *,
         max_versions: int = MAX_INCREMENTAL_VERSIONS,
         max_entries: int = 65_536,
+        version: Callable[[], int] | None = None,
+        sync: Callable[[], None] | None = None,
     ) -> None:
         self._table = table
         self._read_entries = read_entries
+        # The version to follow, when its owner commits without moving the table object (which
+        # then trails it), and how to bring the table object up to it before reading from it.
+        self._version_of = version
+        self._sync = sync
         self._max_versions = max_versions
         self._max_entries = max_entries  # idempotent producers come and go: start over past this
         self._version: int | None = None
@@ -204,7 +210,8 @@ class TransactionCache:
         self._catch_up(dt)
         if app_id not in self._known:
             if len(self._known) >= self._max_entries:
-                self._known.clear()
+                self._start_over()
+                dt = self._table()
             version = dt.transaction_version(app_id)
             self._known[app_id] = None if version is None else int(version)
         return self._known[app_id]
@@ -216,8 +223,21 @@ class TransactionCache:
             self._known.update({t.app_id: int(t.version) for t in txns})
             self._version = version
 
+    def _current(self, dt: DeltaTable) -> int:
+        return dt.version() if self._version_of is None else self._version_of()
+
+    def _start_over(self) -> None:
+        """Forget every value, and read them again from the table object, brought to the version
+        followed first: values it holds from an older version may be stale."""
+        self._known.clear()
+        dt = self._table()
+        if self._sync is not None and dt.version() != self._current(dt):
+            self._sync()
+            dt = self._table()
+        self._object, self._version = dt, self._current(dt)
+
     def _catch_up(self, dt: DeltaTable) -> None:
-        version = dt.version()
+        version = self._current(dt)
         if self._version == version:
             return
         table_id = str(dt.metadata().id)
@@ -235,8 +255,7 @@ class TransactionCache:
                 self._known.update(transactions_written(entries))
                 self._version = version
                 return
-        self._known.clear()
-        self._version = version
+        self._start_over()
 
 
 def read_producer_state(dt: TxnSource, producer_id: str, partition: int) -> ProducerState | None:

@@ -2,9 +2,11 @@
 
 delta-rs's internal commit retry does not refuse a remove of a file another commit removed
 meanwhile (measured: two roll-ups of one run both committed, doubling records). So file-changing
-commits are made with no internal retry, on the exact version where every file they remove was
-checked to be live; any commit in between fails the attempt and the check runs again. They never
-touch `hw-<p>` transactions, so producers' commits are not refused because of them.
+commits are made on a version where every file they remove was checked to be live: on local disk
+they write their log entry themselves (delta_log.table.log_entries), past later versions only if
+none of those removed one of the same files; elsewhere through delta-rs with no internal retry, on
+that exact version, any commit in between failing the attempt. They never touch `hw-<p>`
+transactions, so producers' commits are not refused because of them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.errors import SourcesGoneError
+from delta_log.table import log_entries
+from delta_log.table.log_entries import append_entry, local_log_dir, plain_protocol
 
 
 def commit_file_changes(
@@ -33,12 +37,22 @@ def commit_file_changes(
     Raises: SourcesGoneError.
     """
     wanted = set(removes)
+    log_dir = local_log_dir(dt.table_uri)
     for _ in range(attempts):
         dt.update_incremental()
         live = set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
         if not wanted <= live:
             raise SourcesGoneError("a file to remove was removed by another commit")
+        protocol = dt.protocol()
         try:
+            if log_dir is not None and plain_protocol(protocol.min_writer_version, protocol.writer_features):
+                # the entry ourselves (delta_log.table.log_entries), after versions that removed none of
+                # these files: beside a writer committing every few ms, a commit that must land on
+                # the exact version it checked would hardly ever win
+                entry = append_entry(actions, [], {"topiclake.operation": operation}, partition_by=["partition"])
+                log_entries.commit(log_dir, dt.version(), entry, removed=frozenset(wanted), attempts=attempts)
+                dt.update_incremental()
+                return
             dt.create_write_transaction(
                 actions,
                 "append",

@@ -1,4 +1,5 @@
 import threading
+import time
 
 import pyarrow as pa
 
@@ -87,6 +88,18 @@ def test_two_rollers_race_without_doubling(storage, settings, topic_factory):
     assert done >= 8  # 64 segments -> at least 8 runs between the two
 
 
+def _last_checkpoint(storage, topic: str) -> int:
+    import json
+    import os
+
+    path = os.path.join(storage.topic_uri(topic), "_delta_log", "_last_checkpoint")
+    try:
+        with open(path) as f:
+            return int(json.load(f)["version"])
+    except FileNotFoundError:
+        return -1
+
+
 def test_log_stays_small_and_stale_readers_recover(tmp_path):
     import os
 
@@ -95,7 +108,13 @@ def test_log_stays_small_and_stale_readers_recover(tmp_path):
 
     settings = load_settings(
         root=str(tmp_path / "root"),
-        writer={"log_keep_versions": 20, "log_min_age_s": 0, "cleanup_every_commits": 10, "checkpoint_interval": 10},
+        writer={
+            "log_keep_versions": 20,
+            "log_min_age_s": 0,
+            "cleanup_every_commits": 10,
+            "checkpoint_interval": 10,
+            "checkpoint_min_interval_s": 0,
+        },
     )
     storage = StorageRoot(settings.root)
     Catalog(storage, settings.writer).create_topic("small-log")
@@ -104,6 +123,12 @@ def test_log_stays_small_and_stale_readers_recover(tmp_path):
     w = TopicWriter(storage, "small-log", settings.writer, on_commit=roller.notify_commit)
     for _ in range(150):
         w.append(make_batch(2))
+    # the writer's checkpoints are made by the checkpoint thread, off the commit path: the log is
+    # cleaned up to the latest one
+    deadline = time.monotonic() + 30
+    while _last_checkpoint(storage, "small-log") < 140:
+        assert time.monotonic() < deadline, "the checkpoint thread fell behind"
+        time.sleep(0.05)
     roller.run_once(commits=10)
     roller.close()
     log_dir = os.path.join(storage.topic_uri("small-log"), "_delta_log")

@@ -1,4 +1,6 @@
+import json
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -121,9 +123,11 @@ def test_checkpoints_and_no_per_commit_log_cleanup(storage, settings, topic_fact
     for _ in range(105):
         w.append(make_batch(1))
     log_dir = os.path.join(storage.topic_uri(topic), "_delta_log")
-    names = os.listdir(log_dir)
-    assert any(n.endswith(".checkpoint.parquet") for n in names)
-    assert "00000000000000000000.json" in names  # hot path never cleans the log
+    deadline = time.monotonic() + 30  # the checkpoint thread makes them, off the commit path
+    while not any(n.endswith(".checkpoint.parquet") for n in os.listdir(log_dir)):
+        assert time.monotonic() < deadline, "no checkpoint after 105 commits"
+        time.sleep(0.05)
+    assert "00000000000000000000.json" in os.listdir(log_dir)  # hot path never cleans the log
     assert TopicReader(storage, topic).high_watermark(0) == 105
 
 
@@ -233,3 +237,73 @@ def test_the_cache_starts_over_when_the_topic_is_created_again(storage, settings
     assert a.table.version() == b.table.version()
     assert a.append(on_one(1)).ranges[0].base_offset == 25
     assert all_offsets(storage, topic) == {1: list(range(26))}
+
+
+def _entry_actions(storage, topic, version):
+    with open(os.path.join(storage.topic_uri(topic), "_delta_log", f"{version:020d}.json")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_own_commits_skip_other_partitions_appends_and_replan_on_their_own(storage, settings, topic_factory):
+    """Commits written by the writer itself (delta_log.table.log_entries): a version taken by an
+    append to OTHER partitions is passed over without planning again (as delta-rs's append retry);
+    one that wrote the same high watermark is a conflict, planned again, and no offset is given
+    twice. The entries are Delta's: delta-rs and a fresh table object read them."""
+    topic = topic_factory(partitions=2)
+    a = TopicWriter(storage, topic, settings.writer)
+    b = TopicWriter(storage, topic, settings.writer)
+    a.append(make_batch(3, partition_of=lambda i: 0))
+    b.append(make_batch(3, partition_of=lambda i: 1))  # b had not read a's commit: another partition
+    assert b.conflicts == 0
+    a.append(make_batch(2, partition_of=lambda i: 1))  # a has not read b's: same partition
+    assert a.conflicts == 1
+    assert all_offsets(storage, topic) == {0: [0, 1, 2], 1: [0, 1, 2, 3, 4]}
+    fresh = DeltaTable(storage.topic_uri(topic))
+    assert read_high_watermarks(fresh, [0, 1]) == {0: 3, 1: 5}
+    version = fresh.version()
+    actions = _entry_actions(storage, topic, version)
+    info = actions[0]["commitInfo"]
+    assert info["engineInfo"] == "topiclake" and info["operation"] == "WRITE" and info["topiclake.records"] == "2"
+    assert {a["txn"]["appId"] for a in actions if "txn" in a} == {"hw-1"}
+    (add,) = [a["add"] for a in actions if "add" in a]
+    assert add["partitionValues"] == {"partition": "1"} and json.loads(add["stats"])["numRecords"] == 2
+    assert a.table.version() == version  # `table` catches up with the writer's own commits
+
+
+def test_own_commits_replan_after_a_metadata_change(storage, settings, topic_factory):
+    topic = topic_factory(partitions=1)
+    w = TopicWriter(storage, topic, settings.writer)
+    w.append(make_batch(2))
+    other = DeltaTable(storage.topic_uri(topic))
+    other.alter.set_table_properties({"delta.logRetentionDuration": "interval 8 days"})  # metaData, elsewhere
+    w.append(make_batch(2))
+    assert w.conflicts == 1  # planned again on the new metadata
+    assert all_offsets(storage, topic) == {0: [0, 1, 2, 3]}
+    assert DeltaTable(storage.topic_uri(topic)).metadata().configuration["delta.logRetentionDuration"] == (
+        "interval 8 days"
+    )
+
+
+def test_a_file_change_passes_appends_but_not_a_removal_of_its_files(storage, settings, topic_factory):
+    """The rule for roll-up and retention entries written on local disk: appends in between are
+    passed over; a commit in between that removed one of the same files is a conflict."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import RemoveAction
+
+    from delta_log.table import log_entries
+
+    topic = topic_factory(partitions=1)
+    w = TopicWriter(storage, topic, settings.writer)
+    w.append(make_batch(2))
+    dt = DeltaTable(storage.topic_uri(topic))
+    read_version = dt.version()
+    (path,) = [os.path.relpath(u, storage.topic_uri(topic)) for u in dt.file_uris()]
+    w.append(make_batch(2))  # another writer's append lands first
+    log_dir = os.path.join(storage.topic_uri(topic), "_delta_log")
+    gone = RemoveAction(path, True, 1, 10, {"partition": "0"})
+    entry = log_entries.append_entry([gone], [], {}, partition_by=["partition"])
+    version = log_entries.commit(log_dir, read_version, entry, removed=frozenset([path]))
+    assert version == read_version + 2
+    assert all_offsets(storage, topic) == {0: [2, 3]}  # the first file is gone, the append stays
+    with pytest.raises(CommitFailedError, match="removed"):  # planned on the same version: refused
+        log_entries.commit(log_dir, read_version, entry, removed=frozenset([path]))

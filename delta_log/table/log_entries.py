@@ -1,0 +1,164 @@
+"""Appending a topic's commits to its Delta log ourselves, on local disk.
+
+delta-rs's `create_write_transaction` costs ~6 ms of wall time (more CPU, on its own threads) for
+an append of a few files, most of it rebuilding state we already hold; the commit itself is one
+small JSON file created only if its version is free. Measured in one process (1,000 records of 1
+KB over 4 partitions a commit): parquet 4.1 ms, delta-rs commit 6.2 ms, refresh 3.3 ms; this
+module's commit 0.24 ms.
+
+The protocol (Delta's PROTOCOL.md, "Commit Provenance", "Add File and Remove File", "Transaction
+Identifiers"): version N is the file `_delta_log/<N:020>.json`, one action per line, and the
+writer that creates it first wins (here: `os.link` of a finished temporary file, which fails if
+the name exists, as delta-rs does on local disk). A writer that lost version N to another may take
+N+1 only if nothing committed in between invalidates what it planned against N-1: the rule
+delta-rs applies to appends, made explicit here. Ours plan offsets from `txn` app ids (the
+partitions' high watermarks, producers' sequences), so a commit in between that wrote one of our
+app ids, or changed the table's metadata or protocol, is a conflict (CommitFailedError: the writer
+plans again); any other (another partition's append, a roll-up, retention) is not.
+
+Only tables whose protocol asks nothing of a writer beyond Delta's first two writer versions are
+written this way (`plain_protocol`); any other, and any table on object storage, is committed
+through delta-rs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from urllib.parse import unquote, urlsplit
+
+from deltalake import Transaction
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, RemoveAction
+
+ENGINE = "topiclake"
+
+
+def local_log_dir(table_uri: str) -> str | None:
+    """The `_delta_log` folder of a table on local disk (None: on object storage)."""
+    if table_uri.startswith("file://"):
+        return os.path.join(unquote(urlsplit(table_uri).path), "_delta_log")
+    return None if "://" in table_uri else os.path.join(table_uri, "_delta_log")
+
+
+def plain_protocol(min_writer_version: int, writer_features: Sequence[str] | None) -> bool:
+    """Writer versions 1-2 (appendOnly, invariants: an append of files without invariant columns
+    obeys both), and no table features."""
+    return min_writer_version <= 2 and not writer_features
+
+
+def append_entry(
+    adds: Iterable[AddAction | RemoveAction],
+    txns: Iterable[Transaction],
+    custom: Mapping[str, str],
+    *,
+    partition_by: Sequence[str],
+) -> bytes:
+    """The JSON lines of one commit: commitInfo, the files added and removed, the app transactions."""
+    lines = [
+        {
+            "commitInfo": {
+                "timestamp": int(time.time() * 1000),
+                "operation": "WRITE",
+                "operationParameters": {"mode": "Append", "partitionBy": json.dumps(list(partition_by))},
+                "engineInfo": ENGINE,
+                **custom,
+                "clientVersion": ENGINE,
+            }
+        }
+    ]
+    lines += [
+        {
+            "add": {
+                "path": a.path,
+                "partitionValues": dict(a.partition_values),
+                "size": a.size,
+                "modificationTime": a.modification_time,
+                "dataChange": a.data_change,
+                "stats": a.stats,
+            }
+        }
+        if isinstance(a, AddAction)
+        else {
+            "remove": {
+                "path": a.path,
+                "deletionTimestamp": a.deletion_timestamp,
+                "dataChange": a.data_change,
+                "extendedFileMetadata": True,
+                "partitionValues": dict(a.partition_values),
+                "size": a.size,
+            }
+        }
+        for a in adds
+    ]
+    lines += [{"txn": {"appId": t.app_id, "version": int(t.version)}} for t in txns]
+    return ("\n".join(json.dumps(line, separators=(",", ":")) for line in lines) + "\n").encode()
+
+
+def conflicts(entries: Iterable[str], app_ids: frozenset[str], removed: frozenset[str] = frozenset()) -> str | None:
+    """Why commits made after our read version invalidate our plan (None: they do not): one wrote
+    one of our txn app ids, removed one of the files we remove, or changed the metadata or
+    protocol."""
+    for entry in entries:
+        for line in entry.splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "metaData" in action or "protocol" in action:
+                return "the table's metadata or protocol changed"
+            txn = action.get("txn")
+            if txn is not None and txn.get("appId") in app_ids:
+                return f"another writer committed {txn.get('appId')}"
+            gone = action.get("remove")
+            if gone is not None and gone.get("path") in removed:
+                return f"another writer removed {gone.get('path')}"
+    return None
+
+
+def commit(
+    log_dir: str,
+    read_version: int,
+    entry: bytes,
+    app_ids: frozenset[str] = frozenset(),
+    *,
+    removed: frozenset[str] = frozenset(),
+    attempts: int = 10,
+) -> int:
+    """Create the first free version after `read_version` holding `entry`; returns it.
+
+    Raises: CommitFailedError (a commit in between conflicts, or `attempts` versions were taken),
+    OSError (the log cannot be written)."""
+    tmp = os.path.join(log_dir, f"_commit_{uuid.uuid4().hex}.json.tmp")
+    with open(tmp, "wb") as f:
+        f.write(entry)
+    try:
+        version = read_version + 1
+        for _ in range(attempts):
+            try:
+                os.link(tmp, os.path.join(log_dir, f"{version:020d}.json"))
+                return version
+            except FileExistsError:
+                pass
+            newer = _entries_from(log_dir, version)
+            reason = conflicts(newer, app_ids, removed)
+            if reason is not None:
+                raise CommitFailedError(f"Commit conflict at version {version}: {reason}.")
+            version += len(newer)
+        raise CommitFailedError(f"Versions {read_version + 1}-{version} were all taken by other writers.")
+    finally:
+        os.unlink(tmp)
+
+
+def _entries_from(log_dir: str, version: int) -> list[str]:
+    """The commit entries from `version` on, as far as they exist (at least the one that is)."""
+    out = []
+    while True:
+        try:
+            with open(os.path.join(log_dir, f"{version:020d}.json"), encoding="utf-8") as f:
+                out.append(f.read())
+        except FileNotFoundError:
+            return out
+        version += 1

@@ -76,7 +76,7 @@ from delta_log.table.app_transactions import (
     read_lease,
     read_producer_state,
 )
-from delta_log.table.log_entries import append_entry, plain_protocol
+from delta_log.table.log_entries import StaleVersionError, append_entry, plain_protocol
 from delta_log.table.segment_files import ParquetOptions, remove_files, write_segments
 from delta_log.table.storage import StorageRoot
 from delta_log.table.time_travel import THROUGHPUT_BYTES, THROUGHPUT_RECORDS
@@ -185,7 +185,7 @@ class TopicWriter:
     def _open(self) -> DeltaTable:
         dt = self.storage.open_topic(self.topic)
         self._checkpoint_interval = max(1, int(dt.metadata().configuration.get("delta.checkpointInterval", "100")))
-        self._version = dt.version()
+        self._version = self._planned = dt.version()
         self._checkpoint_base, self._checkpoint_at = self._version, float("-inf")
         return dt
 
@@ -240,12 +240,20 @@ class TopicWriter:
         attempts = self.settings.max_commit_attempts
         for n in range(attempts):
             self._t = time.perf_counter()
+            self._planned = self._version  # what the attempt plans on (checked by _commit)
             try:
                 return attempt()
+            except StaleVersionError as exc:  # its version left the log (cleaned up; the table made again)
+                self.conflicts += 1
+                log.info("table of %s read again: %s", self.topic, exc)
+                self._dt = self._open()
             except CommitFailedError as exc:
                 self.conflicts += 1
                 log.debug("commit conflict on %s (attempt %d): %s", self.topic, n + 1, exc)
-                self.refresh()
+                try:
+                    self.refresh()
+                except TopiclakeError:  # an object that cannot follow the log any more: open it anew
+                    self._dt = self._open()
                 time.sleep(random.uniform(0, min(0.002 * 2**n, 0.05)))
             except TableNotFoundError as exc:
                 raise TopicNotFoundError(self.topic) from exc
@@ -270,6 +278,7 @@ class TopicWriter:
         lapsed = self._lapsed_leases(staged.high_watermarks)
         if lapsed:  # the dead holder's acks first; then the offsets (and duplicates) are planned again
             self.replay_write_ahead()
+            self._planned = self._version
             staged = stage(requests, self._txns, self.topic, tick=self._tick)
             if staged.records is None:
                 return staged.results
@@ -415,13 +424,18 @@ class TopicWriter:
     def _commit(self, records: pa.Table, txns: list[Transaction]) -> None:
         """Write one parquet file per partition, then commit their add actions and `txns` at once.
 
-        We write the files with pyarrow and commit through `create_write_transaction`: measured
-        against `write_deltalake`, commit latency stays flat as the table grows (see bench/log_bench).
+        We write the files with pyarrow and commit their log entry ourselves on local disk
+        (delta_log.table.log_entries), elsewhere through `create_write_transaction`: measured against
+        `write_deltalake`, commit latency stays flat as the table grows (see bench/log_bench).
         On failure the files just written are deleted (best effort; vacuum catches the rest).
         """
+        read_version = self._version
+        if read_version != self._planned:
+            # the txn cache re-read the table while this attempt planned (it started over): values
+            # read before that are of an older version than the one this commit would check after
+            raise CommitFailedError(f"Planned on version {self._planned}, now at {read_version}: planning again.")
         files = write_segments(self.storage, self.uri, records, self._parquet_options)
         self._tick("parquet")
-        read_version = self._version
         # the records and bytes each commit appended, in its commitInfo: a topic's throughput over
         # time is then its Delta history (GET /topics/{t}/throughput)
         custom = {THROUGHPUT_RECORDS: str(records.num_rows), THROUGHPUT_BYTES: str(sum(f.action.size for f in files))}
@@ -464,7 +478,7 @@ class TopicWriter:
             # most every `checkpoint_min_interval_s`
             now = time.monotonic()
             if (
-                version - self._checkpoint_base >= self._checkpoint_interval
+                version // self._checkpoint_interval > self._checkpoint_base // self._checkpoint_interval
                 and now - self._checkpoint_at >= self.settings.checkpoint_min_interval_s
             ):
                 self._checkpoint_base, self._checkpoint_at = version, now
@@ -500,7 +514,7 @@ class TopicWriter:
             else:
                 self._checkpoint_dt.update_incremental()
             self._checkpoint_dt.create_checkpoint()
-        except (TopiclakeError, DeltaError, OSError) as exc:
+        except Exception as exc:  # a thread of its own: nothing may escape into a forgotten future
             self._checkpoint_dt = None
             log.warning("checkpoint of %s failed (the next interval's covers it): %s", self.topic, exc)
         finally:

@@ -172,9 +172,14 @@ class TransactionCache:
     memory), when it holds `max_entries`, and when the table object is another one or the table
     another table (re-opened; deleted and created again: versions start over).
 
-    Invariant (the writer's offsets depend on it): every value kept is the table object's as of
-    `dt.version()`. A value from an OLDER version would not be refused by Delta's txn rule (it only
-    checks commits after the object's own read version): it would hand out offsets twice.
+    Invariant (the writer's offsets depend on it): every value kept is the table's as of the
+    version followed (`dt.version()`, or the `version` its owner gives when it commits without
+    moving the table object). A value from an OLDER version would not be refused by Delta's txn
+    rule (it only checks commits after the planned version): it would hand out offsets twice. Values
+    not kept are read from the table object, whose version may trail the one followed: every txn
+    written in between is kept (from the owner's commits, or their entries), so what it answers for
+    the others is still current; starting over first brings it up (`sync`), and the owner checks
+    that the version it planned on did not move meanwhile.
 
     Concurrency contract: one thread at a time, like the table object it follows. `table` returns
     the current object (its owner may re-open it).

@@ -11,17 +11,20 @@ transactions, so producers' commits are not refused because of them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.errors import SourcesGoneError
 from delta_log.table import log_entries
 from delta_log.table.log_entries import append_entry, local_log_dir, plain_protocol
+
+log = logging.getLogger(__name__)
 
 
 def commit_file_changes(
@@ -44,14 +47,19 @@ def commit_file_changes(
         if not wanted <= live:
             raise SourcesGoneError("a file to remove was removed by another commit")
         protocol = dt.protocol()
+        config = dt.metadata().configuration
+        # delta.appendOnly tables refuse removes that change data: delta-rs says so
+        append_only = config.get("delta.appendOnly", "false").lower() == "true"
+        own = log_dir is not None and plain_protocol(protocol.min_writer_version, protocol.writer_features)
         try:
-            if log_dir is not None and plain_protocol(protocol.min_writer_version, protocol.writer_features):
+            if own and not (append_only and any(isinstance(a, RemoveAction) and a.data_change for a in actions)):
                 # the entry ourselves (delta_log.table.log_entries), after versions that removed none of
                 # these files: beside a writer committing every few ms, a commit that must land on
                 # the exact version it checked would hardly ever win
+                read_version = dt.version()
                 entry = append_entry(actions, [], {"topiclake.operation": operation}, partition_by=["partition"])
-                log_entries.commit(log_dir, dt.version(), entry, removed=frozenset(wanted), attempts=attempts)
-                dt.update_incremental()
+                version = log_entries.commit(log_dir, read_version, entry, removed=frozenset(wanted), attempts=attempts)
+                _after_own_commit(dt, read_version, version, int(config.get("delta.checkpointInterval", "100")))
                 return
             dt.create_write_transaction(
                 actions,
@@ -68,3 +76,15 @@ def commit_file_changes(
         dt.update_incremental()
         return
     raise SourcesGoneError("too many concurrent commits")
+
+
+def _after_own_commit(dt: DeltaTable, read_version: int, version: int, interval: int) -> None:
+    """The committed version is final: bring `dt` to it, and checkpoint when the commit crossed a
+    multiple of the interval (as delta-rs's post-commit hook would). A failure here is logged, never
+    raised: the caller would take the commit for failed and delete the files it references."""
+    try:
+        dt.update_incremental()
+        if version // max(interval, 1) > read_version // max(interval, 1):
+            dt.create_checkpoint()
+    except (DeltaError, OSError) as exc:
+        log.warning("after a committed file change of %s (version %d): %s", dt.table_uri, version, exc)

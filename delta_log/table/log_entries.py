@@ -23,6 +23,7 @@ through delta-rs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -35,6 +36,11 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 ENGINE = "topiclake"
+
+
+class StaleVersionError(CommitFailedError):
+    """The version a commit was planned on is gone from the log (cleaned up, or the table made
+    again): read the table anew."""
 
 
 def local_log_dir(table_uri: str) -> str | None:
@@ -129,8 +135,14 @@ def commit(
 ) -> int:
     """Create the first free version after `read_version` holding `entry`; returns it.
 
-    Raises: CommitFailedError (a commit in between conflicts, or `attempts` versions were taken),
-    OSError (the log cannot be written)."""
+    `read_version` must still be in the log: a writer whose version was cleaned up from under it
+    (log cleanup keeps only recent versions), or whose table was deleted and made again, would
+    otherwise create a version in a hole no reader looks at (StaleVersionError: reopen).
+
+    Raises: StaleVersionError, CommitFailedError (a commit in between conflicts, or `attempts`
+    versions were taken), OSError (the log cannot be written)."""
+    if read_version >= 0 and not os.path.exists(os.path.join(log_dir, f"{read_version:020d}.json")):
+        raise StaleVersionError(f"Version {read_version} is no longer in the log: the table must be read again.")
     tmp = os.path.join(log_dir, f"_commit_{uuid.uuid4().hex}.json.tmp")
     with open(tmp, "wb") as f:
         f.write(entry)
@@ -149,7 +161,8 @@ def commit(
             version += len(newer)
         raise CommitFailedError(f"Versions {read_version + 1}-{version} were all taken by other writers.")
     finally:
-        os.unlink(tmp)
+        with contextlib.suppress(OSError):  # after a link, nothing may undo the commit
+            os.unlink(tmp)
 
 
 def _entries_from(log_dir: str, version: int) -> list[str]:

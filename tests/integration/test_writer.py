@@ -307,3 +307,67 @@ def test_a_file_change_passes_appends_but_not_a_removal_of_its_files(storage, se
     assert all_offsets(storage, topic) == {0: [2, 3]}  # the first file is gone, the append stays
     with pytest.raises(CommitFailedError, match="removed"):  # planned on the same version: refused
         log_entries.commit(log_dir, read_version, entry, removed=frozenset([path]))
+
+
+def test_a_writer_whose_version_left_the_log_reads_the_table_again(storage, settings, topic_factory):
+    """A quiet writer's version cleaned up from under it (log cleanup keeps recent versions only):
+    its next commit must not land in the hole below the checkpoint, where no reader looks."""
+    from delta_log.maintenance.log_cleanup import cleanup_log
+
+    topic = topic_factory(partitions=1)
+    a = TopicWriter(storage, topic, settings.writer)
+    b = TopicWriter(storage, topic, settings.writer)
+    a.append(make_batch(1))
+    for _ in range(40):
+        b.append(make_batch(1))
+    DeltaTable(storage.topic_uri(topic)).create_checkpoint()
+    assert cleanup_log(storage, storage.topic_uri(topic), keep_versions=10, min_age_s=0)
+    r = a.append(make_batch(5))
+    assert [(x.base_offset, x.count) for x in r.ranges] == [(41, 5)]
+    fresh = DeltaTable(storage.topic_uri(topic))
+    assert fresh.version() == r.table_version and read_high_watermark(fresh, 0) == 46
+    assert all_offsets(storage, topic) == {0: list(range(46))}
+
+
+def test_a_writer_of_a_topic_made_again_elsewhere_leaves_no_gap(storage, settings, catalog, topic_factory):
+    topic = topic_factory(partitions=1)
+    a = TopicWriter(storage, topic, settings.writer)
+    for _ in range(5):
+        a.append(make_batch(1))
+    catalog.delete_topic(topic)  # as another gateway would
+    catalog.create_topic(topic, partitions=1)
+    r = a.append(make_batch(1))
+    assert r.table_version == 1 and r.ranges[0].base_offset == 0
+    assert DeltaTable(storage.topic_uri(topic)).version() == 1  # contiguous: readable
+
+
+def test_a_full_txn_cache_starting_over_mid_plan_gives_no_offset_twice(storage, settings, topic_factory):
+    """The cache starts over when full, bringing the table object up to date meanwhile: what the
+    attempt read before that is of an older version, so it plans again."""
+    topic = topic_factory(partitions=3)
+    a = TopicWriter(storage, topic, settings.writer)
+    b = TopicWriter(storage, topic, settings.writer)
+
+    def on(*ps):
+        return make_batch(len(ps), partitions=3, partition_of=lambda i: ps[i])
+
+    a.append(on(0, 1))
+    b.append(on(0))
+    a._txns._max_entries = len(a._txns._known)  # full: the next new app id starts it over
+    a.append(on(0, 2))
+    assert all_offsets(storage, topic) == {0: [0, 1, 2], 1: [0], 2: [0]}
+
+
+def test_short_lived_writers_still_checkpoint(storage, settings, topic_factory):
+    """Checkpoints follow the table's versions, not one writer's life (a writer released when idle,
+    the Spark sink's per commit)."""
+    topic = topic_factory(partitions=1)
+    for _ in range(6):
+        w = TopicWriter(storage, topic, settings.writer)
+        for _ in range(9):
+            w.append(make_batch(1))
+    log_dir = os.path.join(storage.topic_uri(topic), "_delta_log")
+    deadline = time.monotonic() + 30
+    while sum(n.endswith(".checkpoint.parquet") for n in os.listdir(log_dir)) < 3:
+        assert time.monotonic() < deadline, sorted(os.listdir(log_dir))
+        time.sleep(0.05)

@@ -76,7 +76,13 @@ from delta_log.table.app_transactions import (
     read_lease,
     read_producer_state,
 )
-from delta_log.table.log_entries import StaleVersionError, append_entry, plain_protocol
+from delta_log.table.log_entries import (
+    StaleVersionError,
+    append_entry,
+    checkpoint_interval,
+    crosses_checkpoint,
+    plain_protocol,
+)
 from delta_log.table.segment_files import ParquetOptions, remove_files, write_segments
 from delta_log.table.storage import StorageRoot
 from delta_log.table.time_travel import THROUGHPUT_BYTES, THROUGHPUT_RECORDS
@@ -184,7 +190,7 @@ class TopicWriter:
 
     def _open(self) -> DeltaTable:
         dt = self.storage.open_topic(self.topic)
-        self._checkpoint_interval = max(1, int(dt.metadata().configuration.get("delta.checkpointInterval", "100")))
+        self._checkpoint_interval = checkpoint_interval(dt)
         self._version = self._planned = dt.version()
         self._checkpoint_base, self._checkpoint_at = self._version, float("-inf")
         return dt
@@ -434,18 +440,15 @@ class TopicWriter:
             # the txn cache re-read the table while this attempt planned (it started over): values
             # read before that are of an older version than the one this commit would check after
             raise CommitFailedError(f"Planned on version {self._planned}, now at {read_version}: planning again.")
+        own = self.settings.own_log_entries and self.storage.is_local and plain_protocol(self._dt)
+        if not own and self._dt.version() != read_version:  # planned on versions it has not read: plan again
+            raise CommitFailedError("The table object trails this writer's version.")
         files = write_segments(self.storage, self.uri, records, self._parquet_options)
         self._tick("parquet")
         # the records and bytes each commit appended, in its commitInfo: a topic's throughput over
         # time is then its Delta history (GET /topics/{t}/throughput)
         custom = {THROUGHPUT_RECORDS: str(records.num_rows), THROUGHPUT_BYTES: str(sum(f.action.size for f in files))}
         adds = [f.action for f in files]
-        protocol = self._dt.protocol()
-        own = (
-            self.settings.own_log_entries
-            and self.storage.is_local
-            and plain_protocol(protocol.min_writer_version, protocol.writer_features)
-        )
         try:
             if own:  # the JSON entry ourselves (delta_log.table.log_entries): a tenth of delta-rs's time
                 entry = append_entry(adds, txns, custom, partition_by=["partition"])
@@ -456,8 +459,6 @@ class TopicWriter:
                     frozenset(t.app_id for t in txns),
                 )
             else:
-                if self._dt.version() != read_version:  # planned on versions it has not read: plan again
-                    raise CommitFailedError("The table object trails this writer's version.")
                 self._dt.create_write_transaction(
                     adds,
                     "append",
@@ -478,7 +479,7 @@ class TopicWriter:
             # most every `checkpoint_min_interval_s`
             now = time.monotonic()
             if (
-                version // self._checkpoint_interval > self._checkpoint_base // self._checkpoint_interval
+                crosses_checkpoint(self._checkpoint_base, version, self._checkpoint_interval)
                 and now - self._checkpoint_at >= self.settings.checkpoint_min_interval_s
             ):
                 self._checkpoint_base, self._checkpoint_at = version, now

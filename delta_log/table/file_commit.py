@@ -22,7 +22,13 @@ from deltalake.transaction import AddAction, RemoveAction
 from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.errors import SourcesGoneError
 from delta_log.table import log_entries
-from delta_log.table.log_entries import append_entry, local_log_dir, plain_protocol
+from delta_log.table.log_entries import (
+    append_entry,
+    checkpoint_interval,
+    crosses_checkpoint,
+    local_log_dir,
+    plain_protocol,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +52,9 @@ def commit_file_changes(
         live = set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
         if not wanted <= live:
             raise SourcesGoneError("a file to remove was removed by another commit")
-        protocol = dt.protocol()
-        config = dt.metadata().configuration
         # delta.appendOnly tables refuse removes that change data: delta-rs says so
-        append_only = config.get("delta.appendOnly", "false").lower() == "true"
-        own = log_dir is not None and plain_protocol(protocol.min_writer_version, protocol.writer_features)
+        append_only = dt.metadata().configuration.get("delta.appendOnly", "false").lower() == "true"
+        own = log_dir is not None and plain_protocol(dt)
         try:
             if own and not (append_only and any(isinstance(a, RemoveAction) and a.data_change for a in actions)):
                 # the entry ourselves (delta_log.table.log_entries), after versions that removed none of
@@ -59,7 +63,7 @@ def commit_file_changes(
                 read_version = dt.version()
                 entry = append_entry(actions, [], {"topiclake.operation": operation}, partition_by=["partition"])
                 version = log_entries.commit(log_dir, read_version, entry, removed=frozenset(wanted), attempts=attempts)
-                _after_own_commit(dt, read_version, version, int(config.get("delta.checkpointInterval", "100")))
+                _after_own_commit(dt, read_version, version)
                 return
             dt.create_write_transaction(
                 actions,
@@ -78,13 +82,13 @@ def commit_file_changes(
     raise SourcesGoneError("too many concurrent commits")
 
 
-def _after_own_commit(dt: DeltaTable, read_version: int, version: int, interval: int) -> None:
+def _after_own_commit(dt: DeltaTable, read_version: int, version: int) -> None:
     """The committed version is final: bring `dt` to it, and checkpoint when the commit crossed a
     multiple of the interval (as delta-rs's post-commit hook would). A failure here is logged, never
     raised: the caller would take the commit for failed and delete the files it references."""
     try:
         dt.update_incremental()
-        if version // max(interval, 1) > read_version // max(interval, 1):
+        if crosses_checkpoint(read_version, version, checkpoint_interval(dt)):
             dt.create_checkpoint()
     except (DeltaError, OSError) as exc:
         log.warning("after a committed file change of %s (version %d): %s", dt.table_uri, version, exc)

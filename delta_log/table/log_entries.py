@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
-from deltalake import Transaction
+from deltalake import DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -50,10 +50,22 @@ def local_log_dir(table_uri: str) -> str | None:
     return None if "://" in table_uri else os.path.join(table_uri, "_delta_log")
 
 
-def plain_protocol(min_writer_version: int, writer_features: Sequence[str] | None) -> bool:
+def plain_protocol(dt: DeltaTable) -> bool:
     """Writer versions 1-2 (appendOnly, invariants: an append of files without invariant columns
     obeys both), and no table features."""
-    return min_writer_version <= 2 and not writer_features
+    protocol = dt.protocol()
+    return protocol.min_writer_version <= 2 and not protocol.writer_features
+
+
+def checkpoint_interval(dt: DeltaTable) -> int:
+    """The table's `delta.checkpointInterval` (Delta's default: 100)."""
+    return max(1, int(dt.metadata().configuration.get("delta.checkpointInterval", "100")))
+
+
+def crosses_checkpoint(before: int, after: int, interval: int) -> bool:
+    """Whether going from version `before` to `after` passes a multiple of `interval`: where a
+    writer checkpoints, as delta-rs's post-commit hook does at every multiple."""
+    return after // interval > before // interval
 
 
 def append_entry(

@@ -275,6 +275,21 @@ function render(b, as) {
   }
 }
 
+// -- paged lists: the API's search, after and next, one shape for every list ------------------
+const listPage = (route, q) => { location.hash = `${route}?${new URLSearchParams(q)}`; };
+
+function searchForm(route, id, search, placeholder = "name contains") {
+  const box = h("input", { id, value: search, placeholder });
+  return h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); listPage(route, { search: box.value }); } },
+    h("label", {}, "Search", box), h("button", { type: "submit" }, "Search"));
+}
+
+function pager(route, { search, after, next, nextId }) {
+  return h("div", { class: "row" },
+    after ? h("button", { class: "plain", type: "button", onclick: () => listPage(route, { search }) }, "First page") : null,
+    next ? h("button", { class: "plain", type: "button", id: nextId, onclick: () => listPage(route, { search, after: next }) }, "Next page") : null);
+}
+
 // -- topics -------------------------------------------------------------------------------------
 async function topicsPage(params) {
   const seq = navSeq;
@@ -305,29 +320,17 @@ async function topicsPage(params) {
       h("td", {}, h("a", { href: `#/messages/${enc(name)}` }, "messages")),
     );
   });
-  const box = h("input", { id: "topic-search", value: search, placeholder: "name contains" });
-  const go = (q) => { location.hash = `#/topics?${new URLSearchParams(q)}`; };
   show(
     seq,
     h("h1", {}, "Topics"),
-    h(
-      "form",
-      { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
-      h("label", {}, "Search", box),
-      h("button", { type: "submit" }, "Search"),
-    ),
+    searchForm("#/topics", "topic-search", search),
     h(
       "table",
       { id: "topics" },
       h("thead", {}, h("tr", {}, ["Topic", "Partitions", "Records", "Size", "Retention", "Cleanup", "Value schema", "Produced (latest appends)", ""].map((c, i) => h("th", { class: i > 0 && i < 4 ? "num" : "" }, c)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No topics."))),
     ),
-    h(
-      "div",
-      { class: "row" },
-      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
-      page.next ? h("button", { class: "plain", type: "button", id: "next-page", onclick: () => go({ search, after: page.next }) }, "Next page") : null,
-    ),
+    pager("#/topics", { search, after, next: page.next, nextId: "next-page" }),
     createTopicForm(),
   );
   for (const [canvas, labels, data] of sparks) chart(canvas, "line", labels, [{ label: "records", data, pointRadius: 0, borderWidth: 1 }], { sparkline: true });
@@ -598,21 +601,16 @@ async function groupsPage(params) {
   const search = params.get("search") || "";
   const after = params.get("after") || "";
   const page = await get("/groups", { search, after, limit: PAGE_SIZE });
-  const box = h("input", { id: "group-search", value: search, placeholder: "name contains" });
-  const go = (q) => { location.hash = `#/groups?${new URLSearchParams(q)}`; };
   show(
     seq,
     h("h1", {}, "Consumer groups"),
-    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
-      h("label", {}, "Search", box), h("button", { type: "submit" }, "Search")),
+    searchForm("#/groups", "group-search", search),
     h("table", { id: "groups" },
       h("thead", {}, h("tr", {}, ["Group", "State", "Members", "Generation"].map((c, i) => h("th", { class: i > 1 ? "num" : "" }, c)))),
       h("tbody", {}, page.groups.length ? page.groups.map((g) => h("tr", { "data-group": g.group },
         h("td", {}, h("a", { href: `#/group/${enc(g.group)}` }, g.group)), h("td", {}, g.state),
         h("td", { class: "num" }, g.members), h("td", { class: "num" }, g.generation))) : h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No groups.")))),
-    h("div", { class: "row" },
-      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
-      page.next ? h("button", { class: "plain", type: "button", id: "next-groups", onclick: () => go({ search, after: page.next }) }, "Next page") : null),
+    pager("#/groups", { search, after, next: page.next, nextId: "next-groups" }),
   );
 }
 
@@ -686,13 +684,10 @@ async function schemasPage(params) {
   const search = params.get("search") || "";
   const after = params.get("after") || "";
   const page = await get("/schemas", { search, after, limit: PAGE_SIZE }); // the server pages and filters
-  const box = h("input", { id: "subject-search", value: search, placeholder: "name contains" });
-  const go = (q) => { location.hash = `#/schemas?${new URLSearchParams(q)}`; };
   show(
     seq,
     h("h1", {}, "Schemas"),
-    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
-      h("label", {}, "Search", box), h("button", { type: "submit" }, "Search")),
+    searchForm("#/schemas", "subject-search", search),
     h("table", { id: "subjects" },
       h("thead", {}, h("tr", {}, ["Subject", "Latest version", "Type", "Id", "Compatibility", "Used by topic"].map((c) => h("th", {}, c)))),
       h("tbody", {}, page.subjects.length ? page.subjects.map((x) => h("tr", { "data-subject": x.subject },
@@ -700,9 +695,7 @@ async function schemasPage(params) {
         h("td", {}, `${x.version}`), h("td", {}, x.schemaType), h("td", {}, `${x.id}`), h("td", {}, x.compatibility),
         h("td", {}, x.topic ? h("a", { href: `#/topic/${enc(x.topic)}` }, x.topic) : h("span", { class: "muted" }, "none")))) :
         h("tr", {}, h("td", { colspan: 6, class: "muted" }, search ? "No subjects match." : "No subjects yet: create a topic with a value schema, or register one.")))),
-    h("div", { class: "row" },
-      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
-      page.next ? h("button", { class: "plain", type: "button", id: "next-subjects", onclick: () => go({ search, after: page.next }) }, "Next page") : null),
+    pager("#/schemas", { search, after, next: page.next, nextId: "next-subjects" }),
   );
 }
 
@@ -832,8 +825,6 @@ async function clusterPage(params) {
   const commitCanvas = h("canvas", { id: "commit-latency-chart" });
   const fetchCanvas = h("canvas", { id: "fetch-rate-chart" });
   const gateways = c.gateways || [];
-  const box = h("input", { id: "leader-search", value: search, placeholder: "topic name contains" });
-  const go = (q) => { location.hash = `#/cluster?${new URLSearchParams(q)}`; };
   const yesNo = (v, yes, no) => (v === undefined || v === null ? "unknown" : v ? yes : no);
   show(
     seq,
@@ -851,17 +842,14 @@ async function clusterPage(params) {
         h("td", {}, (g.groups || []).join(", "), g.groups_total > (g.groups || []).length ? h("span", { class: "muted" }, ` and ${g.groups_total - g.groups.length} more`) : ""))))),
     h("h2", {}, "Partition leaders"),
     h("p", { class: "muted" }, "The gateway that appends to each partition (Kafka: its leader); producers' requests are forwarded to it."),
-    h("form", { class: "row", onsubmit: (ev) => { ev.preventDefault(); go({ search: box.value }); } },
-      h("label", {}, "Search", box), h("button", { type: "submit" }, "Search")),
+    searchForm("#/cluster", "leader-search", search, "topic name contains"),
     h("table", { id: "leaders" },
       h("thead", {}, h("tr", {}, ["Topic", "Partitions", ...gateways.map((g) => g.gateway_id)].map((x, i) => h("th", { class: i ? "num" : "" }, x)))),
       h("tbody", {}, leaders.topics.length ? leaders.topics.map((t) => h("tr", { "data-topic": t.topic },
         h("td", {}, h("a", { href: `#/topic/${enc(t.topic)}` }, t.topic)), h("td", { class: "num" }, t.partitions),
         ...gateways.map((g) => h("td", { class: "num", title: `partitions ${t.owners.map((o, p) => (o === g.gateway_id ? p : null)).filter((p) => p !== null).join(", ")}` },
           t.owners.filter((o) => o === g.gateway_id).length)))) : h("tr", {}, h("td", { colspan: 2 + gateways.length, class: "muted" }, "No topics.")))),
-    h("div", { class: "row" },
-      after ? h("button", { class: "plain", type: "button", onclick: () => go({ search }) }, "First page") : null,
-      leaders.next ? h("button", { class: "plain", type: "button", id: "next-leaders", onclick: () => go({ search, after: leaders.next }) }, "Next page") : null),
+    pager("#/cluster", { search, after, next: leaders.next, nextId: "next-leaders" }),
     h("h2", {}, "This gateway, live"),
     h("div", { class: "charts" }, h("div", { class: "chart" }, rateCanvas), h("div", { class: "chart" }, commitCanvas), h("div", { class: "chart" }, fetchCanvas)),
   );

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.cluster import Cluster
@@ -95,7 +96,7 @@ class AuthenticationMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+        header = Headers(scope=scope).get("authorization")
         try:
             principal = authenticate(self.auth, header)
         except AuthenticationError as exc:

@@ -18,6 +18,7 @@ import ipaddress
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from consumer_api.errors import CrossSiteRequestError, HostNotAllowedError
@@ -27,20 +28,17 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
-
-
 def cross_site(scope: Scope) -> str | None:
     """Why a state-changing request came from another site's page (None: it did not, or it did
     not come from a browser)."""
-    site = _header(scope, b"sec-fetch-site")
+    headers = Headers(scope=scope)
+    site = headers.get("sec-fetch-site")
     if site is not None:  # a page cannot set it, and it survives proxies that rewrite Host: it decides
         if site in ("same-origin", "none"):
             return None
         return f"A page of another origin sent this {scope['method']} (Sec-Fetch-Site: {site}) and it was refused."
-    origin = _header(scope, b"origin")  # browsers without Fetch Metadata
-    host = _header(scope, b"host") or ""
+    origin = headers.get("origin")  # browsers without Fetch Metadata
+    host = headers.get("host", "")
     if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
         return f"A page of {origin} sent this {scope['method']} to {host or 'this server'} and it was refused."
     return None
@@ -109,7 +107,7 @@ class HostGuardMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            host = _header(scope, b"host")
+            host = Headers(scope=scope).get("host")
             if host is not None and _hostname(host) not in self.allowed:
                 error = HostNotAllowedError(f"This server does not answer to the host name {_hostname(host)!r}.")
                 await error_response(error, path=scope.get("path", ""))(scope, receive, send)

@@ -324,18 +324,18 @@ async def subject_summaries(
     compatibility level (its own, else the global one), its number of versions, and the topic that
     uses it (TopicNameStrategy: `<topic>-value`, `<topic>-key`; null when no such topic exists)."""
     state = await _state(registry)
-    live = ((s, vs) for s, vs in state.subjects.items() if any(not v.deleted for v in vs))
+    live = (s for s in state.subjects if state.live(s))
     page, last = page_of(
         live,
-        lambda item: item[0],
+        str,
         search=search,
         after=after,
         limit=limit,
-        keep=lambda item: principal.allows("describe", topic_of_subject(item[0])),
+        keep=lambda subject: principal.allows("describe", topic_of_subject(subject)),
     )
 
-    def summary(subject: str, versions: list[SubjectVersion]) -> dict[str, Any]:
-        kept = [v for v in versions if not v.deleted]
+    def summary(subject: str) -> dict[str, Any]:
+        kept = state.live(subject)
         latest = kept[-1]
         topic = topic_of_subject(subject)
         return {
@@ -348,5 +348,5 @@ async def subject_summaries(
             "topic": topic if registry.catalog.is_topic(topic) else None,
         }
 
-    subjects = await run_in_threadpool(lambda: [summary(s, vs) for s, vs in page])
+    subjects = await run_in_threadpool(lambda: [summary(s) for s in page])
     return _answer({"subjects": subjects, "next": last})

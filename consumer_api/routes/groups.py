@@ -169,7 +169,8 @@ async def lag_history(
     may describe); partitions the group had not committed yet are not counted. A moment before
     the table's retained history, or before the group's first commit, has `lag` null."""
     await groups.describe(coordinator, principal, group)  # the group exists, and the key may describe it
-    until = until_ms if until_ms is not None else int(time.time() * 1000)
+    # a window given only by a start after now ends just after that start (its points are now's)
+    until = until_ms if until_ms is not None else max(int(time.time() * 1000), (since_ms or 0) + 1)
     since = since_ms if since_ms is not None else max(until - 3_600_000, 0)
     found = await run_in_threadpool(
         groups.lag_history, registry, principal, group, since_ms=since, until_ms=until, points=points

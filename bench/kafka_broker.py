@@ -76,6 +76,7 @@ def ensure_jars() -> Path:
 
 
 def _cluster_id() -> str:
+    # one in 64 starts with "-"; the caller passes it as --cluster-id=ID, or it reads as an option
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -136,7 +137,9 @@ class KafkaBroker:
             )
             + "\n"
         )
-        self.tool("kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(), "-c", str(props))
+        self.tool(
+            "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={_cluster_id()}", "-c", str(props)
+        )
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(props), heap=self.heap), stdout=out, stderr=subprocess.STDOUT

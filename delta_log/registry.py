@@ -316,7 +316,7 @@ class TopicRegistry:
 
         Raises: TopicNotFoundError, PartitionNotFoundError, InvalidOffsetError, StorageUnavailableError."""
         w = self.settings.writer
-        parquet = ParquetOptions(row_group_rows=w.max_row_group_rows, compression=w.compression.lower())
+        parquet = ParquetOptions.of(w)
         low = delete_records(self.storage, topic, partition, offset, parquet=parquet, attempts=w.max_commit_attempts)
         self.reader(topic).refresh()
         return low

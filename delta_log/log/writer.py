@@ -161,9 +161,7 @@ class TopicWriter:
         self.settings = settings
         self.on_commit = on_commit
         self.uri = storage.topic_uri(topic)
-        self._parquet_options = ParquetOptions(
-            row_group_rows=settings.max_row_group_rows, compression=settings.compression.lower()
-        )
+        self._parquet_options = ParquetOptions.of(settings)
         self._commits_since_open = 0
         self.commits = 0
         self.conflicts = 0

@@ -74,7 +74,7 @@ def compact_topic(
     uri = storage.topic_uri(topic)
     config = TopicConfig.from_properties(dt.metadata().configuration)
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-    options = ParquetOptions(row_group_rows=settings.max_row_group_rows, compression=settings.compression.lower())
+    options = ParquetOptions.of(settings)
     by_partition = segments_of(dt)
     before = sum(len(v) for v in by_partition.values())
     key_compaction = "compact" in config.cleanup_policy

@@ -120,7 +120,7 @@ class TopicMaintenance:
         self.uri = storage.topic_uri(topic)
         self.lowest_committed = lowest_committed
         self.rollup_scope = rollup_scope  # the partitions to roll up (this gateway's); None: all
-        self._parquet = ParquetOptions(row_group_rows=writer.max_row_group_rows, compression=writer.compression.lower())
+        self._parquet = ParquetOptions.of(writer)
         self._dt: DeltaTable | None = None
         self._lock = threading.Condition()
         self._pending_commits = 0

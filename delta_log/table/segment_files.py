@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
+from conf.settings import WriterSettings
 from delta_log.core.segments import SegmentInfo, StatsFallback, parse_add_actions
 from delta_log.table.storage import StorageRoot
 
@@ -37,6 +38,11 @@ class ParquetOptions:
     #: groups, so 8,192 records of 1 KB (8 MB) to return a consumer's next 1 MB cost 8x the work
     row_group_bytes: int = 1024 * 1024
     compression: str = "snappy"
+
+    @classmethod
+    def of(cls, writer: WriterSettings) -> ParquetOptions:
+        """The options the writer settings ask for."""
+        return cls(row_group_rows=writer.max_row_group_rows, compression=writer.compression.lower())
 
     def rows_per_group(self, records: pa.Table) -> int:
         """Rows per row group for `records`: `row_group_rows`, fewer for large records."""

@@ -241,8 +241,11 @@ class PartitionRange:
 
 def count_by_partition(partitions: np.ndarray) -> dict[int, int]:
     """Records per partition, in ascending partition order."""
-    values, counts = np.unique(partitions, return_counts=True)
-    return {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+    if not len(partitions):
+        return {}
+    counts = np.bincount(partitions)  # partitions are small non-negative ints: no sort needed
+    present = np.flatnonzero(counts)
+    return dict(zip(present.tolist(), counts[present].tolist(), strict=True))
 
 
 def plan_offsets(

@@ -228,7 +228,9 @@ def _answer(
     dead_result: AppendResult | None,
 ) -> dict[str, object]:
     # Serialized by hand: building a pydantic model per record cost more than the decode.
-    parts, offsets = record_offset_columns(prepared, result) if prepared and result else ([], [])
+    # each record's offset only where the answer holds it (an Arrow answer holds ranges by default)
+    per_record = media != decoding.ARROW_STREAM or record_offsets or dead is not None
+    parts, offsets = record_offset_columns(prepared, result) if prepared and result and per_record else ([], [])
     letters = dead_letter_entries(dead, dead_result) if dead and dead_result else []
     if dead is not None:  # every record in request order: a dead letter where it went
         parts, offsets = _merged(dead.split.valid_indexes.tolist(), parts, offsets, letters)

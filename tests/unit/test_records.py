@@ -8,6 +8,7 @@ from delta_log.core.records import (
     BATCH_SCHEMA,
     CREATE_TIME,
     LOG_APPEND_TIME,
+    count_by_partition,
     normalize_batch,
     offsets_for_rows,
     plan_offsets,
@@ -126,3 +127,10 @@ def test_record_sizes_counts_headers():
     headers = pa.array([[{"key": "ab", "value": b"xyz"}], None], BATCH_SCHEMA.field("headers").type)
     t = pa.table({"key": [b"k", None], "value": [b"vv", b"v"], "headers": headers})
     assert record_sizes(t).tolist() == [1 + 2 + 2 + 3, 1]
+
+
+def test_count_by_partition_counts_in_ascending_partition_order():
+    parts = np.array([3, 0, 3, 7, 0, 3], dtype=np.int32)
+    assert list(count_by_partition(parts).items()) == [(0, 2), (3, 3), (7, 1)]
+    assert count_by_partition(np.array([], dtype=np.int32)) == {}
+    assert count_by_partition(np.array([9999], dtype=np.int32)) == {9999: 1}

@@ -325,9 +325,16 @@ def lag_history(
             if hws is None:  # the topic's log no longer reaches back this far
                 unknown = True
             elif p in hws:
-                lag = max(hws[p] - offset, 0)
-                rows.append(PartitionLag(topic=t, partition=p, committed_offset=offset, high_watermark=hws[p], lag=lag))
+                rows.append(
+                    PartitionLag(
+                        topic=t,
+                        partition=p,
+                        committed_offset=offset,
+                        high_watermark=hws[p],
+                        lag=max(hws[p] - offset, 0),
+                    )
+                )
         # no partition counted (only deleted topics, or none this key may describe): no point, not 0
-        lag = None if unknown or not rows else sum(r.lag for r in rows)
-        out.append(LagPoint(at_ms=at, lag=lag, partitions=rows))
+        total = None if unknown or not rows else sum(r.lag for r in rows)
+        out.append(LagPoint(at_ms=at, lag=total, partitions=rows))
     return out

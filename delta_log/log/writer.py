@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
 
 from conf import WriterSettings
 from delta_log.core.producer import ProducerSequence, plan_flush
@@ -446,7 +447,7 @@ class TopicWriter:
         # the records and bytes each commit appended, in its commitInfo: a topic's throughput over
         # time is then its Delta history (GET /topics/{t}/throughput)
         custom = {THROUGHPUT_RECORDS: str(records.num_rows), THROUGHPUT_BYTES: str(sum(f.action.size for f in files))}
-        adds = [f.action for f in files]
+        adds: list[AddAction | RemoveAction] = [f.action for f in files]
         try:
             if own:  # the JSON entry ourselves (delta_log.table.log_entries): a tenth of delta-rs's time
                 entry = append_entry(adds, txns, custom, partition_by=["partition"])

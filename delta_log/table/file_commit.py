@@ -56,7 +56,11 @@ def commit_file_changes(
         append_only = dt.metadata().configuration.get("delta.appendOnly", "false").lower() == "true"
         own = log_dir is not None and plain_protocol(dt)
         try:
-            if own and not (append_only and any(isinstance(a, RemoveAction) and a.data_change for a in actions)):
+            if (
+                own
+                and log_dir is not None
+                and not (append_only and any(isinstance(a, RemoveAction) and a.data_change for a in actions))
+            ):
                 # the entry ourselves (delta_log.table.log_entries), after versions that removed none of
                 # these files: beside a writer committing every few ms, a commit that must land on
                 # the exact version it checked would hardly ever win

@@ -92,7 +92,7 @@ def append_entry(
         {
             "add": {
                 "path": a.path,
-                "partitionValues": dict(a.partition_values),
+                "partitionValues": dict(a.partition_values or {}),
                 "size": a.size,
                 "modificationTime": a.modification_time,
                 "dataChange": a.data_change,
@@ -106,7 +106,7 @@ def append_entry(
                 "deletionTimestamp": a.deletion_timestamp,
                 "dataChange": a.data_change,
                 "extendedFileMetadata": True,
-                "partitionValues": dict(a.partition_values),
+                "partitionValues": dict(a.partition_values or {}),
                 "size": a.size,
             }
         }

@@ -7,9 +7,11 @@ JARS_STAMP := $(VENV)/.delta-jars
 
 .PHONY: FORCE setup minio kafka-jars chromium sql-endpoint run test test-fast lint bench clean
 
-# The Kafka codec (kafka_gateway/codec, Rust) is compiled by this install (setuptools-rust, cargo);
-# its build directory is cached under ~/.cache, so a fresh clone rebuilds only what changed.
-CODEC_SRC := kafka_gateway/codec/Cargo.toml $(wildcard kafka_gateway/codec/src/*.rs)
+# The Kafka codec (kafka_gateway/codec) and the roll-up's parquet merge (delta_log/table/parquet_merge),
+# both Rust, are compiled by this install (setuptools-rust, cargo); their build directory is cached
+# under ~/.cache, so a fresh clone rebuilds only what changed.
+CODEC_SRC := kafka_gateway/codec/Cargo.toml $(wildcard kafka_gateway/codec/src/*.rs) \
+	delta_log/table/parquet_merge/Cargo.toml $(wildcard delta_log/table/parquet_merge/src/*.rs)
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/topiclake/cargo-target
 
 $(STAMP): pyproject.toml $(CODEC_SRC)

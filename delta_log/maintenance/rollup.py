@@ -21,6 +21,7 @@ abandons the pass and deletes the unused new files.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -38,7 +39,14 @@ from delta_log.core.rollup_plan import plan_rollup
 from delta_log.core.segments import SegmentInfo
 from delta_log.errors import SourcesGoneError
 from delta_log.table.file_commit import commit_file_changes
-from delta_log.table.segment_files import ParquetOptions, WrittenSegment, remove_files, segments_of, write_segments
+from delta_log.table.segment_files import (
+    ParquetOptions,
+    WrittenSegment,
+    merge_segments,
+    remove_files,
+    segments_of,
+    write_segments,
+)
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
@@ -121,6 +129,9 @@ def roll_up(
 def _write_merged(
     storage: StorageRoot, uri: str, partition: int, run: tuple[SegmentInfo, ...], parquet: ParquetOptions
 ) -> list[WrittenSegment]:
+    in_order = all(a.last_offset < b.first_offset for a, b in itertools.pairwise(run))
+    if in_order and (merged_file := merge_segments(storage, uri, partition, [s.path for s in run], parquet)):
+        return [merged_file]  # encoded column chunks copied: nothing decoded or encoded
     fs, _ = storage.filesystem()
     tables = []
     for seg in run:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,7 +23,13 @@ from deltalake.transaction import AddAction
 
 from conf.settings import WriterSettings
 from delta_log.core.segments import SegmentInfo, StatsFallback, parse_add_actions
+from delta_log.table.parquet_merge import merge as merge_parquet_files
 from delta_log.table.storage import StorageRoot
+
+log = logging.getLogger(__name__)
+
+#: parquet key-value metadata of a segment file whose rows ascend by offset
+SORTED_BY_OFFSET = {"topiclake.order": "offset"}
 
 #: Columns with Delta file statistics (delta.dataSkippingStatsColumns); offset drives the index.
 STATS_COLUMNS = ("offset", "timestamp", "timestampType")
@@ -67,6 +74,10 @@ def _iso_millis(us: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem:03d}Z"
 
 
+#: per stats column: (min, max, null count); min and max None when every value is null
+ColumnStats = tuple[int | None, int | None, int]
+
+
 def segment_stats(table: pa.Table, *, first_offset: int | None = None) -> str:
     """Delta `stats` JSON for a segment (TOPIC_SCHEMA rows of one partition).
 
@@ -74,31 +85,33 @@ def segment_stats(table: pa.Table, *, first_offset: int | None = None) -> str:
     stays valid): a key-compacted segment keeps its base offset, as Kafka's do, and the log start
     offset does not move because superseded records were removed.
     """
-    offsets = table.column("offset")
-    ts = table.column("timestamp").cast(pa.int64())
-    tt = table.column("timestampType")
-    mm_o, mm_ts, mm_tt = pc.min_max(offsets), pc.min_max(ts), pc.min_max(tt)
-    min_offset = mm_o["min"].as_py()
-    if first_offset is not None:
+    columns = {"offset": table.column("offset"), "timestamp": table.column("timestamp").cast(pa.int64())}
+    columns["timestampType"] = table.column("timestampType")
+    stats = {}
+    for name, column in columns.items():
+        mm = pc.min_max(column)
+        stats[name] = (mm["min"].as_py(), mm["max"].as_py(), column.null_count)
+    return _stats_json(table.num_rows, stats, first_offset=first_offset)
+
+
+def _stats_json(records: int, stats: dict[str, ColumnStats], *, first_offset: int | None = None) -> str:
+    """The `stats` JSON from each STATS_COLUMNS column's (min, max, null count); timestamps are
+    epoch microseconds."""
+    (min_offset, max_offset, offset_nulls), ts, tt = (stats[c] for c in STATS_COLUMNS)
+    if first_offset is not None and min_offset is not None:
         min_offset = min(min_offset, first_offset)
     min_values: dict[str, object] = {"offset": min_offset}
-    max_values: dict[str, object] = {"offset": mm_o["max"].as_py()}
-    if mm_ts["min"].is_valid:
-        min_values["timestamp"] = _iso_millis(mm_ts["min"].as_py())
-        max_values["timestamp"] = _iso_millis(mm_ts["max"].as_py())
-    if mm_tt["min"].is_valid:
-        min_values["timestampType"] = mm_tt["min"].as_py()
-        max_values["timestampType"] = mm_tt["max"].as_py()
+    max_values: dict[str, object] = {"offset": max_offset}
+    if ts[0] is not None and ts[1] is not None:
+        min_values["timestamp"], max_values["timestamp"] = _iso_millis(ts[0]), _iso_millis(ts[1])
+    if tt[0] is not None:
+        min_values["timestampType"], max_values["timestampType"] = tt[0], tt[1]
     return json.dumps(
         {
-            "numRecords": table.num_rows,
+            "numRecords": records,
             "minValues": min_values,
             "maxValues": max_values,
-            "nullCount": {
-                "offset": offsets.null_count,
-                "timestamp": ts.null_count,
-                "timestampType": tt.null_count,
-            },
+            "nullCount": {"offset": offset_nulls, "timestamp": ts[2], "timestampType": tt[2]},
         }
     )
 
@@ -120,6 +133,9 @@ def write_segments(
         partition = int(parts[s])
         piece = records.slice(int(s), int(e - s))
         data = piece.drop_columns(["partition"])  # a partition value lives in the path (Hive style)
+        offsets = piece.column("offset").to_numpy()
+        if bool(np.all(offsets[1:] > offsets[:-1])):  # what merge_segments may copy without sorting
+            data = data.replace_schema_metadata(SORTED_BY_OFFSET)
         rel = f"partition={partition}/part-{uuid.uuid4()}-c000.{options.compression}.parquet"
         path = f"{base}/{rel}"
         fs.create_dir(f"{base}/partition={partition}", recursive=True)
@@ -138,6 +154,36 @@ def write_segments(
         )
         out.append(WrittenSegment(relative_path=rel, partition=partition, records=piece.num_rows, action=action))
     return out
+
+
+def merge_segments(
+    storage: StorageRoot, table_uri: str, partition: int, paths: list[str], options: ParquetOptions
+) -> WrittenSegment | None:
+    """One new segment holding the segment files `paths` (relative, one partition's, adjacent and
+    in offset order) by copying their encoded column chunks: no decoding, no encoding
+    (delta_log/table/parquet_merge, Rust). Row groups stay as the inputs wrote them.
+
+    None where it does not apply, for the caller to merge by decoding: an object store (the merge
+    reads and writes local files), an input not known to ascend by offset (`SORTED_BY_OFFSET`:
+    written before it, or by another writer), inputs whose schemas differ, or statistics missing
+    from an input."""
+    if not storage.is_local:
+        return None
+    base = storage.fs_path(table_uri)
+    rel = f"partition={partition}/part-{uuid.uuid4()}-c000.{options.compression}.parquet"
+    try:
+        (key, value), *_ = SORTED_BY_OFFSET.items()
+        size, records, stats = merge_parquet_files(
+            [f"{base}/{p}" for p in paths], f"{base}/{rel}", list(STATS_COLUMNS), key, value
+        )
+    except ValueError as exc:
+        log.info("segments of %s merged by decoding: %s", table_uri, exc)
+        return None
+    action = AddAction(
+        rel, size, {"partition": str(partition)}, int(time.time() * 1000), True,
+        _stats_json(records, dict(zip(STATS_COLUMNS, stats, strict=True))),
+    )  # fmt: skip
+    return WrittenSegment(relative_path=rel, partition=partition, records=records, action=action)
 
 
 def segments_of(dt: DeltaTable, *, stats_fallback: StatsFallback | None = None) -> dict[int, list[SegmentInfo]]:

@@ -209,4 +209,69 @@ def test_rollup_sorts_a_run_holding_a_file_out_of_order(storage, settings, topic
     assert report.runs == 1
     (merged,) = segments_of(storage.open_topic(topic))[0]
     assert pq.read_table(storage.file_path(uri, merged.path)).column("offset").to_pylist() == list(range(40))
+    assert pq.read_metadata(storage.file_path(uri, merged.path)).created_by.startswith("parquet-cpp")  # decoded
     assert snapshot(storage, topic).equals(before)
+
+
+def test_rollup_copies_encoded_chunks_and_states_the_same_stats(storage, settings, topic_factory):
+    """Segments this writer wrote (marked as ascending by offset) are merged by copying their
+    column chunks (parquet-rs writes the new file: nothing is decoded); the records, their order,
+    the row groups and the Delta stats are what decoding and encoding them again would give."""
+    import json
+    import os
+
+    import pyarrow.parquet as pq
+
+    from delta_log.table.segment_files import SORTED_BY_OFFSET, segment_stats
+
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(8):
+        w.append(make_batch(5))
+    uri = storage.topic_uri(topic)
+    inputs = segments_of(storage.open_topic(topic))[0]
+    groups = sum(pq.read_metadata(storage.file_path(uri, s.path)).num_row_groups for s in inputs)
+    before = snapshot(storage, topic)
+    report = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False).run_task(
+        "rollup"
+    )
+    assert report.runs == 1
+    (merged,) = segments_of(storage.open_topic(topic))[0]
+    path = storage.file_path(uri, merged.path)
+    meta = pq.read_metadata(path)
+    assert meta.created_by.startswith("parquet-rs") and meta.num_row_groups == groups == 8
+    table = pq.read_table(path)
+    assert table.schema.metadata[b"topiclake.order"] == SORTED_BY_OFFSET["topiclake.order"].encode()
+    assert table.column("offset").to_pylist() == list(range(40))
+    assert snapshot(storage, topic).equals(before)
+    decoded = table.append_column("partition", pa.array([0] * 40, pa.int32())).select(TOPIC_SCHEMA.names)
+    stats = [
+        json.loads(e["add"]["stats"])
+        for name in sorted(os.listdir(os.path.join(uri, "_delta_log")))
+        if name.endswith(".json")
+        for e in map(json.loads, open(os.path.join(uri, "_delta_log", name)))
+        if "add" in e and e["add"]["path"] == merged.path
+    ]
+    assert stats == [json.loads(segment_stats(decoded.cast(TOPIC_SCHEMA)))]
+    assert TopicReader(storage, topic, ReaderSettings()).fetch(0, 0, max_records=100).records.num_rows == 40
+
+
+def test_segments_not_marked_as_ascending_are_merged_by_decoding(storage, settings, topic_factory):
+    """A segment some other writer left (no order mark: written before the mark, or by a job) is
+    never copied as it is; its run is decoded, sorted by offset and encoded again."""
+    import pyarrow.parquet as pq
+
+    from delta_log.table.segment_files import ParquetOptions, merge_segments
+
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(3):
+        w.append(make_batch(5))
+    uri = storage.topic_uri(topic)
+    paths = [s.path for s in segments_of(storage.open_topic(topic))[0]]
+    marked = merge_segments(storage, uri, 0, paths, ParquetOptions())
+    assert marked is not None and marked.records == 15
+    foreign = storage.file_path(uri, paths[1])
+    table = pq.read_table(foreign)
+    pq.write_table(table.replace_schema_metadata(None), foreign)  # the same rows, no mark
+    assert merge_segments(storage, uri, 0, paths, ParquetOptions()) is None

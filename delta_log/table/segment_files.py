@@ -29,7 +29,8 @@ from delta_log.table.storage import StorageRoot
 log = logging.getLogger(__name__)
 
 #: parquet key-value metadata of a segment file whose rows ascend by offset
-SORTED_BY_OFFSET = {"topiclake.order": "offset"}
+ORDER_KEY, BY_OFFSET = "topiclake.order", "offset"
+SORTED_BY_OFFSET = {ORDER_KEY: BY_OFFSET}
 
 #: Columns with Delta file statistics (delta.dataSkippingStatsColumns); offset drives the index.
 STATS_COLUMNS = ("offset", "timestamp", "timestampType")
@@ -169,12 +170,11 @@ def merge_segments(
     from an input."""
     if not storage.is_local:
         return None
-    base = storage.fs_path(table_uri)
     rel = f"partition={partition}/part-{uuid.uuid4()}-c000.{options.compression}.parquet"
+    inputs = [storage.file_path(table_uri, p) for p in paths]  # a job's paths may be URL-encoded
     try:
-        (key, value), *_ = SORTED_BY_OFFSET.items()
         size, records, stats = merge_parquet_files(
-            [f"{base}/{p}" for p in paths], f"{base}/{rel}", list(STATS_COLUMNS), key, value
+            inputs, storage.file_path(table_uri, rel), list(STATS_COLUMNS), ORDER_KEY, BY_OFFSET
         )
     except ValueError as exc:
         log.info("segments of %s merged by decoding: %s", table_uri, exc)

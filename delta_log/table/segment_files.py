@@ -23,10 +23,15 @@ from deltalake.transaction import AddAction
 
 from conf.settings import WriterSettings
 from delta_log.core.segments import SegmentInfo, StatsFallback, parse_add_actions
-from delta_log.table.parquet_merge import merge as merge_parquet_files
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
+
+try:  # the roll-up's fast path; without the extension (not built here) every merge decodes
+    from delta_log.table.parquet_merge import merge as merge_parquet_files
+except ImportError as exc:  # pragma: no cover - make setup builds it
+    log.warning("segments are merged by decoding: the parquet merge extension is missing (%s); run make setup", exc)
+    merge_parquet_files = None  # type: ignore[assignment]
 
 #: parquet key-value metadata of a segment file whose rows ascend by offset
 ORDER_KEY, BY_OFFSET = "topiclake.order", "offset"
@@ -166,15 +171,24 @@ def merge_segments(
 
     None where it does not apply, for the caller to merge by decoding: an object store (the merge
     reads and writes local files), an input not known to ascend by offset (`SORTED_BY_OFFSET`:
-    written before it, or by another writer), inputs whose schemas differ, or statistics missing
-    from an input."""
-    if not storage.is_local:
+    written before it, or by another writer), row groups whose offsets do not ascend across the
+    inputs, inputs whose schemas differ, statistics missing from an input, or row groups under
+    half of `options`' size on average (copying keeps them as they are; decoding rewrites them
+    full)."""
+    if not storage.is_local or merge_parquet_files is None:
         return None
     rel = f"partition={partition}/part-{uuid.uuid4()}-c000.{options.compression}.parquet"
     inputs = [storage.file_path(table_uri, p) for p in paths]  # a job's paths may be URL-encoded
     try:
         size, records, stats = merge_parquet_files(
-            inputs, storage.file_path(table_uri, rel), list(STATS_COLUMNS), ORDER_KEY, BY_OFFSET
+            inputs,
+            storage.file_path(table_uri, rel),
+            list(STATS_COLUMNS),
+            ORDER_KEY,
+            BY_OFFSET,
+            "offset",
+            options.row_group_rows // 2,  # row groups at least half full on average (else decode:
+            options.row_group_bytes // 2,  # many small ones make every reader slower)
         )
     except ValueError as exc:
         log.info("segments of %s merged by decoding: %s", table_uri, exc)

@@ -225,16 +225,15 @@ def test_rollup_copies_encoded_chunks_and_states_the_same_stats(storage, setting
     from delta_log.table.segment_files import SORTED_BY_OFFSET, segment_stats
 
     topic = topic_factory()
-    w = TopicWriter(storage, topic, settings.writer)
+    writer = settings.writer.model_copy(update={"max_row_group_rows": 8})  # 5-row groups are "full" enough
+    w = TopicWriter(storage, topic, writer)
     for _ in range(8):
         w.append(make_batch(5))
     uri = storage.topic_uri(topic)
     inputs = segments_of(storage.open_topic(topic))[0]
     groups = sum(pq.read_metadata(storage.file_path(uri, s.path)).num_row_groups for s in inputs)
     before = snapshot(storage, topic)
-    report = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False).run_task(
-        "rollup"
-    )
+    report = TopicMaintenance(storage, topic, settings.maintenance, writer, background=False).run_task("rollup")
     assert report.runs == 1
     (merged,) = segments_of(storage.open_topic(topic))[0]
     path = storage.file_path(uri, merged.path)
@@ -256,22 +255,37 @@ def test_rollup_copies_encoded_chunks_and_states_the_same_stats(storage, setting
     assert TopicReader(storage, topic, ReaderSettings()).fetch(0, 0, max_records=100).records.num_rows == 40
 
 
-def test_segments_not_marked_as_ascending_are_merged_by_decoding(storage, settings, topic_factory):
-    """A segment some other writer left (no order mark: written before the mark, or by a job) is
-    never copied as it is; its run is decoded, sorted by offset and encoded again."""
+def test_segments_the_copy_would_not_keep_right_are_merged_by_decoding(storage, settings, topic_factory):
+    """The chunk copy refuses, and the roll-up decodes, sorts and encodes again: a segment another
+    writer left (no order mark: written before the mark, or by a job), offsets that do not ascend
+    across the files, and row groups too small to keep (copying keeps them as they are; decoding
+    writes them full)."""
     import pyarrow.parquet as pq
 
     from delta_log.table.segment_files import ParquetOptions, merge_segments
 
     topic = topic_factory()
     w = TopicWriter(storage, topic, settings.writer)
-    for _ in range(3):
+    for _ in range(8):
         w.append(make_batch(5))
     uri = storage.topic_uri(topic)
-    paths = [s.path for s in segments_of(storage.open_topic(topic))[0]]
-    marked = merge_segments(storage, uri, 0, paths, ParquetOptions())
-    assert marked is not None and marked.records == 15
+    paths = [s.path for s in sorted(segments_of(storage.open_topic(topic))[0], key=lambda s: s.first_offset)]
+    full_enough = ParquetOptions(row_group_rows=8)
+    copied = merge_segments(storage, uri, 0, paths, full_enough)
+    assert copied is not None and copied.records == 40
+    assert merge_segments(storage, uri, 0, [paths[1], paths[0], *paths[2:]], full_enough) is None  # out of order
+    assert merge_segments(storage, uri, 0, paths, ParquetOptions()) is None  # 5-row groups of 8,192
+    # the roll-up of those small row groups: decoded, written full
+    before = snapshot(storage, topic)
+    report = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False).run_task(
+        "rollup"
+    )
+    assert report.runs == 1
+    (merged,) = segments_of(storage.open_topic(topic))[0]
+    meta = pq.read_metadata(storage.file_path(uri, merged.path))
+    assert meta.created_by.startswith("parquet-cpp") and meta.num_row_groups == 1
+    assert snapshot(storage, topic).equals(before)
+    # a file another writer left: the same rows, no mark (rewritten in place, so only merged here)
     foreign = storage.file_path(uri, paths[1])
-    table = pq.read_table(foreign)
-    pq.write_table(table.replace_schema_metadata(None), foreign)  # the same rows, no mark
-    assert merge_segments(storage, uri, 0, paths, ParquetOptions()) is None
+    pq.write_table(pq.read_table(foreign).replace_schema_metadata(None), foreign)
+    assert merge_segments(storage, uri, 0, paths, full_enough) is None

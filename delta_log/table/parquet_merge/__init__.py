@@ -11,8 +11,11 @@ from collections.abc import Callable
 # import of it as an import of the whole `delta_log` package (and so of the rooms above this one).
 _native = importlib.import_module("delta_log.table.parquet_merge._native")
 
-#: merge(inputs, output, stats_columns, required_key, required_value) -> (size, rows, stats)
-merge: Callable[[list[str], str, list[str], str, str], tuple[int, int, list[tuple[int | None, int | None, int]]]]
+#: merge(inputs, output, stats_columns, required_key, required_value, order_column, min_group_rows,
+#: min_group_bytes) -> (size, rows, stats per stats column: (min, max, null count))
+merge: Callable[
+    [list[str], str, list[str], str, str, str, int, int], tuple[int, int, list[tuple[int | None, int | None, int]]]
+]
 merge = _native.merge
 
 __all__ = ["merge"]

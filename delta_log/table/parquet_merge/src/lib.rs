@@ -7,11 +7,15 @@
 //!   `ARROW:schema`, so the Arrow types read back the same). It returns `(size, rows, stats)`:
 //!   per name in `stats_columns`, `(min, max, null_count)` of that INT32/INT64 column over every
 //!   row group, min and max None when no row group has a value.
-//! - Inputs whose schemas differ, an input without the key-value metadata `required_key` =
-//!   `required_value` (the writer's mark that its rows ascend by offset: chunks are copied in
-//!   order, never sorted), or a row group without statistics for a stats column, raise
-//!   `ValueError` before anything is written; the caller then merges by decoding.
-//! - Runs with the GIL released. On any failure the partial output is removed.
+//! - It refuses with `ValueError`, before anything is written, and the caller then merges by
+//!   decoding: inputs whose schemas differ; an input without the key-value metadata
+//!   `required_key` = `required_value` (the writer's mark that its rows ascend by offset: chunks
+//!   are copied in order, never sorted); row groups whose `order_column` ranges do not ascend
+//!   across the inputs; a row group without statistics for a stats column; an input footer that
+//!   does not parse; row groups smaller on average than both `min_group_rows` and
+//!   `min_group_bytes` (copying keeps row groups as they are, and many small ones make every
+//!   reader slower: the decoding path rewrites them full).
+//! - Runs with the GIL released. On any failure, a panic included, the partial output is removed.
 
 use std::fs::{self, File};
 use std::sync::Arc;
@@ -36,6 +40,10 @@ impl From<parquet::errors::ParquetError> for Failure {
     fn from(e: parquet::errors::ParquetError) -> Self {
         Failure::Io(e.to_string())
     }
+}
+
+fn refused(e: impl std::fmt::Display) -> Failure {
+    Failure::Refused(e.to_string())
 }
 
 impl From<std::io::Error> for Failure {
@@ -85,23 +93,81 @@ fn stats_of(metas: &[Arc<ParquetMetaData>], name: &str) -> Result<ColumnStats, F
     Ok((min, max, nulls))
 }
 
+/// What the caller asks of the inputs before they are copied.
+struct Rules<'a> {
+    required: (&'a str, &'a str),
+    order_column: &'a str,
+    min_group_rows: i64,
+    min_group_bytes: i64,
+}
+
+fn check_order(metas: &[Arc<ParquetMetaData>], name: &str) -> Result<(), Failure> {
+    let mut last: Option<i64> = None;
+    for meta in metas {
+        let schema = meta.file_metadata().schema_descr();
+        let index = (0..schema.num_columns())
+            .find(|&i| schema.column(i).path().string() == name)
+            .ok_or_else(|| refused(format!("no column {name}")))?;
+        for rg in meta.row_groups() {
+            let (lo, hi) = match rg.column(index).statistics() {
+                Some(Statistics::Int64(s)) => (s.min_opt().copied(), s.max_opt().copied()),
+                _ => {
+                    return Err(refused(format!(
+                        "a row group has no INT64 range for {name}"
+                    )))
+                }
+            };
+            let (Some(lo), Some(hi)) = (lo, hi) else {
+                return Err(refused(format!("a row group has no range for {name}")));
+            };
+            if last.is_some_and(|prev| lo <= prev) {
+                return Err(refused(format!(
+                    "{name} does not ascend across the inputs' row groups"
+                )));
+            }
+            last = Some(hi);
+        }
+    }
+    Ok(())
+}
+
 fn merge_files(
     inputs: &[String],
     output: &str,
     stats_columns: &[String],
-    required: (&str, &str),
+    rules: &Rules,
 ) -> Result<(u64, i64, Vec<ColumnStats>), Failure> {
     if inputs.is_empty() {
-        return Err(Failure::Refused("nothing to merge".into()));
+        return Err(refused("nothing to merge"));
     }
     let mut files = Vec::with_capacity(inputs.len());
     let mut metas = Vec::with_capacity(inputs.len());
     for path in inputs {
         let file = File::open(path)?;
-        let reader = SerializedFileReader::new(file.try_clone()?)?;
+        let reader = SerializedFileReader::new(file.try_clone()?).map_err(refused)?;
         metas.push(Arc::new(reader.metadata().clone()));
         files.push(file);
     }
+    let groups: i64 = metas.iter().map(|m| m.num_row_groups() as i64).sum();
+    let rows: i64 = metas
+        .iter()
+        .flat_map(|m| m.row_groups())
+        .map(|rg| rg.num_rows())
+        .sum();
+    let bytes: i64 = metas
+        .iter()
+        .flat_map(|m| m.row_groups())
+        .map(|rg| rg.total_byte_size())
+        .sum();
+    if groups > 0 && rows / groups < rules.min_group_rows && bytes / groups < rules.min_group_bytes
+    {
+        return Err(refused(format!(
+            "row groups of {} rows and {} bytes on average: small enough to rewrite",
+            rows / groups,
+            bytes / groups
+        )));
+    }
+    let required = rules.required;
     let first = metas[0].file_metadata();
     let marked = first.key_value_metadata().is_some_and(|kv| {
         kv.iter()
@@ -120,6 +186,7 @@ fn merge_files(
             return Err(Failure::Refused("the inputs' schemas differ".into()));
         }
     }
+    check_order(&metas, rules.order_column)?;
     let stats = stats_columns
         .iter()
         .map(|name| stats_of(&metas, name))
@@ -168,6 +235,7 @@ fn merge_files(
 /// Merge `inputs` (each marked `required_key`=`required_value`) into the new file `output`;
 /// returns (size, rows, stats per `stats_columns`).
 #[pyfunction]
+#[allow(clippy::too_many_arguments)]
 fn merge(
     py: Python<'_>,
     inputs: Vec<String>,
@@ -175,16 +243,26 @@ fn merge(
     stats_columns: Vec<String>,
     required_key: String,
     required_value: String,
+    order_column: String,
+    min_group_rows: i64,
+    min_group_bytes: i64,
 ) -> PyResult<(u64, i64, Vec<ColumnStats>)> {
-    py.detach(|| {
-        merge_files(
-            &inputs,
-            &output,
-            &stats_columns,
-            (&required_key, &required_value),
-        )
-    })
-    .map_err(|e| match e {
+    let rules = Rules {
+        required: (&required_key, &required_value),
+        order_column: &order_column,
+        min_group_rows,
+        min_group_bytes,
+    };
+    let outcome = py.detach(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            merge_files(&inputs, &output, &stats_columns, &rules)
+        }))
+        .unwrap_or_else(|_| {
+            let _ = fs::remove_file(&output);
+            Err(Failure::Io("the merge panicked".into()))
+        })
+    });
+    outcome.map_err(|e| match e {
         Failure::Refused(m) => PyValueError::new_err(m),
         Failure::Io(m) => PyOSError::new_err(m),
     })

@@ -54,11 +54,10 @@ def commit_file_changes(
             raise SourcesGoneError("a file to remove was removed by another commit")
         # delta.appendOnly tables refuse removes that change data: delta-rs says so
         append_only = dt.metadata().configuration.get("delta.appendOnly", "false").lower() == "true"
-        own = log_dir is not None and plain_protocol(dt)
         try:
             if (
-                own
-                and log_dir is not None
+                log_dir is not None
+                and plain_protocol(dt)
                 and not (append_only and any(isinstance(a, RemoveAction) and a.data_change for a in actions))
             ):
                 # the entry ourselves (delta_log.table.log_entries), after versions that removed none of

@@ -52,13 +52,17 @@ impl From<std::io::Error> for Failure {
     }
 }
 
+fn column_index(meta: &ParquetMetaData, name: &str) -> Result<usize, Failure> {
+    let schema = meta.file_metadata().schema_descr();
+    (0..schema.num_columns())
+        .find(|&i| schema.column(i).path().string() == name)
+        .ok_or_else(|| refused(format!("no column {name}")))
+}
+
 fn stats_of(metas: &[Arc<ParquetMetaData>], name: &str) -> Result<ColumnStats, Failure> {
     let (mut min, mut max, mut nulls): (Option<i64>, Option<i64>, u64) = (None, None, 0);
     for meta in metas {
-        let schema = meta.file_metadata().schema_descr();
-        let index = (0..schema.num_columns())
-            .find(|&i| schema.column(i).path().string() == name)
-            .ok_or_else(|| Failure::Refused(format!("no column {name}")))?;
+        let index = column_index(meta, name)?;
         for rg in meta.row_groups() {
             let stats = rg.column(index).statistics().ok_or_else(|| {
                 Failure::Refused(format!("a row group has no statistics for {name}"))
@@ -104,10 +108,7 @@ struct Rules<'a> {
 fn check_order(metas: &[Arc<ParquetMetaData>], name: &str) -> Result<(), Failure> {
     let mut last: Option<i64> = None;
     for meta in metas {
-        let schema = meta.file_metadata().schema_descr();
-        let index = (0..schema.num_columns())
-            .find(|&i| schema.column(i).path().string() == name)
-            .ok_or_else(|| refused(format!("no column {name}")))?;
+        let index = column_index(meta, name)?;
         for rg in meta.row_groups() {
             let (lo, hi) = match rg.column(index).statistics() {
                 Some(Statistics::Int64(s)) => (s.min_opt().copied(), s.max_opt().copied()),

@@ -95,6 +95,13 @@ class WriterSettings(BaseModel):
         gt=0,
         description="`log` topics: a write-ahead segment file rolls at this size (on an object store every write is one object).",
     )
+    wal_flush_bytes: int = Field(
+        64 * 1024 * 1024,
+        gt=0,
+        description="`log` topics: a table flush starts once this many acked bytes wait (else at half the lag). Larger "
+        "than `batch_bytes`: the files of a flush this size need no roll-up (measured: 6.5 vs 8.4 ms of CPU per MB "
+        "at 8 MiB, ProducerPerformance 1 KB); memory holds them until flushed either way (`max_queue_bytes`).",
+    )
     wal_linger_ms: float = Field(
         0.0,
         ge=0,

@@ -163,7 +163,7 @@ class TopicRegistry:
                 writer,
                 self.write_ahead(),
                 max_lag_s=config.table_max_lag_ms / 1000,
-                batch_bytes=w.batch_bytes,
+                batch_bytes=min(w.wal_flush_bytes, w.max_queue_bytes // 2),  # flushed before back-pressure
                 max_queue_bytes=w.max_queue_bytes,
                 on_ack=self._fanout(reader, None),
                 on_flushed=flushed,

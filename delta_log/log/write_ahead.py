@@ -9,9 +9,9 @@
 - Each `LogTopic` keeps the records it acked but has not flushed, in memory (the readers' tails
   hold them too, pinned until flushed, so fetches and long-polls see them at once). Its table
   flush runs on the process's one write-ahead flush thread (oldest due first) when half the max
-  lag passed since its oldest unflushed ack, or when `batch_bytes` wait: one Delta commit per
-  topic per window, however many requests came in (TopicWriter.commit_staged, with the high
-  watermark and producers' txns). Beyond the commits a second the thread can make, the lag grows.
+  lag passed since its oldest unflushed ack, or when `batch_bytes` (`writer.wal_flush_bytes`)
+  wait: one Delta commit per topic per window, however many requests came in
+  (TopicWriter.commit_staged, with the high watermark and producers' txns). Beyond the commits a second the thread can make, the lag grows.
 - A partition is acked only while this gateway holds its lease (renewed by each flush). Claiming
   one (after replaying other gateways' logs of the topic: a Delta commit) runs on two lease
   threads of the process while the partition's requests wait parked, in order; the writer thread
@@ -61,7 +61,25 @@ from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
 
-_SORT = [("partition", "ascending"), ("offset", "ascending")]
+
+def _by_partition(tables: list[pa.Table]) -> pa.Table:
+    """Acked records (each table sorted by partition then offset, and each partition's offsets
+    going on from one table to the next) as one table sorted by partition then offset: the tables'
+    runs of each partition, in order, copied once into whole columns. Measured on a flush of 40
+    writes of 4 MB: 59 ms with the parquet writing, against 737 ms by a sort (its `take`); with
+    1,000 small runs 88 against 304 ms (the parquet writer is slower over many small chunks)."""
+    if len(tables) == 1:
+        return tables[0]
+    runs: dict[int, list[pa.Table]] = {}
+    for t in tables:
+        parts = t.column("partition").to_numpy()
+        starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]])).tolist() if len(parts) else []
+        for s, e in zip(starts, [*starts[1:], len(parts)], strict=True):
+            runs.setdefault(int(parts[s]), []).append(t.slice(s, e - s))
+    pieces = [piece for p in sorted(runs) for piece in runs[p]]
+    return pa.concat_tables(pieces).combine_chunks() if pieces else tables[0]
+
+
 #: a txn the writer's table does not hold (a producer never seen on a partition)
 _ABSENT = -1
 #: producer entries kept in a topic's view beyond those not yet flushed
@@ -399,9 +417,7 @@ class LogTopic:
             self._flushing = True
             batch = list(self._unflushed)
         try:
-            records = pa.concat_tables([a.records for a in batch])
-            if len(batch) > 1:
-                records = records.sort_by(_SORT)
+            records = _by_partition([a.records for a in batch])
             producers = [r for a in batch for r in a.producers]
             start, mono = time.perf_counter(), time.monotonic()
             lease = (self.holder, int(time.time() * 1000 + self.lease_s * 1000))

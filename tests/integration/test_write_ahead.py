@@ -11,9 +11,11 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from conf import load_settings
 from delta_log import ProducerSequence
 from delta_log.errors import OwnerNotAvailableError, StorageUnavailableError
 from delta_log.log.wal import WAL_DIR, decode_frames, log_dirs
@@ -89,6 +91,44 @@ def test_idempotent_retries_are_answered_from_the_log_and_from_the_table(registr
         registry.committer(topic).submit(AppendRequest(batch=make_batch(4, partitions=2), producer=producer)).result(10)
     )
     assert after.duplicate and after.ranges == first.ranges
+
+
+def test_a_flush_of_many_acks_writes_each_partition_once_in_offset_order(registry, storage):
+    """The flush lines up each partition's runs of every ack (no sort): files in offset order."""
+    topic = log_topic(registry, partitions=3, lag_ms=60_000)
+    committer = registry.committer(topic)
+    for _ in range(6):
+        committer.submit(AppendRequest(batch=make_batch(7, partitions=3))).result(10)
+    committer.close()  # one flush, of all six acks
+    dt = DeltaTable(storage.topic_uri(topic))
+    assert len(dt.file_uris()) == 3  # one file per partition: one flush (the other commits are its leases)
+    total = 0
+    for uri in dt.file_uris():
+        offsets = pq.read_table(uri.removeprefix("file://"), columns=["offset"]).column("offset").to_pylist()
+        assert offsets == list(range(len(offsets))), uri  # every ack's records, in offset order in the file
+        total += len(offsets)
+    assert total == 6 * 7
+
+
+def test_log_topics_flush_at_wal_flush_bytes_not_at_the_group_commits_batch(tmp_path):
+    """A flush of a `log` topic waits for `wal_flush_bytes` (or half the lag): files of a
+    `batch_bytes` flush would all be merged again by the roll-up."""
+    settings = load_settings(root=str(tmp_path / "root"), writer={"batch_bytes": 4096, "wal_flush_bytes": 1 << 20})
+    registry = TopicRegistry(settings)
+    try:
+        topic = log_topic(registry, partitions=1, lag_ms=60_000)
+        committer = registry.committer(topic)
+        for _ in range(8):  # 8 x ~2.5 KB: over batch_bytes, under wal_flush_bytes
+            committer.submit(AppendRequest(batch=make_batch(10, value_size=250))).result(10)
+        assert committer.flushes == 0
+        for _ in range(400):  # 1 MiB more: the next write is due at once
+            committer.submit(AppendRequest(batch=make_batch(10, value_size=250))).result(10)
+        deadline = time.monotonic() + 10
+        while committer.flushes == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert committer.flushes >= 1
+    finally:
+        registry.close()
 
 
 WORKER = """

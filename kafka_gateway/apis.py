@@ -90,7 +90,7 @@ def error_answer(request: messages.RequestFrame, code: int) -> messages.Frame:
     return messages.encode_response(request.correlation_id, request.flexible, body)
 
 
-async def dispatch(conn: Connection, frame: bytes) -> Pending:
+async def dispatch(conn: Connection, frame: bytes | memoryview) -> Pending:
     """Decode one frame, run its handler's ordered part, and return what will answer it."""
     if conn.sasl_raw:  # after SaslHandshake v0 the next frame is the bare PLAIN token
         from kafka_gateway.handlers.sasl import raw_authenticate

@@ -75,10 +75,10 @@ async def sasl_authenticate(conn: Connection, request: Any, version: int) -> dic
     }
 
 
-def raw_authenticate(conn: Connection, frame: bytes) -> bytes | None:
+def raw_authenticate(conn: Connection, frame: bytes | memoryview) -> bytes | None:
     """The bare token after a v0 handshake: an empty frame on success; on failure the connection
     closes (Kafka's v0 flow has no way to answer an error)."""
     conn.sasl_raw = False
-    if _authenticate(conn, frame) is not None:
+    if _authenticate(conn, bytes(frame)) is not None:
         return None
     return struct.pack(">i", 0)

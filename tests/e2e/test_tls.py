@@ -54,6 +54,12 @@ def test_the_kafka_port_speaks_tls_with_the_same_certificate(tls_server, ca):
     p = KafkaProducer(tls)
     p.produce("secure-kafka", b"over tls")
     assert p.flush(30) == 0
+    # requests of megabytes (received in place, through TLS records of 16 KB), every one acked
+    big = KafkaProducer({**tls, "linger.ms": 50, "batch.size": 4 << 20, "compression.type": "none"})
+    failed: list[object] = []
+    for i in range(4000):
+        big.produce("secure-kafka", bytes([i % 256]) * 1000, on_delivery=lambda err, _: err and failed.append(err))
+    assert big.flush(60) == 0 and failed == []
     c = KafkaConsumer({**tls, "group.id": "tls-kafka", "auto.offset.reset": "earliest"})
     c.subscribe(["secure-kafka"])
     msg = None

@@ -2,7 +2,7 @@
 the topic's Delta table holds it.
 
 Layout: `<root>/_wal/<gateway id>/<sequence>.wal`, one directory per gateway process. Each write is
-one frame: magic, payload length, CRC32 (of the segment file's salt and the payload) and the salt
+one frame: magic, payload length, CRC32C (of the segment file's salt and the payload) and the salt
 (8 random bytes drawn each time a file starts a segment), then an Arrow IPC stream of the records
 it acks (TOPIC_SCHEMA, every topic and partition of that write together, offsets already assigned)
 with the idempotent producers' ranges in its schema metadata. On local disk frames are written to a segment file and fsynced
@@ -38,7 +38,9 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,8 +52,12 @@ from delta_log.table.storage import StorageRoot
 log = logging.getLogger(__name__)
 
 WAL_DIR = "_wal"
-_MAGIC = b"TLW2"
-_HEADER = struct.Struct(">4sII8s")  # magic, payload bytes, crc32 of (salt, payload), the file's salt
+_MAGIC = b"TLW3"
+_HEADER = struct.Struct(">4sII8s")  # magic, payload bytes, crc32c of (salt, payload), the file's salt
+#: the same header with zlib's crc32: written before the CRC became crc32c (which the CPU computes:
+#: 0.04 against 0.25 ms per MB, 3% of a `log` topic's gateway CPU at 1 KB records); still read
+_ZLIB_MAGIC = b"TLW2"
+_CRCS: dict[bytes, Callable[[Any, int], int]] = {_MAGIC: crc32c.crc32c, _ZLIB_MAGIC: zlib.crc32}
 _OLD_MAGIC = b"TLW1"  # before recycling: no salt (such files are never recycled)
 _OLD_HEADER = struct.Struct(">4sII")
 #: released segment files kept for reuse per log (each up to segment_bytes on disk)
@@ -89,7 +95,7 @@ def encode_frame(records: pa.Table, producers: list[ProducerRange]) -> pa.Buffer
 
 def frame_header(payload: pa.Buffer, salt: bytes) -> bytes:
     """The header of `payload`'s frame in a file whose segment drew `salt`."""
-    return _HEADER.pack(_MAGIC, payload.size, zlib.crc32(payload, zlib.crc32(salt)), salt)
+    return _HEADER.pack(_MAGIC, payload.size, crc32c.crc32c(payload, crc32c.crc32c(salt)), salt)
 
 
 def decode_frames(data: bytes | pa.Buffer) -> Iterator[Frame]:
@@ -101,23 +107,23 @@ def decode_frames(data: bytes | pa.Buffer) -> Iterator[Frame]:
     salt: bytes | None = None  # the file's, from its first frame (None: the old format)
     while pos + _OLD_HEADER.size <= len(view):
         magic = bytes(view[pos : pos + 4])
-        if magic == _MAGIC and (pos == 0 or salt is not None):
+        if magic in _CRCS and (pos == 0 or salt is not None):
             if pos + _HEADER.size > len(view):
                 return  # a torn header: never acked
             _, size, crc, frame_salt = _HEADER.unpack_from(view, pos)
             if salt is not None and frame_salt != salt:
                 return  # an earlier life of a recycled file: its records were all in their tables
-            salt, start = frame_salt, pos + _HEADER.size
-            seed = zlib.crc32(frame_salt)
+            salt, start, crc_of = frame_salt, pos + _HEADER.size, _CRCS[magic]
+            seed = crc_of(frame_salt, 0)
         elif magic == _OLD_MAGIC and salt is None:
             _, size, crc = _OLD_HEADER.unpack_from(view, pos)
-            start, seed = pos + _OLD_HEADER.size, 0
+            start, seed, crc_of = pos + _OLD_HEADER.size, 0, zlib.crc32
         else:
             # the rest of a recycled file's old content (or damage): nothing acked is past here
             log.debug("write-ahead segment: no frame at byte %d; the rest is ignored", pos)
             return
         end = start + size
-        if size > MAX_FRAME_BYTES or end > len(view) or zlib.crc32(view[start:end], seed) != crc:
+        if size > MAX_FRAME_BYTES or end > len(view) or crc_of(view[start:end], seed) != crc:
             if end < len(view) and salt is None:
                 log.warning("write-ahead segment: a corrupt frame at byte %d; the rest is ignored", pos)
             return

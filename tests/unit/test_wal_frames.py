@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+import crc32c
 import pyarrow as pa
 
 from delta_log.core.records import TOPIC_SCHEMA
@@ -30,6 +31,12 @@ def _old_frame(topic: str, n: int) -> bytes:
     return struct.pack(">4sII", b"TLW1", len(payload), zlib.crc32(payload)) + payload
 
 
+def _zlib_frame(topic: str, n: int, salt: bytes) -> bytes:
+    """A frame as gateways wrote it before the CRC became crc32c (TLW2: zlib's crc32)."""
+    payload = encode_frame(_records(topic, n), []).to_pybytes()
+    return struct.pack(">4sII8s", b"TLW2", len(payload), zlib.crc32(payload, zlib.crc32(salt)), salt) + payload
+
+
 def topics(data: bytes) -> list[str]:
     return [f.records.column("topic")[0].as_py() for f in decode_frames(data)]
 
@@ -53,3 +60,15 @@ def test_a_torn_or_damaged_frame_ends_the_file():
     damaged[len(whole) - 10] ^= 0xFF
     assert topics(bytes(damaged)) == ["a"]
     assert topics(whole[:10]) == []
+
+
+def test_frames_carry_a_crc32c_and_files_of_the_zlib_format_still_read():
+    salt = b"z" * 8
+    frame = _frame("a", 2, salt)
+    payload = frame[20:]  # after the header: magic, length, CRC, salt
+    assert frame[:4] == b"TLW3" and struct.unpack(">I", frame[8:12])[0] == crc32c.crc32c(payload, crc32c.crc32c(salt))
+    assert topics(_zlib_frame("a", 1, salt) + _zlib_frame("b", 2, salt)) == ["a", "b"]  # written before
+    damaged = bytearray(_zlib_frame("a", 1, salt) + _zlib_frame("b", 2, salt))
+    damaged[-3] ^= 0x01
+    assert topics(bytes(damaged)) == ["a"]  # each format's frames are checked by their own CRC
+    assert topics(_zlib_frame("a", 1, b"o" * 8) + frame) == ["a"]  # another salt: an older life of the file

@@ -78,6 +78,7 @@ class KafkaListener:
         self._server: asyncio.Server | None = None  # the advertised port's
         self._shared: asyncio.Server | None = None  # `serve --workers`: the port shared with sibling workers
         self._connections: set[asyncio.Task[None]] = set()
+        self.unreceived = _Unreceived(UNRECEIVED_BYTES)
         self.view: BrokerView | None = None
         self.me: Broker | None = None
 
@@ -205,6 +206,7 @@ class KafkaListener:
                     break
                 frame = await reader.readexactly(size, self.settings.idle_timeout_s)
                 pending = await apis.dispatch(conn, frame)
+                del frame  # not held while the next frame is awaited (its budget is given back)
                 item = (pending.request, pending.answer, held)
                 if not owed.full():
                     owed.put_nowait(item)
@@ -261,8 +263,10 @@ class KafkaListener:
 
 
 class _Wire(asyncio.BufferedProtocol):
-    """A connection's bytes, read as `readexactly` asks. Small reads come from one 64 KiB buffer;
-    a larger frame is received straight into its own bytearray, handed on as a read-only view.
+    """A connection's bytes, read as `readexactly` asks. Small reads come from one buffer (4 KiB,
+    grown to 64 KiB when more arrives at once); a frame over 32 KiB is received straight into its
+    own bytearray (of its size, or grown as its bytes arrive: `_Unreceived`), handed on as a
+    read-only view.
     (asyncio's StreamReader copied every byte twice, into its buffer and out of it, and paused and
     resumed the socket every 128 KiB: 0.37-0.54 against 0.13 ms of the event loop's CPU per MB,
     measured receiving 1 MiB frames.) The socket is paused while the buffer is full and no read
@@ -274,10 +278,12 @@ class _Wire(asyncio.BufferedProtocol):
         self._listener = listener
         self._writing_paused = False
         self._drained: asyncio.Future[None] | None = None
-        self._buf = bytearray(_CHUNK)
+        self._buf = bytearray(_FIRST)  # grows to _CHUNK when more arrives than it holds
         self._start = self._end = 0  # the bytes received and not yet read: _buf[_start:_end]
         self._target: bytearray | None = None  # a large read, received in place
         self._filled = 0
+        self._need = 0  # the large read's size (its buffer grows toward it as bytes arrive)
+        self._whole: bytearray | None = None  # a large read once all of it arrived
         self._want = 0  # how many buffered bytes the waiting read needs
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
@@ -296,23 +302,41 @@ class _Wire(asyncio.BufferedProtocol):
         if self._target is not None:
             return memoryview(self._target)[self._filled :]
         if self._end == len(self._buf):  # room at the front: move the unread bytes there
-            unread = self._end - self._start
-            self._buf[:unread] = self._buf[self._start : self._end]
-            self._start, self._end = 0, unread
+            self._compact(len(self._buf))
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._target is not None:
             self._filled += nbytes
-            if self._filled == len(self._target):
-                self._target = None  # whole: what comes next goes to the buffer
+            if self._filled == self._need:
+                self._whole, self._target = self._target, None  # what comes next goes to the buffer
                 self._wake()
+            elif self._filled == len(self._target):
+                # more is coming: twice the room, in a new buffer (the transport may hold a view)
+                grown = bytearray(min(self._need, 2 * self._filled))
+                grown[: self._filled] = self._target
+                self._target = grown
             return
         self._end += nbytes
         if self._end - self._start >= self._want:
             self._wake()
         if self._end - self._start == len(self._buf):
-            self._pause()  # full: nothing more until a read takes some
+            if len(self._buf) < _CHUNK:
+                self._compact(2 * len(self._buf))
+            else:
+                self._pause()  # full: nothing more until a read takes some
+
+    def _compact(self, size: int) -> None:
+        """The unread bytes at the front of a buffer of `size` bytes: a new one when larger (never
+        resized in place: the transport may still hold a view of it)."""
+        unread = self._end - self._start
+        if size > len(self._buf):
+            grown = bytearray(size)
+            grown[:unread] = memoryview(self._buf)[self._start : self._end]
+            self._buf = grown
+        else:
+            self._buf[:unread] = self._buf[self._start : self._end]
+        self._start, self._end = 0, unread
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -355,24 +379,29 @@ class _Wire(asyncio.BufferedProtocol):
     # -- the reader's side -----------------------------------------------------------------------
     async def readexactly(self, n: int, timeout: float) -> bytes | memoryview:
         """The next `n` bytes. Raises: IncompleteReadError (the client closed first), TimeoutError
-        (they did not all arrive within `timeout` seconds), ConnectionError."""
+        (they did not all arrive within `timeout` seconds), ConnectionError. After a large read
+        (over _LARGE bytes) failed, what it received is gone: the caller closes the connection."""
         unread = self._end - self._start
-        if unread < n and n > len(self._buf) // 2:  # large: received in place
-            target = bytearray(n)
+        if unread < n and n > _LARGE:  # large: received in place
+            ahead = self._listener.unreceived.take(n)  # else room grows as the bytes arrive
+            target = bytearray(n if ahead else min(n, max(2 * unread, _LARGE_FIRST)))
             target[:unread] = memoryview(self._buf)[self._start : self._end]
             self._start = self._end = 0
-            self._target, self._filled = target, unread
+            self._target, self._filled, self._need = target, unread, n
             try:
                 await self._until(lambda: self._filled == n, timeout)
+                whole = self._whole
             finally:
-                self._target = None
-            if self._filled < n:
-                raise asyncio.IncompleteReadError(bytes(target[: self._filled]), n)
-            return memoryview(target).toreadonly()  # kio reads only read-only buffers
+                partial, self._target, self._whole = self._target, None, None
+                if ahead:
+                    self._listener.unreceived.give(n)
+            if whole is None:
+                received = bytes(partial[: self._filled]) if partial is not None else b""
+                raise asyncio.IncompleteReadError(received, n)
+            return memoryview(whole).toreadonly()  # kio reads only read-only buffers
         if unread < n:
             if len(self._buf) - self._start < n:  # make room behind the unread bytes
-                self._buf[:unread] = self._buf[self._start : self._end]
-                self._start, self._end = 0, unread
+                self._compact(max(len(self._buf), 1 << (n - 1).bit_length()))
             self._want = n
             try:
                 await self._until(lambda: self._end - self._start >= n, timeout)
@@ -416,7 +445,35 @@ class _Wire(asyncio.BufferedProtocol):
             self._transport.resume_reading()
 
 
-_CHUNK = 64 * 1024
+_FIRST = 4 * 1024  # a connection's buffer at first (most sit idle between small requests)
+_CHUNK = 64 * 1024  # and at most: the bytes it reads ahead of the requests
+_LARGE = _CHUNK // 2  # a read larger than this is received in place,
+_LARGE_FIRST = 1024 * 1024  # into a buffer of up to this much at first, when not of its size
+
+
+class _Unreceived:
+    """Bytes the listener's connections hold for frames before their bytes arrived. Up to `limit`
+    in all, a large frame gets a buffer of its size as soon as its size is read: one allocation,
+    no copy (measured receiving 1.1 MB frames: 0.19 ms of CPU per MB, against 1.3 ms for a buffer
+    grown from 1 MiB). Past it, buffers grow as bytes arrive: sizes alone (4 bytes a client sends)
+    make the gateway take at most `limit`, plus 1 MiB a connection. Event loop only."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, n: int) -> bool:
+        if self.held + n > self.limit:
+            return False
+        self.held += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
+#: _Unreceived's limit for one listener
+UNRECEIVED_BYTES = 256 * 1024 * 1024
 
 #: queued after a connection's last request: the writer stops once what is owed is written
 _STOP: Any = object()

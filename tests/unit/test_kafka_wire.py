@@ -37,6 +37,12 @@ class _Listener:
         self.unreceived = _Unreceived(unreceived)
 
 
+async def _answer_and_close(writer: asyncio.StreamWriter) -> None:
+    writer.write(b"k")
+    await writer.drain()
+    writer.close()
+
+
 def _run(
     loop: str,
     serve: Callable[[_Wire, asyncio.StreamWriter], Awaitable[None]],
@@ -170,9 +176,7 @@ def test_a_reader_that_lags_pauses_the_socket_and_loses_nothing(loop):
         for n in sizes:
             assert struct.unpack(">i", await reader.readexactly(4, 10))[0] == n
             got.append(bytes(await reader.readexactly(n, 10)))
-        writer.write(b"k")
-        await writer.drain()
-        writer.close()
+        await _answer_and_close(writer)
 
     def client(port: int) -> bytes:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
@@ -196,9 +200,7 @@ def test_a_size_cut_by_a_timeout_is_read_whole_on_the_next_try(loop):
             seen.append("timeout")
         size = struct.unpack(">i", await reader.readexactly(4, 10))[0]
         seen.append(bytes(await reader.readexactly(size, 10)))
-        writer.write(b"k")
-        await writer.drain()
-        writer.close()
+        await _answer_and_close(writer)
 
     def client(port: int) -> bytes:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:

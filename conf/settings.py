@@ -99,8 +99,8 @@ class WriterSettings(BaseModel):
         64 * 1024 * 1024,
         gt=0,
         description="`log` topics: a table flush starts once this many acked bytes wait (else at half the lag). Larger "
-        "than `batch_bytes`: the files of a flush this size need no roll-up (measured: 6.5 vs 8.4 ms of CPU per MB "
-        "at 8 MiB, ProducerPerformance 1 KB); memory holds them until flushed either way (`max_queue_bytes`).",
+        "than `batch_bytes`: the files of a flush this size need no roll-up (measured: 7.1-8.6 vs 8.5-10.3 ms of CPU "
+        "per MB at 8 MiB, ProducerPerformance 1 KB); memory holds them until flushed either way (`max_queue_bytes`).",
     )
     wal_linger_ms: float = Field(
         0.0,

@@ -11,7 +11,8 @@
   flush runs on the process's one write-ahead flush thread (oldest due first) when half the max
   lag passed since its oldest unflushed ack, or when `batch_bytes` (`writer.wal_flush_bytes`)
   wait: one Delta commit per topic per window, however many requests came in
-  (TopicWriter.commit_staged, with the high watermark and producers' txns). Beyond the commits a second the thread can make, the lag grows.
+  (TopicWriter.commit_staged, with the high watermark and producers' txns). Beyond the commits a
+  second the thread can make, the lag grows.
 - A partition is acked only while this gateway holds its lease (renewed by each flush). Claiming
   one (after replaying other gateways' logs of the topic: a Delta commit) runs on two lease
   threads of the process while the partition's requests wait parked, in order; the writer thread

@@ -78,7 +78,7 @@ class KafkaListener:
         self._server: asyncio.Server | None = None  # the advertised port's
         self._shared: asyncio.Server | None = None  # `serve --workers`: the port shared with sibling workers
         self._connections: set[asyncio.Task[None]] = set()
-        self.unreceived = _Unreceived(UNRECEIVED_BYTES)
+        self.unreceived = _ByteBudget(UNRECEIVED_BYTES)  # its reads never wait: try_take
         self.view: BrokerView | None = None
         self.me: Broker | None = None
 
@@ -265,7 +265,7 @@ class KafkaListener:
 class _Wire(asyncio.BufferedProtocol):
     """A connection's bytes, read as `readexactly` asks. Small reads come from one buffer (4 KiB,
     grown to 64 KiB when more arrives at once); a frame over 32 KiB is received straight into its
-    own bytearray (of its size, or grown as its bytes arrive: `_Unreceived`), handed on as a
+    own bytearray (of its size, or grown as its bytes arrive: UNRECEIVED_BYTES), handed on as a
     read-only view.
     (asyncio's StreamReader copied every byte twice, into its buffer and out of it, and paused and
     resumed the socket every 128 KiB: 0.37-0.54 against 0.13 ms of the event loop's CPU per MB,
@@ -383,7 +383,7 @@ class _Wire(asyncio.BufferedProtocol):
         (over _LARGE bytes) failed, what it received is gone: the caller closes the connection."""
         unread = self._end - self._start
         if unread < n and n > _LARGE:  # large: received in place
-            ahead = self._listener.unreceived.take(n)  # else room grows as the bytes arrive
+            ahead = self._listener.unreceived.try_take(n)  # else room grows as the bytes arrive
             target = bytearray(n if ahead else min(n, max(2 * unread, _LARGE_FIRST)))
             target[:unread] = memoryview(self._buf)[self._start : self._end]
             self._start = self._end = 0
@@ -451,28 +451,11 @@ _LARGE = _CHUNK // 2  # a read larger than this is received in place,
 _LARGE_FIRST = 1024 * 1024  # into a buffer of up to this much at first, when not of its size
 
 
-class _Unreceived:
-    """Bytes the listener's connections hold for frames before their bytes arrived. Up to `limit`
-    in all, a large frame gets a buffer of its size as soon as its size is read: one allocation,
-    no copy (measured receiving 1.1 MB frames: 0.19 ms of CPU per MB, against 1.3 ms for a buffer
-    grown from 1 MiB). Past it, buffers grow as bytes arrive: sizes alone (4 bytes a client sends)
-    make the gateway take at most `limit`, plus 1 MiB a connection. Event loop only."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-
-    def take(self, n: int) -> bool:
-        if self.held + n > self.limit:
-            return False
-        self.held += n
-        return True
-
-    def give(self, n: int) -> None:
-        self.held -= n
-
-
-#: _Unreceived's limit for one listener
+#: bytes a listener's connections may hold in all for frames whose bytes have not arrived yet. Up
+#: to this, a large frame gets a buffer of its size as soon as its size is read: one allocation, no
+#: copy (measured receiving 1.1 MB frames: 0.19 ms of CPU per MB, against 1.3 ms for a buffer grown
+#: from 1 MiB). Past it, buffers grow as bytes arrive: sizes alone (4 bytes a client sends) make the
+#: gateway take at most this, plus 1 MiB a connection.
 UNRECEIVED_BYTES = 256 * 1024 * 1024
 
 #: queued after a connection's last request: the writer stops once what is owed is written

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from kafka_gateway.listener import UNRECEIVED_BYTES, _Unreceived, _Wire
+from kafka_gateway.listener import UNRECEIVED_BYTES, _ByteBudget, _Wire
 
 LOOPS = {"asyncio": asyncio.run, "uvloop": uvloop.run}
 
@@ -34,7 +34,7 @@ class _Listener:
         self, serve: Callable[[_Wire, asyncio.StreamWriter], Awaitable[None]], unreceived: int = UNRECEIVED_BYTES
     ) -> None:
         self._serve = serve
-        self.unreceived = _Unreceived(unreceived)
+        self.unreceived = _ByteBudget(unreceived)
 
 
 async def _answer_and_close(writer: asyncio.StreamWriter) -> None:
@@ -101,7 +101,7 @@ def test_frames_of_every_size_arrive_whole_in_order_and_large_ones_read_only(loo
     listener = _Listener(serve, ahead)
     assert _run(loop, serve, client, listener) == len(sizes)
     assert done.wait(10)
-    assert listener.unreceived.held == 0
+    assert listener.unreceived.idle  # every byte taken ahead was given back
     assert [n for n, _, _ in got] == sizes
     assert all(whole and readonly for _, whole, readonly in got)
 
@@ -239,7 +239,7 @@ def test_a_declared_size_takes_no_memory_before_its_bytes_arrive(loop):
     listener = _Listener(serve, unreceived=50_000_000)  # the 60 MB do not fit: it grows as they come
     _run(loop, serve, client, listener)
     assert grown[0] < 20_000_000, grown
-    assert listener.unreceived.held == 0
+    assert listener.unreceived.idle  # every byte taken ahead was given back
 
 
 def _rss() -> int:

@@ -239,6 +239,16 @@ class PartitionRange:
         return self.base_offset + self.count - 1
 
 
+def partition_runs(partitions: np.ndarray) -> list[tuple[int, int, int]]:
+    """(partition, start, end) of each run of equal adjacent values in `partitions` (rows sorted
+    by partition: one run each), in order."""
+    if not len(partitions):
+        return []
+    starts = np.flatnonzero(np.concatenate([[True], partitions[1:] != partitions[:-1]])).tolist()
+    ends = [*starts[1:], len(partitions)]
+    return [(int(partitions[s]), s, e) for s, e in zip(starts, ends, strict=True)]
+
+
 def count_by_partition(partitions: np.ndarray) -> dict[int, int]:
     """Records per partition, in ascending partition order."""
     if not len(partitions):

@@ -15,8 +15,9 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
+
+from delta_log.core.records import partition_runs
 
 
 @dataclass(slots=True)
@@ -67,12 +68,9 @@ class TailCache:
         parts = records.column("partition").to_numpy()
         if not len(parts) or (self.max_bytes <= 0 and self._flushed is None):
             return
-        starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]]))
-        ends = np.concatenate([starts[1:], [len(parts)]])
         with self._lock:
-            for s, e in zip(starts, ends, strict=True):
-                p = int(parts[s])
-                piece = records.slice(int(s), int(e - s))
+            for p, s, e in partition_runs(parts):
+                piece = records.slice(s, e - s)
                 base = int(piece.column("offset")[0].as_py())
                 tail = self._tails.get(p)
                 if tail is None or tail.end_offset != base:

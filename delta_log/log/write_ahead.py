@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_log.core.producer import ProducerSequence
+from delta_log.core.records import partition_runs
 from delta_log.errors import (
     BackPressureError,
     OwnerNotAvailableError,
@@ -73,10 +74,8 @@ def _by_partition(tables: list[pa.Table]) -> pa.Table:
         return tables[0]
     runs: dict[int, list[pa.Table]] = {}
     for t in tables:
-        parts = t.column("partition").to_numpy()
-        starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]])).tolist() if len(parts) else []
-        for s, e in zip(starts, [*starts[1:], len(parts)], strict=True):
-            runs.setdefault(int(parts[s]), []).append(t.slice(s, e - s))
+        for p, s, e in partition_runs(t.column("partition").to_numpy()):
+            runs.setdefault(p, []).append(t.slice(s, e - s))
     pieces = [piece for p in sorted(runs) for piece in runs[p]]
     return pa.concat_tables(pieces).combine_chunks() if pieces else tables[0]
 

@@ -54,6 +54,7 @@ from delta_log.core.records import (
     PartitionRange,
     count_by_partition,
     offsets_for_rows,
+    partition_runs,
     plan_offsets,
 )
 from delta_log.errors import (
@@ -610,8 +611,7 @@ def stage(
 
 def _last_of_each(parts: np.ndarray) -> list[tuple[int, int]]:
     """(index, partition) of the last row of each run of `parts` (sorted)."""
-    ends = np.flatnonzero(np.concatenate([parts[1:] != parts[:-1], [True]]))
-    return [(int(i), int(parts[i])) for i in ends]
+    return [(e - 1, p) for p, _, e in partition_runs(parts)]
 
 
 def partitions_of(records: pa.Table) -> list[int]:
@@ -630,9 +630,8 @@ def _unflushed(records: pa.Table, high_watermarks: dict[int, int], topic: str) -
     fresh = records.filter(pa.array(keep)) if not keep.all() else records
     if fresh.num_rows:
         fp, fo = fresh.column("partition").to_numpy(), fresh.column("offset").to_numpy()
-        starts = np.flatnonzero(np.concatenate([[True], fp[1:] != fp[:-1]]))
-        for s in starts.tolist():
-            p, first = int(fp[s]), int(fo[s])
+        for p, s, _ in partition_runs(fp):
+            first = int(fo[s])
             if first != high_watermarks[p]:
                 raise WriteAheadGapError(
                     f"Topic {topic!r} partition {p}: the table ends at offset {high_watermarks[p]} but the "

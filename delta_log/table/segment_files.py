@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
 from conf.settings import WriterSettings
+from delta_log.core.records import partition_runs
 from delta_log.core.segments import SegmentInfo, StatsFallback, parse_add_actions
 from delta_log.table.storage import StorageRoot
 
@@ -131,13 +132,10 @@ def write_segments(
     parts = records.column("partition").to_numpy()
     if not len(parts):
         return []
-    starts = np.flatnonzero(np.concatenate([[True], parts[1:] != parts[:-1]])).tolist()
-    ends = [*starts[1:], len(parts)]
     out: list[WrittenSegment] = []
     now_ms = int(time.time() * 1000)
-    for s, e in zip(starts, ends, strict=True):
-        partition = int(parts[s])
-        piece = records.slice(int(s), int(e - s))
+    for partition, s, e in partition_runs(parts):
+        piece = records.slice(s, e - s)
         data = piece.drop_columns(["partition"])  # a partition value lives in the path (Hive style)
         offsets = piece.column("offset").to_numpy()
         if bool(np.all(offsets[1:] > offsets[:-1])):  # what merge_segments may copy without sorting

@@ -14,13 +14,15 @@ to one and moves to the next when a connection fails.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
+import queue
 import random
 import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,17 +271,24 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.values)
 
-    def to_arrow(self) -> bytes:
+    @staticmethod
+    def to_arrow(batches: Sequence[_Batch]) -> bytes:
+        """The records of `batches` (one topic's, in order) as one Arrow IPC stream."""
+
+        def column(name: str) -> list[Any]:
+            return list(itertools.chain.from_iterable(getattr(b, name) for b in batches))
+
+        partitions, timestamps, headers = column("partitions"), column("timestamps"), column("headers")
         cols: dict[str, pa.Array] = {
-            "key": pa.array(self.keys, pa.binary()),
-            "value": pa.array(self.values, pa.binary()),
+            "key": pa.array(column("keys"), pa.binary()),
+            "value": pa.array(column("values"), pa.binary()),
         }
-        if any(p is not None for p in self.partitions):
-            cols["partition"] = pa.array(self.partitions, pa.int64())
-        if any(t is not None for t in self.timestamps):
-            cols["timestamp"] = pa.array(self.timestamps, pa.int64())  # epoch ms
-        if any(h is not None for h in self.headers):
-            cols["headers"] = pa.array(self.headers, _HEADERS)
+        if any(p is not None for p in partitions):
+            cols["partition"] = pa.array(partitions, pa.int64())
+        if any(t is not None for t in timestamps):
+            cols["timestamp"] = pa.array(timestamps, pa.int64())  # epoch ms
+        if any(h is not None for h in headers):
+            cols["headers"] = pa.array(headers, _HEADERS)
         table = pa.table(cols)
         sink = pa.BufferOutputStream()
         with ipc.new_stream(sink, table.schema) as w:
@@ -295,6 +304,13 @@ class Producer:
     """Batches records per topic and sends them with idempotence and retries.
 
     - `linger_ms` / `batch_size` (records) / `batch_bytes`: when a batch is sent.
+    - `buffer_bytes` (Kafka's buffer.memory): what may wait to be sent or acknowledged. A `send()`
+      that does not fit blocks until acks make room, at most `max_block_ms` (then TimeoutError),
+      as Kafka's `send()` does; a `send()` from a callback (they run on one thread of their own,
+      while the next request is sent) never blocks.
+    - One request is in flight at a time (so a producer's records keep their order); batches that
+      filled meanwhile go together in the next one, up to `max_request_bytes` (the gateway's
+      `max_request_bytes` is 64 MiB).
     - Batches travel as Arrow IPC (the gateway's fastest decoder); keys and values are encoded on
       `send()` by `key_format` / `value_format` ("json", "string", "binary": raw bytes), exactly as
       the JSON API would store them.
@@ -312,6 +328,9 @@ class Producer:
         linger_ms: float = 5.0,
         batch_size: int = 100_000,
         batch_bytes: int = 4 * 1024 * 1024,
+        buffer_bytes: int = 32 * 1024 * 1024,
+        max_request_bytes: int = 16 * 1024 * 1024,
+        max_block_ms: float = 60_000.0,
         retries: int = 10,
         retry_backoff_ms: float = 100.0,
         request_timeout: float = 30.0,
@@ -331,6 +350,9 @@ class Producer:
         self.linger_s = linger_ms / 1000
         self.batch_size = batch_size
         self.batch_bytes = batch_bytes
+        self.buffer_bytes = buffer_bytes
+        self.max_request_bytes = max_request_bytes
+        self.max_block_s = max_block_ms / 1000
         self.retries = retries
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.compression = compression
@@ -342,11 +364,19 @@ class Producer:
             url, api_key=api_key, timeout=request_timeout, ca_file=ca_file, client_cert=client_cert
         )
         self._lock = threading.Condition()
-        self._batches: dict[str, _Batch] = {}
+        self._batches: dict[str, _Batch] = {}  # each topic's batch being filled
+        self._full: list[_Batch] = []  # batches full before the sender took them, in order
         self._in_flight = 0
+        self._buffered = 0  # bytes of records queued or in flight (bounded by buffer_bytes)
         self._closed = False
+        # answered requests, resolved (futures, callbacks) on their own thread while the next is sent
+        self._answered: queue.SimpleQueue[tuple[list[_Batch], BaseException | None] | None] = queue.SimpleQueue()
         self._sender = threading.Thread(target=self._run, name="topiclake-producer", daemon=True)
+        self._resolver = threading.Thread(
+            target=self._resolve_answers, name="topiclake-producer-callbacks", daemon=True
+        )
         self._sender.start()
+        self._resolver.start()
 
     def send(
         self,
@@ -367,7 +397,15 @@ class Producer:
         v = None if value is None else self._encode(value, self.value_format)
         k = None if key is None else self._encode(key, self.key_format)
         hs = [{"key": hk, "value": str(hv).encode()} for hk, hv in headers.items()] if headers else None
+        size = (len(v) if v else 0) + (len(k) if k else 0) + 16
+        if size > self.buffer_bytes:
+            raise ValueError(
+                f"A record of {size} bytes cannot fit buffer_bytes ({self.buffer_bytes}); raise buffer_bytes."
+            )
         with self._lock:
+            if self._buffered + size > self.buffer_bytes and threading.current_thread() is not self._resolver:
+                self._wait_for_room(size)
+            self._buffered += size
             batch = self._batches.get(topic)
             if batch is None:
                 batch = self._batches[topic] = _Batch(topic, time.monotonic())
@@ -377,12 +415,35 @@ class Producer:
             batch.partitions.append(partition)
             batch.timestamps.append(timestamp_ms)
             batch.headers.append(hs)
-            batch.nbytes += (len(v) if v else 0) + (len(k) if k else 0) + 16
+            batch.nbytes += size
             if callback is not None:
                 batch.result.send_callbacks.append((index, callback))
-            if index == 0 or len(batch.values) >= self.batch_size or batch.nbytes >= self.batch_bytes:
+            if len(batch.values) >= self.batch_size or batch.nbytes >= self.batch_bytes:
+                del self._batches[topic]  # full: it goes as it is, the next send starts another
+                self._full.append(batch)
+                self._lock.notify()
+            elif index == 0:
                 self._lock.notify()
         return RecordFuture(batch.result, index)
+
+    def _wait_for_room(self, size: int) -> None:
+        """Under the lock: wait until `size` more bytes fit the buffer (woken as acks free bytes).
+        Raises: TimeoutError after max_block_ms, RuntimeError when the producer closes."""
+        deadline = time.monotonic() + self.max_block_s
+        for batch in self._batches.values():
+            batch.first = 0.0  # what is queued is due now: its acks make the room
+        self._lock.notify_all()
+        while self._buffered + size > self.buffer_bytes:
+            if self._closed:
+                raise RuntimeError("Producer is closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"The producer's buffer ({self.buffer_bytes} bytes) stayed full for max_block_ms: the "
+                    "gateway acknowledges more slowly than records are sent. Send less, or raise "
+                    "buffer_bytes or max_block_ms."
+                )
+            self._lock.wait(remaining)
 
     @staticmethod
     def _encode(value: Any, fmt: str) -> bytes:
@@ -393,10 +454,11 @@ class Producer:
         return str(value).encode()
 
     def _ready(self, now: float, force: bool) -> list[_Batch]:
-        out = []
+        """Under the lock: the full batches, then those whose linger is over, oldest first."""
+        out = list(self._full)
+        self._full.clear()
         for topic, batch in list(self._batches.items()):
-            full = len(batch) >= self.batch_size or batch.nbytes >= self.batch_bytes
-            if force or full or now - batch.first >= self.linger_s:
+            if force or now - batch.first >= self.linger_s:
                 del self._batches[topic]
                 out.append(batch)
         return out
@@ -406,25 +468,49 @@ class Producer:
             with self._lock:
                 while True:
                     ready = self._ready(time.monotonic(), force=self._closed)
-                    if ready or (self._closed and not self._batches):
+                    if ready or (self._closed and not self._batches and not self._full):
                         break
                     waits = [b.first + self.linger_s - time.monotonic() for b in self._batches.values()]
                     self._lock.wait(max(0.0005, min(waits)) if waits else None)
                 if not ready and self._closed:
                     return
                 self._in_flight += len(ready)
-            for batch in ready:
+            for request in self._requests(ready):
                 with self._lock:
                     seq = self._sequence
                     self._sequence += 1
-                self._send_batch(batch, seq)
-                with self._lock:
-                    self._in_flight -= 1
-                    self._lock.notify_all()
+                self._answered.put((request, self._send_batches(request, seq)))
 
-    def _send_batch(self, batch: _Batch, sequence: int) -> None:
-        result = batch.result
-        body = batch.to_arrow()
+    def _resolve_answers(self) -> None:
+        while (answered := self._answered.get()) is not None:
+            request, error = answered
+            for batch in request:
+                self._resolve(batch.result, error)
+            with self._lock:
+                self._in_flight -= len(request)
+                self._buffered -= sum(b.nbytes for b in request)
+                self._lock.notify_all()
+
+    def _requests(self, ready: list[_Batch]) -> Iterator[list[_Batch]]:
+        """`ready` (in order) as requests: a topic's batches next to each other go together, up to
+        `max_request_bytes` (a full batch waited while the request before was in flight)."""
+        group: list[_Batch] = []
+        for batch in ready:
+            if group and (
+                batch.result.topic != group[0].result.topic
+                or sum(b.nbytes for b in group) + batch.nbytes > self.max_request_bytes
+            ):
+                yield group
+                group = []
+            group.append(batch)
+        if group:
+            yield group
+
+    def _send_batches(self, batches: list[_Batch], sequence: int) -> BaseException | None:
+        """One produce request of `batches` (one topic's), retried with the same sequence; the
+        batches' results are set, and the last error returned."""
+        topic = batches[0].result.topic
+        body = _Batch.to_arrow(batches)
         headers = {"Content-Type": _ARROW, "Producer-Id": self.producer_id, "Producer-Sequence": str(sequence)}
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=1)
@@ -433,12 +519,18 @@ class Producer:
         for attempt in range(self.retries + 1):
             try:
                 resp = self._http.post(
-                    f"/topics/{result.topic}/records", params={"record_offsets": "true"}, content=body, headers=headers
+                    f"/topics/{topic}/records", params={"record_offsets": "true"}, content=body, headers=headers
                 )
                 raise_for_error(resp)
                 data = resp.json()
-                result.partitions, result.offsets = data["record_partitions"], data["record_offsets"]
-                result.dead_letters = {d["index"]: data["dead_letter_topic"] for d in data.get("dead_letters", ())}
+                dead = {d["index"]: data["dead_letter_topic"] for d in data.get("dead_letters", ())}
+                start = 0
+                for batch in batches:
+                    result, end = batch.result, start + len(batch)
+                    result.partitions = data["record_partitions"][start:end]
+                    result.offsets = data["record_offsets"][start:end]
+                    result.dead_letters = {i - start: t for i, t in dead.items() if start <= i < end}
+                    start = end
                 error = None
                 break
             except TopiclakeClientError as exc:
@@ -448,6 +540,10 @@ class Producer:
             except httpx.TransportError as exc:  # timeouts, resets: safe to retry (idempotent)
                 error = exc
             time.sleep(self.retry_backoff_s * (2 ** min(attempt, 6)) * random.uniform(0.5, 1.0))
+        return error
+
+    @staticmethod
+    def _resolve(result: _BatchResult, error: BaseException | None) -> None:
         result.error = error
         with _CALLBACKS_LOCK:
             result.done.set()
@@ -462,17 +558,20 @@ class Producer:
                 send_cb(None, failure)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued and wait for the answers."""
+        """Send everything queued and wait for the answers (and their callbacks). Raises:
+        TimeoutError; RuntimeError from a callback (it would wait for itself)."""
+        if threading.current_thread() is self._resolver:
+            raise RuntimeError("flush() cannot be called from a send callback: it would wait for that callback.")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             for batch in self._batches.values():
                 batch.first = 0.0  # due now
             self._lock.notify_all()
-            while self._batches or self._in_flight:
+            while self._batches or self._full or self._in_flight:  # woken when a request is answered
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("flush timed out")
-                self._lock.wait(0.01 if remaining is None else min(remaining, 0.01))
+                self._lock.wait(remaining)
 
     def close(self, timeout: float | None = None) -> None:
         self.flush(timeout)
@@ -480,6 +579,8 @@ class Producer:
             self._closed = True
             self._lock.notify_all()
         self._sender.join(timeout)
+        self._answered.put(None)
+        self._resolver.join(timeout)
         self._http.close()
 
     def __enter__(self) -> Producer:

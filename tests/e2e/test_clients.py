@@ -135,3 +135,65 @@ def test_cli_consume_commits_only_what_it_printed(server):
     assert sum(o["offset"] for o in committed) == 5  # next run starts right after the last printed record
     r2 = run_cli(server, "consume", "cli-consume", "--group", "printers", "--max-records", "35")
     assert sorted(printed + r2.stdout.split()) == sorted(f"m{i}" for i in range(40))
+
+
+def test_producer_merges_batches_that_filled_while_one_was_in_flight(server):
+    """Small batches filled while the one before was in flight go together in the next request
+    (up to max_request_bytes); every record's metadata still names its own offset."""
+    import httpx
+
+    AdminClient(server.url).create_topic("prod-merge", partitions=3)
+    with Producer(server.url, value_format="string", batch_size=7, max_request_bytes=64 * 1024) as p:
+        futs = [p.send("prod-merge", f"v{i}", partition=i % 3) for i in range(2000)]
+        p.flush()
+        mds = [f.result(timeout=10) for f in futs]
+    for part in range(3):
+        offsets = [md.offset for i, md in enumerate(mds) if i % 3 == part]
+        assert all(md.partition == i % 3 for i, md in enumerate(mds))
+        assert offsets == list(range(len(offsets)))  # the producer's order, no gap, no duplicate
+        got = httpx.get(
+            f"{server.url}/topics/prod-merge/partitions/{part}/records",
+            params={"offset": 0, "max_records": 1000, "value_format": "string"},
+        ).json()["records"]
+        assert [r["value"] for r in got] == [f"v{i}" for i in range(part, 2000, 3)]
+
+
+def test_producer_send_blocks_while_its_buffer_is_full_then_times_out():
+    """A gateway that never answers: sends fill buffer_bytes, then send() blocks for max_block_ms
+    and raises TimeoutError saying what to do (Kafka's buffer.memory and max.block.ms)."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    p = Producer(url, value_format="binary", buffer_bytes=64 * 1024, max_block_ms=300, retries=0, request_timeout=5)
+    try:
+        for _ in range(15):
+            p.send("t", b"x" * 4000)  # 60 KB of the 64 KB
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="buffer_bytes or max_block_ms"):
+            p.send("t", b"x" * 8000)
+        assert 0.25 <= time.monotonic() - t0 < 3
+        with pytest.raises(ValueError, match="raise buffer_bytes"):
+            p.send("t", b"x" * 70_000)  # could never fit
+    finally:
+        silent.close()  # the request in flight fails; close() then returns
+        p.close(timeout=10)
+
+
+def test_producer_flush_from_a_callback_is_refused(server):
+    AdminClient(server.url).create_topic("prod-cb", partitions=1)
+    errors = []
+
+    def cb(md, err):
+        try:
+            p.flush()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    with Producer(server.url) as p:
+        p.send("prod-cb", 1, callback=cb)
+        p.flush()
+    assert errors and "callback" in errors[0]

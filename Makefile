@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JARS_STAMP := $(VENV)/.delta-jars
 
-.PHONY: FORCE setup minio kafka-jars chromium sql-endpoint run test test-fast lint bench clean
+.PHONY: FORCE setup minio go-clients kafka-jars chromium sql-endpoint run test test-fast lint bench clean
 
 # The Kafka codec (kafka_gateway/codec) and the roll-up's parquet merge (delta_log/table/parquet_merge),
 # both Rust, are compiled by this install (setuptools-rust, cargo); their build directory is cached
@@ -29,6 +29,11 @@ $(JARS_STAMP): $(STAMP) delta_log/spark/warmup.py
 # under ~/.cache). Without Go the S3 tests are skipped and say why (CI requires them).
 minio: $(STAMP)
 	@if command -v go >/dev/null; then $(PY) -m tests.s3.minio build; else $(PY) -m tests.s3.minio check; fi
+
+# Go's Kafka clients (franz-go, sarama, kafka-go) for the listener's tests: built from
+# tests/e2e/go_clients at the versions its go.mod pins, cached under ~/.cache (Go's module cache too).
+go-clients: $(STAMP)
+	@if command -v go >/dev/null; then $(PY) -m tests.e2e.go_kafka_clients build; else $(PY) -m tests.e2e.go_kafka_clients check; fi
 
 # Kafka's broker and tools (the Kafka listener's tests run Kafka's own Java tools; the benchmarks
 # run the broker): resolved once from Maven Central through Maven into ~/.cache (bench/kafka/pom.xml).
@@ -78,7 +83,7 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
 
-setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) $(SWAGGER_STAMP) minio kafka-jars chromium sql-endpoint
+setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) $(SWAGGER_STAMP) minio go-clients kafka-jars chromium sql-endpoint
 
 run: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}

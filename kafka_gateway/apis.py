@@ -145,8 +145,12 @@ async def _encoded(request: messages.RequestFrame, result: Awaitable[Any]) -> me
 def _encode(request: messages.RequestFrame, data: Any) -> messages.Frame | None:
     if data is None:
         return None
-    body = messages.respond(request.api_key, request.api_version, data)
-    return messages.encode_response(request.correlation_id, request.flexible, body)
+    try:
+        body = messages.respond(request.api_key, request.api_version, data)
+        return messages.encode_response(request.correlation_id, request.flexible, body)
+    except Exception:  # a bug in an answer for this version: an error answer, not a dropped connection
+        log.exception("Kafka %s v%d: its answer could not be encoded", name_of(request.api_key), request.api_version)
+        return error_answer(request, ErrorCode.unknown_server_error)
 
 
 # -- ApiVersions ----------------------------------------------------------------------------------

@@ -215,7 +215,9 @@ def _primitive(kafka_type: str | None, value: Any) -> Any:
 def build(schema: type, data: Mapping[str, Any]) -> Entity:
     """`schema` (a kio entity of one version) from plain values: fields the version lacks are
     ignored, fields `data` lacks take their default (arrays: empty, never null); nested entities from nested dicts; error
-    codes, durations (ms) and times (epoch ms) from ints."""
+    codes, durations (ms) and times (epoch ms) from ints. A None where this version's field is not
+    nullable (JoinGroup's protocol_name before v7) is written as Kafka's broker writes it: "", 0,
+    an empty array or entity."""
     values = {}
     for f in _fields(schema):
         if f.name in data:
@@ -226,6 +228,8 @@ def build(schema: type, data: Mapping[str, Any]) -> Entity:
             continue
         else:
             v = _neutral(f)
+        if v is None and not f.optional:  # null only from the version that made it nullable on
+            v = {} if f.entity is not None and not f.many else _neutral(f)  # before it: "" as Kafka
         if f.entity is not None:
             if f.many:
                 v = tuple(build(f.entity, item) for item in v) if v is not None else None
@@ -260,13 +264,17 @@ def decode_subscription(metadata: bytes) -> list[str]:
     if len(metadata) < 2:
         raise MalformedFrameError("A consumer subscription starts with its int16 version.")
     (version,) = struct.unpack_from(">h", metadata)
-    version = max(0, min(version, _SUBSCRIPTION_VERSIONS))
-    schema = _subscription_schema(version)
-    try:
-        sub, _size = _reader(schema)(metadata, 2)
-    except Exception as exc:
-        raise MalformedFrameError(f"The consumer subscription does not parse: {exc}") from exc
-    return [str(t) for t in sub.topics]
+    error: Exception | None = None
+    # newest first; an older layout when the fields a version appended are missing (segmentio's
+    # kafka-go says version 1 and writes no owned partitions, as Kafka's v0): topics come first in all
+    for v in range(max(0, min(version, _SUBSCRIPTION_VERSIONS)), -1, -1):
+        try:
+            sub, _size = _reader(_subscription_schema(v))(metadata, 2)
+        except Exception as exc:
+            error = error or exc
+            continue
+        return [str(t) for t in sub.topics]
+    raise MalformedFrameError(f"The consumer subscription does not parse: {error}")
 
 
 @functools.cache

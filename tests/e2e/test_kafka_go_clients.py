@@ -1,0 +1,34 @@
+"""Go's Kafka clients against a gateway's Kafka listener, as Go services run them: franz-go (with
+kadm), IBM's sarama and segmentio's kafka-go (tests/e2e/go_clients/main.go). Each creates a topic,
+produces 3,000 keyed, compressed records with acks=all (idempotent where the client offers it),
+reads them all in a consumer group and commits. kafka-go found two faults: a JoinGroup v2 error
+answer with a null protocol name (the connection dropped) and its version-1 subscriptions without
+owned partitions (refused as INCONSISTENT_GROUP_PROTOCOL)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.e2e import go_kafka_clients
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def go_clients():
+    reason = go_kafka_clients.unavailable_reason()
+    if reason is not None:
+        if os.environ.get("TOPICLAKE_REQUIRE_GO") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return go_kafka_clients.build()
+
+
+@pytest.mark.parametrize("client", ["franz", "sarama", "kafkago"])
+def test_a_go_client_creates_produces_and_reads_a_topic_in_a_group(server, go_clients, client):
+    out = subprocess.run([str(go_clients), server.kafka, client], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, f"{client}: {out.stderr[-3000:]}\n{server.log.read_text()[-3000:]}"
+    assert out.stdout.split()[-2:] == ["ok", "3000"], out.stdout

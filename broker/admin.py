@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from delta_log.core.acl import Principal, authorize
 from delta_log.core.paging import page_of
 from delta_log.core.value_schemas import parse_schema, subject_for
-from delta_log.errors import InvalidConfigError
+from delta_log.errors import InvalidConfigError, TopiclakeError
 from delta_log.log.catalog import TopicDescription
-from delta_log.log.reader import TopicReader
+from delta_log.log.reader import PartitionOffsets, TopicReader
 from delta_log.registry import TopicRegistry
 from delta_log.table.time_travel import appended_history
 
@@ -125,3 +125,23 @@ def delete_records(registry: TopicRegistry, principal: Principal, name: str, par
     StorageUnavailableError."""
     authorize(principal, "admin", name)
     return registry.delete_records(name, partition, offset)
+
+
+def partition_sizes(
+    registry: TopicRegistry, principal: Principal, topics: Mapping[str, set[int] | None] | None
+) -> dict[str, list[PartitionOffsets] | TopiclakeError]:
+    """Kafka's DescribeLogDirs: each topic's partitions (`topics`: name -> partitions, None for all of
+    them; None: every topic this key may describe) with their bytes in the table, or the error
+    (AuthorizationError, TopicNotFoundError) that keeps a named topic from being described. Blocking."""
+    if topics is None:
+        topics = {n: None for n in registry.catalog.list_topics() if principal.allows("describe", n)}
+    out: dict[str, list[PartitionOffsets] | TopiclakeError] = {}
+    for name, wanted in topics.items():
+        try:
+            authorize(principal, "describe", name)
+            offsets = registry.reader(name).partition_offsets()
+        except TopiclakeError as exc:
+            out[name] = exc
+            continue
+        out[name] = [p for p in offsets if wanted is None or p.partition in wanted]
+    return out

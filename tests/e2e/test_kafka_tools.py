@@ -137,6 +137,39 @@ def test_producer_and_consumer_performance_tools(gateway, libs):
     assert int(fields[4].strip()) == 20000  # data.consumed.in.nMsg
 
 
+def test_operator_tools_log_dirs_leader_election_reassignments_and_transactions(gateway, libs):
+    """kafka-log-dirs (a partition's bytes in its table), kafka-leader-election (never needed: the
+    owner is the one replica), kafka-reassign-partitions --list and kafka-transactions list (none)."""
+    import json
+
+    bs = ("--bootstrap-server", gateway.kafka)
+    tool(libs, TOPICS, *bs, "--create", "--topic", "ops", "--partitions", "2", "--replication-factor", "1")
+    tool(libs, PRODUCER, *bs, "--topic", "ops", "--property", "parse.key=false", stdin="a\nb\nc\n")
+    out = tool(libs, "org.apache.kafka.tools.LogDirsCommand", *bs, "--describe", "--topic-list", "ops")
+    report = json.loads(out.strip().splitlines()[-1])
+    (broker,) = report["brokers"]
+    (log_dir,) = broker["logDirs"]
+    sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
+    assert set(sizes) == {"ops-0", "ops-1"} and sum(sizes.values()) > 0 and log_dir["error"] is None
+    out = tool(
+        libs, "org.apache.kafka.tools.LeaderElectionCommand", *bs, "--election-type", "preferred",
+        "--topic", "ops", "--partition", "1",
+    )  # fmt: skip
+    assert "Valid replica already elected for partitions ops-1" in out
+    tool(
+        libs,
+        "org.apache.kafka.tools.LeaderElectionCommand",
+        *bs,
+        "--election-type",
+        "preferred",
+        "--all-topic-partitions",
+    )
+    out = tool(libs, "org.apache.kafka.tools.reassign.ReassignPartitionsCommand", *bs, "--list")
+    assert "No partition reassignments found." in out
+    out = tool(libs, "org.apache.kafka.tools.TransactionsCommand", *bs, "list")
+    assert out.strip().splitlines() == ["TransactionalId\tCoordinator\tProducerId\tTransactionState"]
+
+
 def test_a_transactional_producer_is_told_at_once_that_transactions_are_not_supported(gateway, libs):
     """FindCoordinator for a transactional id answers a code the client does not retry, so
     initTransactions fails at once with the reason (Kafka Streams' exactly_once_v2 hung before)."""

@@ -1,0 +1,116 @@
+"""What Kafka's operator tools and consoles ask a cluster about its brokers' disks, leaders,
+reassignments and transactions: DescribeLogDirs (kafka-log-dirs, and the consoles' topic sizes),
+ElectLeaders (kafka-leader-election), ListPartitionReassignments (kafka-reassign-partitions
+--list) and ListTransactions (kafka-transactions list), answered truthfully for one copy per
+partition on a shared root:
+
+- A gateway's one "log dir" is the storage root; it holds the partitions the gateway leads, each
+  with the bytes of its files in the topic's Delta table (a `log` topic's unflushed acks are not
+  counted: they are in the write-ahead log, not yet in the table).
+- A partition's leader is its owner gateway, which is always the one replica: an election is never
+  needed (ELECTION_NOT_NEEDED), and no reassignment is ever in progress.
+- Transactions are not supported yet (docs/KAFKA.md), so none is ever listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from broker import admin
+from kafka_gateway.apis import api
+from kafka_gateway.errors import code_of, message_of
+
+if TYPE_CHECKING:
+    from kafka_gateway.listener import Connection
+
+#: DescribeLogDirs' total_bytes and usable_bytes when not known
+UNKNOWN_BYTES = -1
+
+
+def _log_dirs(conn: Connection, request: Any) -> dict[str, Any]:
+    assert conn.principal is not None
+    wanted = None if request.topics is None else {str(t.topic): {int(p) for p in t.partitions} for t in request.topics}
+    sizes = admin.partition_sizes(conn.services.registry, conn.principal, wanted)
+    me = conn.brokers.me.node_id
+    topics = []
+    for name, parts in sizes.items():
+        if isinstance(parts, Exception):
+            continue  # Kafka leaves out what it cannot describe
+        leaders = conn.brokers.leaders(name, max((p.partition for p in parts), default=-1) + 1)
+        led = [
+            {"partition_index": p.partition, "partition_size": p.size_bytes, "offset_lag": 0, "is_future_key": False}
+            for p in parts
+            if leaders[p.partition] == me
+        ]
+        if led:
+            topics.append({"name": name, "partitions": led})
+    root = str(conn.services.registry.storage.root)
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "results": [
+            {
+                "error_code": 0,
+                "log_dir": root,
+                "topics": topics,
+                "total_bytes": UNKNOWN_BYTES,
+                "usable_bytes": UNKNOWN_BYTES,
+            }
+        ],
+    }
+
+
+@api(35, "DescribeLogDirs", 1, 4)
+async def describe_log_dirs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return await asyncio.to_thread(_log_dirs, conn, request)
+
+
+@api(43, "ElectLeaders", 0, 2)
+async def elect_leaders(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    """Every partition already has its one possible leader. For all partitions (a null list) Kafka
+    answers only those it elected: none here."""
+    assert conn.principal is not None
+    results = []
+    for t in request.topic_partitions or ():
+        name = str(t.topic)
+        error: Exception | None = None
+        try:
+            n = await asyncio.to_thread(admin.describe_topic, conn.services.registry, conn.principal, name)
+            partitions = n[0].partitions
+        except Exception as exc:
+            error, partitions = exc, 0
+        out = []
+        for p in t.partitions:
+            if error is not None:
+                out.append({"partition_id": p, "error_code": code_of(error), "error_message": message_of(error)})
+            elif not 0 <= p < partitions:
+                out.append(
+                    {
+                        "partition_id": p,
+                        "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_message": f"Topic {name!r} has partitions 0-{partitions - 1}.",
+                    }
+                )
+            else:
+                out.append(
+                    {
+                        "partition_id": p,
+                        "error_code": ErrorCode.election_not_needed,
+                        "error_message": "Its owner gateway is its leader and only replica.",
+                    }
+                )
+        results.append({"topic": name, "partition_result": out})
+    return {"throttle_time": 0, "error_code": 0, "replica_election_results": results}
+
+
+@api(46, "ListPartitionReassignments", 0, 0)
+async def list_partition_reassignments(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": []}
+
+
+@api(66, "ListTransactions", 0, 1)
+async def list_transactions(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": 0, "unknown_state_filters": [], "transaction_states": []}

@@ -254,6 +254,25 @@ def kafka_latency(bootstrap: str, topic: str, seconds: float, rate: float) -> di
     }
 
 
+def sync_commits(bootstrap: str, topic: str, commits: int) -> list[float]:
+    """ms per synchronous OffsetCommit (librdkafka's `commit(asynchronous=False)`), as a consumer
+    that commits after every poll waits for it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"sync-{time.monotonic_ns()}", "enable.auto.commit": False}
+    )
+    out = []
+    try:
+        for i in range(commits):
+            t0 = time.perf_counter()
+            c.commit(offsets=[TopicPartition(topic, 0, i + 1)], asynchronous=False)
+            out.append((time.perf_counter() - t0) * 1000)
+    finally:
+        c.close()
+    return out
+
+
 # -- baselines ----------------------------------------------------------------------------------------
 def baseline_batches(work: Path, size: int, batches: int, spark_batches: int) -> list[dict[str, Any]]:
     from deltalake import write_deltalake
@@ -391,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
         k = kafka_latency(kafka.bootstrap, "latency", latency_s, 500)
         kl = kafka_latency(listener, "latency", latency_s, 500)
         tl = e2e_latency(srv.url, "latency", latency_s, 500)
+        k["synchronous OffsetCommit"] = sync_commits(kafka.bootstrap, "latency", 200)
+        kl["synchronous OffsetCommit"] = sync_commits(listener, "latency", 200)
         for system, series in (
             ("Kafka (confluent-kafka)", k),
             ("topiclake listener (confluent-kafka)", kl),

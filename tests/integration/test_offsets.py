@@ -2,6 +2,7 @@ import pytest
 
 from delta_log import OffsetCommit, OffsetStore, StorageRoot
 from delta_log.errors import InvalidOffsetError
+from delta_log.system.offsets import OFFSETS_SCHEMA
 
 
 def test_commit_many_latest_wins_and_survives_restart(storage):
@@ -13,8 +14,12 @@ def test_commit_many_latest_wins_and_survives_restart(storage):
             OffsetCommit(group="h", topic="a", partition=0, offset=1, commit_timestamp_us=1),
         ]
     )
-    s.commit([OffsetCommit(group="g", topic="a", partition=0, offset=9, metadata="m", commit_timestamp_us=2)])
-    assert s._dt.version() == v + 1
+    v2 = s.commit([OffsetCommit(group="g", topic="a", partition=0, offset=9, metadata="m", commit_timestamp_us=2)])
+    assert v2 == v + 1
+    from deltalake import DeltaTable  # what this store wrote is a Delta table as delta-rs reads it
+
+    dt = DeltaTable(s.uri)
+    assert dt.version() == v2 and storage.read_system_table(dt, OFFSETS_SCHEMA).num_rows == 4
     restarted = OffsetStore(StorageRoot(storage.root))
     got = {k: c.offset for k, c in restarted.committed("g").items()}
     assert got == {("a", 0): 9, ("a", 1): 7}
@@ -111,3 +116,51 @@ def test_a_delete_reaches_another_server_that_read_the_offset_even_after_compact
     assert replicate_offsets(storage, replica) == 2
     assert OffsetStore(replica).committed("g") == {}
     assert OffsetStore(replica).committed("h")[("t", 0)].offset == 2
+
+
+def test_a_takeover_between_the_epoch_check_and_the_commit_refuses_the_commit(storage, monkeypatch):
+    """The store writes its own log entries on local disk: a claim that lands after the epoch was
+    read and before the entry is linked makes the entry conflict (its coordinator txn), the epoch
+    is read again, and the stale coordinator is told so; nothing of it is written."""
+    from delta_log.errors import NotCoordinatorError
+    from delta_log.system.offsets import _OwnLog
+
+    first = OffsetStore(storage)
+    assert first._own is not None  # local disk: the store's own log entries
+    epoch = first.claim_coordinator("g")
+    first.commit([OffsetCommit(group="g", topic="t", partition=0, offset=1)], fence=("g", epoch))
+    read_epoch = _OwnLog.epoch
+    raced = []
+
+    def racing(self, dt, group):
+        seen = read_epoch(self, dt, group)
+        if not raced:
+            raced.append(OffsetStore(StorageRoot(storage.root)).claim_coordinator(group))
+        return seen
+
+    monkeypatch.setattr(_OwnLog, "epoch", racing)
+    with pytest.raises(NotCoordinatorError):
+        first.commit([OffsetCommit(group="g", topic="t", partition=0, offset=9)], fence=("g", epoch))
+    assert raced == [epoch + 1]
+    assert OffsetStore(StorageRoot(storage.root)).committed("g")[("t", 0)].offset == 1
+
+
+def test_two_servers_append_past_each_other_and_checkpoints_follow(storage):
+    """Blind appends of two stores interleave (each skips the other's versions); a checkpoint is
+    written every delta.checkpointInterval (100) versions, as delta-rs's hook would."""
+    import time
+    from pathlib import Path
+
+    a, b = OffsetStore(storage), OffsetStore(StorageRoot(storage.root))
+    for i in range(60):
+        a.commit([OffsetCommit(group="ga", topic="t", partition=0, offset=i)])
+        b.commit([OffsetCommit(group="gb", topic="t", partition=0, offset=i)])
+    fresh = OffsetStore(StorageRoot(storage.root))
+    assert fresh.committed("ga")[("t", 0)].offset == 59 and fresh.committed("gb")[("t", 0)].offset == 59
+    log_dir = Path(storage.fs_path(a.uri)) / "_delta_log"
+    deadline = time.monotonic() + 30
+    while not list(log_dir.glob("*.checkpoint.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # each store checkpoints the newest version once it crossed 100 (two stores: up to two)
+    versions = sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.checkpoint.parquet"))
+    assert versions and all(100 <= v <= 120 for v in versions) and len(versions) <= 2

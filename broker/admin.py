@@ -132,7 +132,11 @@ def partition_sizes(
 ) -> dict[str, list[PartitionOffsets] | TopiclakeError]:
     """Kafka's DescribeLogDirs: each topic's partitions (`topics`: name -> partitions, None for all of
     them; None: every topic this key may describe) with their bytes in the table, or the error
-    (AuthorizationError, TopicNotFoundError) that keeps a named topic from being described. Blocking."""
+    (AuthorizationError, TopicNotFoundError) that keeps a named topic from being described. Blocking.
+
+    Raises: AuthorizationError without admin on some topic (Kafka: DESCRIBE on the cluster, as
+    GET /cluster): the answer names the storage root."""
+    authorize(principal, "admin", None)
     if topics is None:
         topics = {n: None for n in registry.catalog.list_topics() if principal.allows("describe", n)}
     out: dict[str, list[PartitionOffsets] | TopiclakeError] = {}

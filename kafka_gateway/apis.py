@@ -148,8 +148,11 @@ def _encode(request: messages.RequestFrame, data: Any) -> messages.Frame | None:
     try:
         body = messages.respond(request.api_key, request.api_version, data)
         return messages.encode_response(request.correlation_id, request.flexible, body)
-    except Exception:  # a bug in an answer for this version: an error answer, not a dropped connection
+    except Exception:  # a bug in an answer for this version: an error answer where the API has one
         log.exception("Kafka %s v%d: its answer could not be encoded", name_of(request.api_key), request.api_version)
+        schema = messages.response_schema(request.api_key, request.api_version)
+        if not any(f.name == "error_code" for f in messages._fields(schema)):
+            raise  # no frame of this API can say so: the listener closes the connection (the client retries)
         return error_answer(request, ErrorCode.unknown_server_error)
 
 

@@ -212,12 +212,16 @@ def _primitive(kafka_type: str | None, value: Any) -> Any:
     return value
 
 
+#: field types whose null an older version writes as empty (a number's null is a bug, not a downgrade)
+_NULLABLE_LATER = frozenset({"string", "bytes", "records"})
+
+
 def build(schema: type, data: Mapping[str, Any]) -> Entity:
     """`schema` (a kio entity of one version) from plain values: fields the version lacks are
     ignored, fields `data` lacks take their default (arrays: empty, never null); nested entities from nested dicts; error
     codes, durations (ms) and times (epoch ms) from ints. A None where this version's field is not
-    nullable (JoinGroup's protocol_name before v7) is written as Kafka's broker writes it: "", 0,
-    an empty array or entity."""
+    nullable (JoinGroup's protocol_name before v7) is written as Kafka's broker writes it: "",
+    empty bytes, an empty array or entity."""
     values = {}
     for f in _fields(schema):
         if f.name in data:
@@ -228,8 +232,10 @@ def build(schema: type, data: Mapping[str, Any]) -> Entity:
             continue
         else:
             v = _neutral(f)
-        if v is None and not f.optional:  # null only from the version that made it nullable on
-            v = {} if f.entity is not None and not f.many else _neutral(f)  # before it: "" as Kafka
+        if v is None and not f.optional and (f.many or f.entity is not None or f.kafka_type in _NULLABLE_LATER):
+            # null only from the version that made it nullable on; before it "" (or empty) as Kafka
+            # writes it. Numbers stay None and fail: 0 would be a plausible wrong answer.
+            v = {} if f.entity is not None and not f.many else _neutral(f)
         if f.entity is not None:
             if f.many:
                 v = tuple(build(f.entity, item) for item in v) if v is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import logging
 import queue
 import random
 import ssl
@@ -296,6 +297,21 @@ class _Batch:
         return bytes(sink.getvalue())
 
 
+#: what a record takes in a request beyond its key, value and headers (Arrow offsets, validity,
+#: partition and timestamp slots), as `send()` counts it
+_ROW_BYTES = 24
+
+log = logging.getLogger("topiclake.client")
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> None:
+    """A user's callback: what it raises is logged, as Kafka's producer does, never fatal."""
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("a send callback raised")
+
+
 _HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 _ARROW = "application/vnd.apache.arrow.stream"
 
@@ -343,6 +359,10 @@ class Producer:
     ) -> None:
         if compression not in (None, "gzip"):
             raise ValueError("compression must be None or 'gzip'")
+        if min(batch_bytes, max_request_bytes, buffer_bytes) <= 0:
+            raise ValueError("batch_bytes, max_request_bytes and buffer_bytes must be positive.")
+        max_request_bytes = min(max_request_bytes, buffer_bytes)  # a request is at most what may wait
+        batch_bytes = min(batch_bytes, max_request_bytes)
         for name, fmt in (("value_format", value_format), ("key_format", key_format)):
             if fmt not in ("json", "string", "binary"):
                 raise ValueError(f"{name} must be 'json', 'string' or 'binary'")
@@ -392,17 +412,27 @@ class Producer:
         """Queue one record; `value=None` is a tombstone (a null value: compaction and upsert tables
         delete the key), as with Kafka's producers. Raises: RuntimeError (closed), TypeError/ValueError
         (unencodable value)."""
-        if self._closed:
-            raise RuntimeError("Producer is closed")
         v = None if value is None else self._encode(value, self.value_format)
         k = None if key is None else self._encode(key, self.key_format)
-        hs = [{"key": hk, "value": str(hv).encode()} for hk, hv in headers.items()] if headers else None
-        size = (len(v) if v else 0) + (len(k) if k else 0) + 16
-        if size > self.buffer_bytes:
+        hs = None
+        if headers:
+            if not all(isinstance(hk, str) for hk in headers):
+                raise TypeError("Header keys must be strings.")
+            hs = [{"key": hk, "value": str(hv).encode()} for hk, hv in headers.items()]
+        # what the record takes in the request's Arrow columns (offsets, validity, the partition
+        # and timestamp slots: ~24 bytes a row), so a request's body stays near its estimate
+        size = (len(v) if v else 0) + (len(k) if k else 0) + _ROW_BYTES
+        if hs:
+            size += sum(len(h["key"]) + len(h["value"]) + _ROW_BYTES for h in hs)
+        if size > min(self.buffer_bytes, self.max_request_bytes):
             raise ValueError(
-                f"A record of {size} bytes cannot fit buffer_bytes ({self.buffer_bytes}); raise buffer_bytes."
+                f"A record of {size} bytes cannot fit buffer_bytes ({self.buffer_bytes}) or max_request_bytes "
+                f"({self.max_request_bytes}); send smaller records or raise both."
             )
+        self._check_running()
         with self._lock:
+            if self._closed:
+                raise RuntimeError("Producer is closed")
             if self._buffered + size > self.buffer_bytes and threading.current_thread() is not self._resolver:
                 self._wait_for_room(size)
             self._buffered += size
@@ -421,10 +451,16 @@ class Producer:
             if len(batch.values) >= self.batch_size or batch.nbytes >= self.batch_bytes:
                 del self._batches[topic]  # full: it goes as it is, the next send starts another
                 self._full.append(batch)
-                self._lock.notify()
+                self._lock.notify_all()  # the sender (a flush or a blocked send may wait here too)
             elif index == 0:
-                self._lock.notify()
+                self._lock.notify_all()
         return RecordFuture(batch.result, index)
+
+    def _check_running(self) -> None:
+        """Raises: RuntimeError when the sending or the callback thread is gone (nothing queued
+        would be sent or answered any more)."""
+        if not self._closed and not (self._sender.is_alive() and self._resolver.is_alive()):
+            raise RuntimeError("The producer's sending thread stopped (see the log); make a new Producer.")
 
     def _wait_for_room(self, size: int) -> None:
         """Under the lock: wait until `size` more bytes fit the buffer (woken as acks free bytes).
@@ -436,6 +472,7 @@ class Producer:
         while self._buffered + size > self.buffer_bytes:
             if self._closed:
                 raise RuntimeError("Producer is closed")
+            self._check_running()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(
@@ -473,13 +510,19 @@ class Producer:
                     waits = [b.first + self.linger_s - time.monotonic() for b in self._batches.values()]
                     self._lock.wait(max(0.0005, min(waits)) if waits else None)
                 if not ready and self._closed:
+                    self._answered.put(None)  # after every answer: the callback thread ends
                     return
                 self._in_flight += len(ready)
             for request in self._requests(ready):
                 with self._lock:
                     seq = self._sequence
                     self._sequence += 1
-                self._answered.put((request, self._send_batches(request, seq)))
+                try:
+                    error = self._send_batches(request, seq)
+                except BaseException as exc:  # the request fails; the producer goes on
+                    log.exception("producing to %s failed", request[0].result.topic)
+                    error = exc
+                self._answered.put((request, error))
 
     def _resolve_answers(self) -> None:
         while (answered := self._answered.get()) is not None:
@@ -549,13 +592,13 @@ class Producer:
             result.done.set()
             callbacks, result.callbacks = result.callbacks, []
         for index, fn in callbacks:
-            fn(RecordFuture(result, index))
+            _call(fn, RecordFuture(result, index))
         failure = None if error is None else error if isinstance(error, Exception) else RuntimeError(str(error))
         for index, send_cb in result.send_callbacks:
             if failure is None:
-                send_cb(result.metadata(index), None)
+                _call(send_cb, result.metadata(index), None)
             else:
-                send_cb(None, failure)
+                _call(send_cb, None, failure)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for the answers (and their callbacks). Raises:
@@ -568,6 +611,7 @@ class Producer:
                 batch.first = 0.0  # due now
             self._lock.notify_all()
             while self._batches or self._full or self._in_flight:  # woken when a request is answered
+                self._check_running()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("flush timed out")
@@ -579,9 +623,9 @@ class Producer:
             self._closed = True
             self._lock.notify_all()
         self._sender.join(timeout)
-        self._answered.put(None)
         self._resolver.join(timeout)
-        self._http.close()
+        if not self._sender.is_alive():  # else a request is still out: the client stays open for it
+            self._http.close()
 
     def __enter__(self) -> Producer:
         return self

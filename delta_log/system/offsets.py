@@ -257,14 +257,24 @@ class OffsetStore:
         commits = [c if c.commit_timestamp_us else dataclasses.replace(c, commit_timestamp_us=now_us) for c in commits]
         table = _to_table(commits)
         with self._lock:
+            version, reopen, read_on = -1, False, False
             for attempt in range(_APPEND_ATTEMPTS):
-                try:
+                try:  # what the attempt before left to do first, then the attempt
+                    if read_on and self._own is not None:
+                        self._own.catch_up()
+                    elif read_on:
+                        self._dt.update_incremental()
+                    if reopen or (self._own is not None and self._own.changed):
+                        self._reopen_own()  # the log moved under us, or its metadata or protocol changed
+                    reopen = read_on = False
                     txns = []
                     if fence is not None:
-                        self._require_epoch(*fence)
+                        self._require_epoch(*fence)  # reads the log's newest entries on our own path
                         txns = coordinator_transactions(*fence)
+                        if self._own is not None and self._own.changed:
+                            self._reopen_own()
                     if self._own is not None:
-                        self._own.append(self.storage, self.uri, table, txns)
+                        version = self._own.append(self.storage, self.uri, table, txns)
                         break
                     write_deltalake(
                         self._dt,
@@ -275,26 +285,37 @@ class OffsetStore:
                         ),
                         post_commithook_properties=_HOOKS,
                     )
+                    version = self._dt.version()
                     break
                 except StaleVersionError:  # the log was cleaned or made again under this store
-                    self._dt.update_incremental()
-                    if self._own is not None:
-                        self._own = _OwnLog(self._own.table_dir, self._dt.version(), self._own.interval)
                     if attempt == _APPEND_ATTEMPTS - 1:
                         raise StorageUnavailableError("Could not commit offsets: the table keeps moving.") from None
+                    reopen = True
                 except CommitFailedError as exc:
                     # A compaction rewrote the table meanwhile; delta-rs refuses the append as if
                     # it had read the rewritten files. A blind append is safe on the new snapshot.
+                    # (Own entries: a claim, a metadata or protocol change in between; read them.)
                     if attempt == _APPEND_ATTEMPTS - 1:
                         raise StorageUnavailableError(f"Could not commit offsets: {exc}") from exc
-                    self._dt.update_incremental()
-                except (DeltaError, OSError) as exc:
+                    read_on = True
+                except (DeltaError, OSError, ValueError) as exc:  # ValueError: a log line that is not JSON
                     raise StorageUnavailableError(f"Could not commit offsets: {exc}") from exc
             for c in commits:
                 prev = self._latest.get(c.key)
                 if prev is None or c.commit_timestamp_us >= prev.commit_timestamp_us:
                     self._latest[c.key] = c
-            return self._own.version if self._own is not None else self._dt.version()
+            return version
+
+    def _reopen_own(self) -> None:
+        """With the lock held: read the table again and write its entries ourselves only while its
+        protocol is still plain (a constraint, column mapping or another feature: delta-rs writes).
+        Raises: DeltaError, OSError."""
+        self._dt.update_incremental()
+        self._own = (
+            _OwnLog(self._own.table_dir, self._dt.version(), checkpoint_interval(self._dt))
+            if self._own is not None and plain_protocol(self._dt)
+            else None
+        )
 
     def compact(self, *, min_files: int = 256) -> bool:
         """Rewrite the table to its latest row per (group, topic, partition) once it has `min_files`
@@ -346,6 +367,8 @@ class _OwnLog:
         self.interval = interval
         self._txns: dict[str, int] = {}  # app id -> txn version, from entries after the snapshot
         self._checkpointing = False
+        #: an entry read since changed the table's metadata or protocol (the store re-reads it)
+        self.changed = False
 
     def catch_up(self) -> None:
         """Read the entries committed after `version` (by anyone: this store, claims, compaction,
@@ -357,7 +380,10 @@ class _OwnLog:
             except FileNotFoundError:
                 return
             for line in entry.splitlines():
-                txn = json.loads(line).get("txn") if line.strip() else None
+                action = json.loads(line) if line.strip() else {}
+                if "metaData" in action or "protocol" in action:
+                    self.changed = True
+                txn = action.get("txn")
                 if txn is not None:
                     self._txns[txn["appId"]] = int(txn["version"])
             self.version += 1
@@ -370,10 +396,11 @@ class _OwnLog:
         app_id = coordinator_app_id(group)
         return self._txns[app_id] if app_id in self._txns else read_coordinator_epoch(dt, group)
 
-    def append(self, storage: StorageRoot, uri: str, table: pa.Table, txns: list[Transaction]) -> None:
+    def append(self, storage: StorageRoot, uri: str, table: pa.Table, txns: list[Transaction]) -> int:
         """One parquet file and its log entry, on the version after `version` or (a blind append)
-        past commits in between that wrote none of `txns`' app ids. Raises: CommitFailedError (one
-        did: the caller checks the epoch again), StaleVersionError, OSError."""
+        past commits in between that wrote none of `txns`' app ids, nor metadata or protocol;
+        returns its version. Raises: CommitFailedError (one did: the caller reads them and checks
+        the epoch again), StaleVersionError, OSError."""
         name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
         path = os.path.join(self.table_dir, name)
         pq.write_table(table, path, compression="snappy")
@@ -391,9 +418,15 @@ class _OwnLog:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             raise
-        if log_entries.crosses_checkpoint(self.version, version, self.interval):
-            self._checkpoint(storage, uri)
-        self.catch_up()  # to `version`: the entries it skipped (others') and its own
+        try:  # the commit is durable: what follows may not fail it
+            if log_entries.crosses_checkpoint(self.version, version, self.interval):
+                self._checkpoint(storage, uri)
+            self.catch_up()  # to `version`: the entries it skipped (others') and its own
+        except Exception as exc:
+            log.warning(
+                "offsets table: reading the log after version %d failed (read again next time): %s", version, exc
+            )
+        return version
 
     def _checkpoint(self, storage: StorageRoot, uri: str) -> None:
         """Every `delta.checkpointInterval` versions, as delta-rs's hook would, on a thread of its

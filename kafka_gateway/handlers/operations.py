@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker import admin
+from delta_log.errors import AuthorizationError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
 
@@ -33,7 +34,10 @@ UNKNOWN_BYTES = -1
 def _log_dirs(conn: Connection, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
     wanted = None if request.topics is None else {str(t.topic): {int(p) for p in t.partitions} for t in request.topics}
-    sizes = admin.partition_sizes(conn.services.registry, conn.principal, wanted)
+    try:
+        sizes = admin.partition_sizes(conn.services.registry, conn.principal, wanted)
+    except AuthorizationError:  # v1-2 have no top-level error: no log dir is described to them
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results": []}
     me = conn.brokers.me.node_id
     topics = []
     for name, parts in sizes.items():
@@ -82,6 +86,7 @@ async def elect_leaders(conn: Connection, request: Any, version: int) -> dict[st
             partitions = n[0].partitions
         except Exception as exc:
             error, partitions = exc, 0
+        leaders = conn.brokers.leaders(name, partitions) if error is None else []
         out = []
         for p in t.partitions:
             if error is not None:
@@ -92,6 +97,14 @@ async def elect_leaders(conn: Connection, request: Any, version: int) -> dict[st
                         "partition_id": p,
                         "error_code": ErrorCode.unknown_topic_or_partition,
                         "error_message": f"Topic {name!r} has partitions 0-{partitions - 1}.",
+                    }
+                )
+            elif leaders[p] < 0:
+                out.append(
+                    {
+                        "partition_id": p,
+                        "error_code": ErrorCode.eligible_leaders_not_available,
+                        "error_message": "No live gateway owns it now; one takes it over within the member timeout.",
                     }
                 )
             else:
@@ -111,6 +124,22 @@ async def list_partition_reassignments(conn: Connection, request: Any, version: 
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": []}
 
 
+#: Kafka's transaction states (a ListTransactions filter naming another is echoed back as unknown)
+TRANSACTION_STATES = frozenset(
+    {
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+        "PrepareEpochFence",
+    }
+)
+
+
 @api(66, "ListTransactions", 0, 1)
 async def list_transactions(conn: Connection, request: Any, version: int) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": 0, "unknown_state_filters": [], "transaction_states": []}
+    unknown = [str(f) for f in request.state_filters if str(f) not in TRANSACTION_STATES]
+    return {"throttle_time": 0, "error_code": 0, "unknown_state_filters": unknown, "transaction_states": []}

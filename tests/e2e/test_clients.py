@@ -169,6 +169,7 @@ def test_producer_send_blocks_while_its_buffer_is_full_then_times_out():
     silent.listen()
     url = f"http://127.0.0.1:{silent.getsockname()[1]}"
     p = Producer(url, value_format="binary", buffer_bytes=64 * 1024, max_block_ms=300, retries=0, request_timeout=5)
+    assert p.max_request_bytes == p.batch_bytes == 64 * 1024  # each capped by what may wait
     try:
         for _ in range(15):
             p.send("t", b"x" * 4000)  # 60 KB of the 64 KB
@@ -176,7 +177,7 @@ def test_producer_send_blocks_while_its_buffer_is_full_then_times_out():
         with pytest.raises(TimeoutError, match="buffer_bytes or max_block_ms"):
             p.send("t", b"x" * 8000)
         assert 0.25 <= time.monotonic() - t0 < 3
-        with pytest.raises(ValueError, match="raise buffer_bytes"):
+        with pytest.raises(ValueError, match="cannot fit buffer_bytes"):
             p.send("t", b"x" * 70_000)  # could never fit
     finally:
         silent.close()  # the request in flight fails; close() then returns
@@ -197,3 +198,40 @@ def test_producer_flush_from_a_callback_is_refused(server):
         p.send("prod-cb", 1, callback=cb)
         p.flush()
     assert errors and "callback" in errors[0]
+
+
+def test_a_raising_callback_or_a_bad_header_does_not_stop_the_producer(server):
+    """What a callback raises is logged (as Kafka's producer does); a header key that is not a
+    string is refused at send(); records sent afterwards still go and resolve."""
+    AdminClient(server.url).create_topic("prod-robust", partitions=1)
+    with Producer(server.url, value_format="string") as p:
+        p.send("prod-robust", "a", callback=lambda md, err: 1 / 0)
+        with pytest.raises(TypeError, match="Header keys"):
+            p.send("prod-robust", "b", headers={1: "x"})
+        p.flush(10)
+        md = p.send("prod-robust", "c").result(10)
+    assert md.offset == 1
+
+
+def test_a_merged_request_stays_under_max_request_bytes_with_headers(server):
+    """Records with headers count their headers: many small records with a 200-byte header, merged
+    while a request is in flight, never make a request over max_request_bytes (the gateway would
+    refuse it whole)."""
+    AdminClient(server.url).create_topic("prod-headers", partitions=1)
+    limit = 256 * 1024
+    with Producer(server.url, value_format="binary", batch_size=50, max_request_bytes=limit, retries=0) as p:
+        futs = [p.send("prod-headers", b"v", headers={"h": "x" * 200}) for _ in range(3000)]
+        p.flush(60)
+        assert [f.result(10).offset for f in futs] == list(range(3000))
+    # the estimate against the body: 1,000 such records as one request's Arrow stream
+    from topiclake.client import _ROW_BYTES, _Batch
+
+    batch = _Batch("t", 0.0)
+    for _ in range(1000):
+        batch.values.append(b"v")
+        batch.keys.append(None)
+        batch.partitions.append(None)
+        batch.timestamps.append(None)
+        batch.headers.append([{"key": "h", "value": b"x" * 200}])
+    estimate = 1000 * (1 + _ROW_BYTES + 1 + 200 + _ROW_BYTES)
+    assert len(_Batch.to_arrow([batch])) <= estimate

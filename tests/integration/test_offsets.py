@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from delta_log import OffsetCommit, OffsetStore, StorageRoot
@@ -164,3 +166,34 @@ def test_two_servers_append_past_each_other_and_checkpoints_follow(storage):
     # each store checkpoints the newest version once it crossed 100 (two stores: up to two)
     versions = sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.checkpoint.parquet"))
     assert versions and all(100 <= v <= 120 for v in versions) and len(versions) <= 2
+
+
+def test_a_protocol_change_hands_the_commits_back_to_delta_rs(storage):
+    """A constraint added from outside (Spark, delta-rs) raises the table's writer protocol: the
+    store sees it in the log, stops writing entries itself, and its commits go on through
+    delta-rs, which enforces the constraint."""
+    from deltalake import DeltaTable
+
+    for fenced in (False, True):
+        root = storage.root + ("/fenced" if fenced else "/plain")
+        s = OffsetStore(StorageRoot(root))
+        assert s._own is not None
+        fence = ("g", s.claim_coordinator("g")) if fenced else None
+        s.commit([OffsetCommit(group="g", topic="t", partition=0, offset=1)], fence=fence)
+        DeltaTable(s.uri).alter.add_constraint({"partition_nonnegative": "partition >= 0"})
+        s.commit([OffsetCommit(group="g", topic="t", partition=1, offset=2)], fence=fence)
+        assert s._own is None
+        s.commit([OffsetCommit(group="g", topic="t", partition=0, offset=3)], fence=fence)
+        got = {k: c.offset for k, c in OffsetStore(StorageRoot(root)).committed("g").items()}
+        assert got == {("t", 0): 3, ("t", 1): 2}
+        engines = {json.loads(line)["commitInfo"].get("engineInfo", "") for line in _commit_infos(s.uri)}
+        assert any(e.startswith("delta-rs") for e in engines)
+
+
+def _commit_infos(uri):
+    import glob
+    import os
+
+    for path in sorted(glob.glob(os.path.join(uri, "_delta_log", "*.json")))[-2:]:
+        with open(path) as f:
+            yield next(line for line in f if '"commitInfo"' in line)

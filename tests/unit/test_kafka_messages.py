@@ -56,3 +56,33 @@ def test_subscriptions_of_every_layout_give_their_topics():
         assert "does not parse" in str(exc)
     else:
         raise AssertionError("a subscription that parses in no layout must be refused")
+
+
+def test_an_answer_without_an_error_field_that_cannot_be_encoded_closes_rather_than_lies():
+    """Metadata has no top-level error_code: no frame of it can say "failed", so the fault goes up
+    (the listener logs it and closes; the client reconnects) instead of an unparsable frame."""
+    import pytest
+
+    request = messages.RequestFrame(3, 1, 9, None, None, False)
+    with pytest.raises(Exception):  # noqa: B017 (whatever kio raises for the bad field)
+        apis._encode(request, {"brokers": [{"node_id": "not a number", "host": "h", "port": 1}]})
+
+
+def test_a_null_number_is_not_turned_into_a_plausible_zero():
+    import pytest
+
+    with pytest.raises(Exception):  # noqa: B017
+        apis._encode(messages.RequestFrame(3, 1, 9, None, None, False), {"controller_id": None})
+
+
+def test_log_dirs_need_what_get_cluster_needs():
+    """DescribeLogDirs names the storage root: like GET /cluster it needs admin on some topic."""
+    import pytest
+
+    from broker import admin
+    from delta_log.core.acl import principal_of
+    from delta_log.errors import AuthorizationError
+
+    reader = principal_of("reader", {"orders": ["consume", "describe"]}, None)
+    with pytest.raises(AuthorizationError):
+        admin.partition_sizes(None, reader, None)  # type: ignore[arg-type]  (refused before any lookup)

@@ -117,3 +117,30 @@ def test_high_watermarks_from_new_commits_equal_the_tables(storage, settings, to
         dt = DeltaTable(storage.topic_uri(topic), version=v)
         assert r._snap.high_watermarks == read_high_watermarks(dt, r.config.partitions), i
     assert r.partition_offsets()[0].high_watermark > 0
+
+
+def test_sequential_fetches_decode_each_row_group_once(storage, settings, topic_factory, monkeypatch):
+    """A consumer's fetches end and start inside row groups: each group is decoded once and kept on
+    its own, so the next fetch, which spans it and the following one, decodes only the new one."""
+    import pyarrow.parquet as pq
+
+    topic = topic_factory(partitions=1)
+    w = TopicWriter(storage, topic, settings.writer.model_copy(update={"max_row_group_rows": 10}))
+    w.append(make_batch(100, partitions=1, value_size=10))  # one file of 10 row groups
+    decoded = []
+    real = pq.ParquetFile.read_row_group
+
+    def counting(self, i, *args, **kwargs):
+        decoded.append(i)
+        return real(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    r = TopicReader(storage, topic)
+    offsets = []
+    offset = 0
+    while offset < 100:
+        res = r.fetch(0, offset, max_records=15)  # 15 rows: every fetch ends inside a group
+        offsets += res.records.column("offset").to_pylist()
+        offset = res.next_offset
+    assert offsets == list(range(100))
+    assert sorted(decoded) == list(range(10))  # each of the 10 groups once

@@ -42,7 +42,12 @@ from delta_log.errors import (
     StorageUnavailableError,
 )
 from delta_log.table import log_entries
-from delta_log.table.app_transactions import coordinator_app_id, coordinator_transactions, read_coordinator_epoch
+from delta_log.table.app_transactions import (
+    coordinator_app_id,
+    coordinator_transactions,
+    read_coordinator_epoch,
+    transactions_written,
+)
 from delta_log.table.log_entries import StaleVersionError, append_entry, checkpoint_interval, plain_protocol
 from delta_log.table.storage import StorageRoot, translate_storage_errors
 from delta_log.table.time_travel import travel
@@ -159,7 +164,7 @@ class OffsetStore:
         # the next commit is planned on, and the coordinator txns seen since (`_txns`).
         self._own: _OwnLog | None = None
         if storage.is_local and plain_protocol(self._dt):
-            self._own = _OwnLog(f"{storage.fs_path(self.uri)}", self._dt.version(), checkpoint_interval(self._dt))
+            self._own = _OwnLog(storage.fs_path(self.uri), self._dt.version(), checkpoint_interval(self._dt))
         self.load()
 
     def load(self) -> None:
@@ -373,20 +378,11 @@ class _OwnLog:
     def catch_up(self) -> None:
         """Read the entries committed after `version` (by anyone: this store, claims, compaction,
         other gateways) for their txns."""
-        while True:
-            try:
-                with open(os.path.join(self.log_dir, f"{self.version + 1:020d}.json"), encoding="utf-8") as f:
-                    entry = f.read()
-            except FileNotFoundError:
-                return
-            for line in entry.splitlines():
-                action = json.loads(line) if line.strip() else {}
-                if "metaData" in action or "protocol" in action:
-                    self.changed = True
-                txn = action.get("txn")
-                if txn is not None:
-                    self._txns[txn["appId"]] = int(txn["version"])
-            self.version += 1
+        entries = log_entries.entries_from(self.log_dir, self.version + 1)
+        self._txns.update(transactions_written(entries))
+        if log_entries.conflicts(entries, frozenset()) is not None:  # with no txns of ours: metadata, protocol
+            self.changed = True
+        self.version += len(entries)
 
     def epoch(self, dt: DeltaTable, group: str) -> int:
         """`group`'s coordinator epoch on the newest version. `dt` is at or after the snapshot the

@@ -166,7 +166,7 @@ def commit(
                 return version
             except FileExistsError:
                 pass
-            newer = _entries_from(log_dir, version)
+            newer = entries_from(log_dir, version)
             reason = conflicts(newer, app_ids, removed)
             if reason is not None:
                 raise CommitFailedError(f"Commit conflict at version {version}: {reason}.")
@@ -177,7 +177,7 @@ def commit(
             os.unlink(tmp)
 
 
-def _entries_from(log_dir: str, version: int) -> list[str]:
+def entries_from(log_dir: str, version: int) -> list[str]:
     """The commit entries from `version` on, as far as they exist (at least the one that is)."""
     out = []
     while True:

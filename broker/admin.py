@@ -4,7 +4,7 @@ ALTER_CONFIGS, ALTER, DELETE are `admin` and `describe` here). Blocking: call th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from delta_log.core.acl import Principal, authorize
@@ -128,24 +128,22 @@ def delete_records(registry: TopicRegistry, principal: Principal, name: str, par
 
 
 def partition_sizes(
-    registry: TopicRegistry, principal: Principal, topics: Mapping[str, set[int] | None] | None
+    registry: TopicRegistry, principal: Principal, names: Collection[str] | None
 ) -> dict[str, list[PartitionOffsets] | TopiclakeError]:
-    """Kafka's DescribeLogDirs: each topic's partitions (`topics`: name -> partitions, None for all of
-    them; None: every topic this key may describe) with their bytes in the table, or the error
-    (AuthorizationError, TopicNotFoundError) that keeps a named topic from being described. Blocking.
+    """Kafka's DescribeLogDirs: every partition of each named topic (None: of every topic this key
+    may describe) with its bytes in the table, or the error (AuthorizationError,
+    TopicNotFoundError) that keeps a named topic from being described. Blocking.
 
     Raises: AuthorizationError without admin on some topic (Kafka: DESCRIBE on the cluster, as
     GET /cluster): the answer names the storage root."""
     authorize(principal, "admin", None)
-    if topics is None:
-        topics = {n: None for n in registry.catalog.list_topics() if principal.allows("describe", n)}
+    if names is None:
+        names = [n for n in registry.catalog.list_topics() if principal.allows("describe", n)]
     out: dict[str, list[PartitionOffsets] | TopiclakeError] = {}
-    for name, wanted in topics.items():
+    for name in names:
         try:
             authorize(principal, "describe", name)
-            offsets = registry.reader(name).partition_offsets()
+            out[name] = registry.reader(name).partition_offsets()
         except TopiclakeError as exc:
             out[name] = exc
-            continue
-        out[name] = [p for p in offsets if wanted is None or p.partition in wanted]
     return out

@@ -81,12 +81,17 @@ def _bare_error(correlation_id: int, code: int) -> messages.Frame:
     return [struct.pack(">i", len(body)), body]
 
 
+def _has_error_field(request: messages.RequestFrame) -> bool:
+    """Whether `request`'s response has a top-level error_code."""
+    schema = messages.response_schema(request.api_key, request.api_version)
+    return any(f.name == "error_code" for f in messages._fields(schema))
+
+
 def error_answer(request: messages.RequestFrame, code: int) -> messages.Frame:
     """`request`'s response with `code` as its top-level error (or the bare form if it has none)."""
-    schema = messages.response_schema(request.api_key, request.api_version)
-    if not any(f.name == "error_code" for f in messages._fields(schema)):
+    if not _has_error_field(request):
         return _bare_error(request.correlation_id, code)
-    body = messages.build(schema, {"error_code": code})
+    body = messages.respond(request.api_key, request.api_version, {"error_code": code})
     return messages.encode_response(request.correlation_id, request.flexible, body)
 
 
@@ -150,8 +155,7 @@ def _encode(request: messages.RequestFrame, data: Any) -> messages.Frame | None:
         return messages.encode_response(request.correlation_id, request.flexible, body)
     except Exception:  # a bug in an answer for this version: an error answer where the API has one
         log.exception("Kafka %s v%d: its answer could not be encoded", name_of(request.api_key), request.api_version)
-        schema = messages.response_schema(request.api_key, request.api_version)
-        if not any(f.name == "error_code" for f in messages._fields(schema)):
+        if not _has_error_field(request):
             raise  # no frame of this API can say so: the listener closes the connection (the client retries)
         return error_answer(request, ErrorCode.unknown_server_error)
 

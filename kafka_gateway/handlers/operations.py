@@ -35,7 +35,7 @@ def _log_dirs(conn: Connection, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
     wanted = None if request.topics is None else {str(t.topic): {int(p) for p in t.partitions} for t in request.topics}
     try:
-        sizes = admin.partition_sizes(conn.services.registry, conn.principal, wanted)
+        sizes = admin.partition_sizes(conn.services.registry, conn.principal, None if wanted is None else list(wanted))
     except AuthorizationError:  # v1-2 have no top-level error: no log dir is described to them
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results": []}
     me = conn.brokers.me.node_id
@@ -43,11 +43,12 @@ def _log_dirs(conn: Connection, request: Any) -> dict[str, Any]:
     for name, parts in sizes.items():
         if isinstance(parts, Exception):
             continue  # Kafka leaves out what it cannot describe
-        leaders = conn.brokers.leaders(name, max((p.partition for p in parts), default=-1) + 1)
+        leaders = conn.brokers.leaders(name, len(parts))  # the topic's every partition, as Metadata
+        asked = None if wanted is None else wanted[name]
         led = [
             {"partition_index": p.partition, "partition_size": p.size_bytes, "offset_lag": 0, "is_future_key": False}
             for p in parts
-            if leaders[p.partition] == me
+            if leaders[p.partition] == me and (asked is None or p.partition in asked)
         ]
         if led:
             topics.append({"name": name, "partitions": led})

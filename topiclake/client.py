@@ -466,9 +466,7 @@ class Producer:
         """Under the lock: wait until `size` more bytes fit the buffer (woken as acks free bytes).
         Raises: TimeoutError after max_block_ms, RuntimeError when the producer closes."""
         deadline = time.monotonic() + self.max_block_s
-        for batch in self._batches.values():
-            batch.first = 0.0  # what is queued is due now: its acks make the room
-        self._lock.notify_all()
+        self._due_now()  # its acks make the room
         while self._buffered + size > self.buffer_bytes:
             if self._closed:
                 raise RuntimeError("Producer is closed")
@@ -481,6 +479,12 @@ class Producer:
                     "buffer_bytes or max_block_ms."
                 )
             self._lock.wait(remaining)
+
+    def _due_now(self) -> None:
+        """Under the lock: every batch being filled goes with the sender's next request."""
+        for batch in self._batches.values():
+            batch.first = 0.0
+        self._lock.notify_all()
 
     @staticmethod
     def _encode(value: Any, fmt: str) -> bytes:
@@ -538,14 +542,13 @@ class Producer:
         """`ready` (in order) as requests: a topic's batches next to each other go together, up to
         `max_request_bytes` (a full batch waited while the request before was in flight)."""
         group: list[_Batch] = []
+        size = 0
         for batch in ready:
-            if group and (
-                batch.result.topic != group[0].result.topic
-                or sum(b.nbytes for b in group) + batch.nbytes > self.max_request_bytes
-            ):
+            if group and (batch.result.topic != group[0].result.topic or size + batch.nbytes > self.max_request_bytes):
                 yield group
-                group = []
+                group, size = [], 0
             group.append(batch)
+            size += batch.nbytes
         if group:
             yield group
 
@@ -607,9 +610,7 @@ class Producer:
             raise RuntimeError("flush() cannot be called from a send callback: it would wait for that callback.")
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            for batch in self._batches.values():
-                batch.first = 0.0  # due now
-            self._lock.notify_all()
+            self._due_now()
             while self._batches or self._full or self._in_flight:  # woken when a request is answered
                 self._check_running()
                 remaining = None if deadline is None else deadline - time.monotonic()

@@ -139,6 +139,12 @@ class ReaderSettings(BaseModel):
     end_refresh_interval_s: float = Field(
         0.05, ge=0, description="A fetch at the high watermark re-reads the log when the index is older."
     )
+    full_refresh_interval_s: float = Field(
+        60.0,
+        ge=0,
+        description="On local disk a refresh applies the new commit entries to the index; the table itself "
+        "is read again when the index is older than this (0: every refresh reads the table).",
+    )
     tail_cache_bytes: int = Field(32 * 1024 * 1024, ge=0, description="Recent records kept per partition.")
     footer_cache_entries: int = Field(4096, ge=1, description="Parquet footers kept per topic.")
     row_group_cache_bytes: int = Field(

@@ -9,7 +9,8 @@ UNKNOWN_TIMESTAMP_MS, which no retention deadline reaches and no timestamp looku
 from __future__ import annotations
 
 import datetime as dt_
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -88,3 +89,44 @@ def parse_add_actions(
             )
         )
     return out
+
+
+def segment_of_add(add: Mapping[str, object], stats_fallback: StatsFallback | None = None) -> SegmentInfo | None:
+    """The segment an `add` action of a commit entry describes (the JSON object, as in the Delta
+    log), as `parse_add_actions` reads it from a snapshot; None for a file outside any partition, or
+    without offset statistics and no `stats_fallback`.
+
+    Raises: ValueError for statistics this parser cannot read (the caller reads the snapshot instead)."""
+    values = add.get("partitionValues")
+    part = values.get("partition") if isinstance(values, Mapping) else None
+    if part is None:
+        return None
+    path, size = str(add["path"]), int(add.get("size") or 0)  # type: ignore[call-overload]
+    raw = add.get("stats")
+    stats = json.loads(raw) if isinstance(raw, str) and raw else {}
+    lo = (stats.get("minValues") or {}).get("offset")
+    hi = (stats.get("maxValues") or {}).get("offset")
+    ts = _stats_timestamp_ms((stats.get("maxValues") or {}).get("timestamp"))
+    if lo is None or hi is None:
+        if stats_fallback is None:
+            return None
+        lo, hi, ts = stats_fallback(path)
+    return SegmentInfo(
+        path=path,
+        partition=int(part),
+        first_offset=int(lo),
+        last_offset=int(hi),
+        size_bytes=size,
+        records=int(stats.get("numRecords") or 0),
+        max_timestamp_ms=ts if ts is not None else UNKNOWN_TIMESTAMP_MS,
+    )
+
+
+def _stats_timestamp_ms(value: object) -> int | None:
+    """A timestamp in Delta's JSON stats (ISO 8601: "2026-11-26T19:04:57.123Z", or with an offset,
+    as Spark writes) in epoch ms, floored as the snapshot's are. Raises: ValueError."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"timestamp statistic {value!r} is not a string")
+    return epoch_ms(dt_.datetime.fromisoformat(value))

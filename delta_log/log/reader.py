@@ -11,6 +11,8 @@ Concurrency contract
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -34,9 +36,11 @@ from delta_log.errors import (
     StorageUnavailableError,
     TopicNotFoundError,
 )
-from delta_log.log.index import FooterCache, TopicSnapshot, build_snapshot, row_groups_for
+from delta_log.log.index import FooterCache, TopicSnapshot, build_snapshot, follow_entries, row_groups_for
 from delta_log.log.tail_cache import TailCache
 from delta_log.log.writer import CommitInfo
+from delta_log.table.app_transactions import MAX_INCREMENTAL_VERSIONS
+from delta_log.table.log_entries import entries_from, local_log_dir, plain_protocol, version_path
 from delta_log.table.storage import StorageRoot
 
 #: Where an offset lookup or reset points (see TopicReader.resolve_offsets).
@@ -113,6 +117,10 @@ class TopicReader:
         self._row_groups = RowGroupCache(self.settings.row_group_cache_bytes)
         self._dt = storage.open_topic(topic)
         self._snap = self._build()
+        self._full_at = time.monotonic()
+        #: the table's `_delta_log` folder when its commit entries can be followed (local disk, a
+        #: plain protocol); None: refreshes read the table object
+        self._log_dir = local_log_dir(self.uri) if storage.is_local and plain_protocol(self._dt) else None
 
     # -- index -------------------------------------------------------------------------------
     def _build(self, previous: TopicSnapshot | None = None) -> TopicSnapshot:
@@ -126,8 +134,17 @@ class TopicReader:
         )
 
     def refresh(self) -> int:
-        """Load new Delta versions and rebuild the index if the table changed; return its version."""
+        """Load new Delta versions and rebuild the index if the table changed; return its version.
+
+        On local disk the new versions' commit entries are applied to the index (`follow_entries`),
+        and the table object is read again only when they ask for it (a metaData or protocol
+        change), every `full_refresh_interval_s`, or when the table's protocol is not a plain one."""
         with self._lock:
+            snap = self._follow_log()
+            if snap is not None:
+                self._snap = snap
+                return snap.table_version
+            self._full_at = time.monotonic()
             try:
                 self._dt.update_incremental()
             except TableNotFoundError as exc:
@@ -136,6 +153,7 @@ class TopicReader:
                 # An idle reader's version may predate the retained log (short log retention):
                 # start again from the latest checkpoint.
                 self._dt = self.storage.open_topic(self.topic)
+            self._log_dir = local_log_dir(self.uri) if self.storage.is_local and plain_protocol(self._dt) else None
             if self._dt.version() != self._snap.table_version:
                 self._snap = self._build(previous=self._snap)
             else:
@@ -147,6 +165,22 @@ class TopicReader:
                     loaded_at=time.monotonic(),
                 )
             return self._snap.table_version
+
+    def _follow_log(self) -> TopicSnapshot | None:
+        """The index moved to the latest version by the commit entries since it (None: read the
+        table instead). Under `_lock`."""
+        snap = self._snap
+        if self._log_dir is None or time.monotonic() - self._full_at > self.settings.full_refresh_interval_s:
+            return None
+        try:
+            entries = entries_from(self._log_dir, snap.table_version + 1, limit=MAX_INCREMENTAL_VERSIONS)
+            if not entries and not os.path.exists(version_path(self._log_dir, snap.table_version)):
+                return None  # our version left the log (cleaned up; the table made again)
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not entries:
+            return dataclasses.replace(snap, loaded_at=time.monotonic())
+        return follow_entries(snap, entries, stats_fallback=self._footers.stats, now=time.monotonic())
 
     def _fresh(self) -> TopicSnapshot:
         """The snapshot, refreshed when older than `refresh_interval_s` by ONE caller; the others go
@@ -177,7 +211,17 @@ class TopicReader:
 
     @property
     def table(self) -> DeltaTable:
-        return self._dt
+        """The table object, as of at least the index's version (refreshes that follow the log
+        leave it behind)."""
+        with self._lock:
+            if self._dt.version() < self._snap.table_version:
+                try:
+                    self._dt.update_incremental()
+                except TableNotFoundError as exc:
+                    raise TopicNotFoundError(self.topic) from exc
+                except (DeltaError, OSError):
+                    self._dt = self.storage.open_topic(self.topic)
+            return self._dt
 
     def _check_partition(self, snap: TopicSnapshot, partition: int) -> TopicSnapshot:
         if not 0 <= partition < snap.config.partitions:

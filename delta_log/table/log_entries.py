@@ -153,7 +153,7 @@ def commit(
 
     Raises: StaleVersionError, CommitFailedError (a commit in between conflicts, or `attempts`
     versions were taken), OSError (the log cannot be written)."""
-    if read_version >= 0 and not os.path.exists(os.path.join(log_dir, f"{read_version:020d}.json")):
+    if read_version >= 0 and not os.path.exists(version_path(log_dir, read_version)):
         raise StaleVersionError(f"Version {read_version} is no longer in the log: the table must be read again.")
     tmp = os.path.join(log_dir, f"_commit_{uuid.uuid4().hex}.json.tmp")
     with open(tmp, "wb") as f:
@@ -162,7 +162,7 @@ def commit(
         version = read_version + 1
         for _ in range(attempts):
             try:
-                os.link(tmp, os.path.join(log_dir, f"{version:020d}.json"))
+                os.link(tmp, version_path(log_dir, version))
                 return version
             except FileExistsError:
                 pass
@@ -177,13 +177,19 @@ def commit(
             os.unlink(tmp)
 
 
-def entries_from(log_dir: str, version: int) -> list[str]:
-    """The commit entries from `version` on, as far as they exist (at least the one that is)."""
-    out = []
-    while True:
+def version_path(log_dir: str, version: int) -> str:
+    """The file of commit `version` in `log_dir`."""
+    return os.path.join(log_dir, f"{version:020d}.json")
+
+
+def entries_from(log_dir: str, version: int, *, limit: int | None = None) -> list[str]:
+    """The commit entries from `version` on, as far as they exist (at most `limit`)."""
+    out: list[str] = []
+    while limit is None or len(out) < limit:
         try:
-            with open(os.path.join(log_dir, f"{version:020d}.json"), encoding="utf-8") as f:
+            with open(version_path(log_dir, version), encoding="utf-8") as f:
                 out.append(f.read())
         except FileNotFoundError:
-            return out
+            break
         version += 1
+    return out

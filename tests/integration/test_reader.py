@@ -144,3 +144,54 @@ def test_sequential_fetches_decode_each_row_group_once(storage, settings, topic_
         offset = res.next_offset
     assert offsets == list(range(100))
     assert sorted(decoded) == list(range(10))  # each of the 10 groups once
+
+
+def test_following_the_log_builds_the_index_the_table_gives(storage, settings, topic_factory, catalog):
+    """On local disk a refresh applies the new commit entries to the index instead of reading the
+    table object. After appends from two writers, roll-ups (removes), a delete that rewrites files,
+    added partitions (a metaData entry: the table is read) and retention, the index must be the one
+    built from the table at that version, and the table object is left behind until asked for."""
+    from delta_log.log.index import build_snapshot
+    from delta_log.maintenance.topic_maintenance import TopicMaintenance
+
+    topic = topic_factory(partitions=3)
+    r = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=3600))
+    writers = [TopicWriter(storage, topic, settings.writer) for _ in range(2)]
+    roller = TopicMaintenance(storage, topic, settings.maintenance, settings.writer)
+    followed = 0
+
+    def check(step):
+        nonlocal followed
+        before = r._dt.version()
+        v = r.refresh()
+        followed += r._dt.version() == before < v
+        expected = build_snapshot(
+            DeltaTable(storage.topic_uri(topic), version=v), topic=topic, stats_fallback=r._footers.stats, now=0
+        )
+        got = {p: ix.segments for p, ix in r._snap.partitions.items() if ix.segments}
+        assert got == {p: ix.segments for p, ix in expected.partitions.items()}, step
+        assert {p: h for p, h in r._snap.high_watermarks.items() if h} == {
+            p: h for p, h in expected.high_watermarks.items() if h
+        }, step
+        assert r._snap.config == expected.config, step
+
+    try:
+        for i in range(24):
+            writers[i % 2].append(make_batch(6, partitions=3))
+            if i % 5 == 0:
+                check(f"append {i}")
+        check("appends")
+        assert roller.run_once()["rollup"].files_removed > 0
+        check("roll-up")
+        DeltaTable(storage.topic_uri(topic)).delete('"offset" < 5 AND partition = 1')
+        check("delete")
+        catalog.add_partitions(topic, 4)
+        writers[0].append(make_batch(8, partitions=4))
+        check("added partitions")
+        writers[1].append(make_batch(8, partitions=4))
+        check("after the metaData entry")
+    finally:
+        roller.close()
+    assert followed >= 5  # most refreshes followed the entries, not the table object
+    assert r.table.version() == r.table_version  # asked for, the table object catches up
+    assert r.fetch(3, 0, max_records=100).records.column("offset").to_pylist() == [0, 1, 2, 3]

@@ -376,11 +376,12 @@ class TopicReader:
                     snap, refreshed = self._snapshot_after_refresh(), True
                     continue
                 seg = index.segments[pos]
-                # rows the byte budget allows, by the segment's average (stored) record size: a 1 MB
-                # fetch of 1 KB records reads ~1,000 rows, not the `max_records` it may also allow
+                # at most the rows the byte budget allows by the segment's average stored (compressed)
+                # record size, not the `max_records` it may also allow; the row groups read stop at
+                # the budget by their uncompressed size
                 per_row = max(1, seg.size_bytes // max(seg.records, 1))
                 rows = min(remaining, budget // per_row + 1) if seg.records else remaining
-                piece = self._read_segment(seg, partition, cur, rows)
+                piece = self._read_segment(seg, partition, cur, rows, budget)
                 if piece.num_rows == 0:
                     cur = index.segments[pos].last_offset + 1
                     continue
@@ -424,10 +425,13 @@ class TopicReader:
             log_start_offset=snap.log_start_offset(partition),
         )
 
-    def _read_segment(self, seg: SegmentInfo, partition: int, offset: int, limit: int) -> pa.Table:
-        """Rows of `seg` with offset >= `offset`, at most `limit`, reading only needed row groups."""
-        meta = self._footers.get(seg.path)
-        groups = row_groups_for(meta, offset, limit)
+    def _read_segment(
+        self, seg: SegmentInfo, partition: int, offset: int, limit: int, max_bytes: int | None = None
+    ) -> pa.Table:
+        """Rows of `seg` with offset >= `offset`, at most `limit`, reading only the row groups
+        they and `max_bytes` (uncompressed, by the footer) need."""
+        meta, described = self._footers.row_groups(seg.path)
+        groups = row_groups_for(described, offset, limit, max_bytes)
         if not groups:
             return TOPIC_SCHEMA.empty_table()
         decoded = {g: self._row_groups.get((seg.path, g)) for g in groups}

@@ -195,3 +195,29 @@ def test_following_the_log_builds_the_index_the_table_gives(storage, settings, t
     assert followed >= 5  # most refreshes followed the entries, not the table object
     assert r.table.version() == r.table_version  # asked for, the table object catches up
     assert r.fetch(3, 0, max_records=100).records.column("offset").to_pylist() == [0, 1, 2, 3]
+
+
+def test_a_fetch_decodes_the_row_groups_its_byte_budget_needs(storage, settings, topic_factory, monkeypatch):
+    """Well-compressed records: a file of 20 row groups of ~10 KB each (uncompressed) stores a small
+    fraction of that. A 25 KB fetch decodes the 3-4 groups its budget covers by their uncompressed
+    size, not the ~20 the file's stored size per record would suggest."""
+    import pyarrow.parquet as pq
+
+    topic = topic_factory(partitions=1)
+    w = TopicWriter(storage, topic, settings.writer.model_copy(update={"max_row_group_rows": 10}))
+    w.append(make_batch(200, partitions=1, value_size=1000))  # "k1:xxx...": compresses ~50x
+    decoded = []
+    real = pq.ParquetFile.read_row_group
+
+    def counting(self, i, *args, **kwargs):
+        decoded.append(i)
+        return real(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    r = TopicReader(storage, topic)
+    seg = r._snap.partitions[0].segments[0]
+    assert seg.size_bytes < 200 * 1000 // 5  # the premise: stored well compressed
+    res = r.fetch(0, 0, max_records=10_000, max_bytes=25_000)
+    assert res.records.column("offset").to_pylist() == list(range(res.next_offset))
+    assert 20 <= res.next_offset <= 25
+    assert 3 <= len(decoded) <= 4, decoded

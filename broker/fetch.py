@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from broker.notifier import CommitNotifier
 from delta_log.core.acl import Principal, authorize
-from delta_log.log.reader import FetchResult, TopicReader
+from delta_log.log.reader import FetchResult, Prepare, TopicReader
 from delta_log.registry import TopicRegistry
 
 
@@ -43,8 +43,8 @@ SERVED = Served()
 
 
 async def read(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
-    """From memory on the loop when the tail cache holds it (a woken long-poll, a consumer at the
-    head of the log), else in a worker thread.
+    """From memory on the loop when the tail cache or the read-ahead holds it (a woken long-poll,
+    a consumer at the head of the log, one reading on), else in a worker thread.
 
     Raises: PartitionNotFoundError, OffsetOutOfRangeError, StorageUnavailableError."""
     cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes)
@@ -54,12 +54,21 @@ async def read(reader: TopicReader, partition: int, offset: int, max_records: in
     return SERVED.add(reader.topic, fetched)
 
 
-def read_blocking(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
-    """`read` for a caller already in a worker thread."""
-    cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes)
+def read_blocking(
+    reader: TopicReader,
+    partition: int,
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    *,
+    prepare: Prepare | None = None,
+) -> FetchResult:
+    """`read` for a caller already in a worker thread; `prepare` as `TopicReader.fetch` takes it."""
+    limits = {"max_records": max_records, "max_bytes": max_bytes, "prepare": prepare}
+    cached = reader.fetch_cached(partition, offset, **limits)
     if cached is not None:
         return SERVED.add(reader.topic, cached)
-    return SERVED.add(reader.topic, reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes))
+    return SERVED.add(reader.topic, reader.fetch(partition, offset, **limits))
 
 
 async def wait_for_commit(

@@ -153,6 +153,12 @@ class ReaderSettings(BaseModel):
         description="Decoded row groups kept per topic: consumers reading on from where they stopped "
         "(inside a row group) are served without decoding it again.",
     )
+    read_ahead_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description="After a fetch from stored segments, the consumer's next fetch (same limits) is read while "
+        "it handles this one; at most this many bytes of such reads are held per process (0: off).",
+    )
     max_fetch_records: int = Field(1_000_000, ge=1, description="The most records one fetch may ask for.")
     max_fetch_bytes: int = Field(
         50 * 1024 * 1024, gt=0, description="Kafka's fetch.max.bytes: one fetch returns at most this (record boundary)."

@@ -24,7 +24,8 @@ from delta_log.core.topic_config import validate_topic_name
 from delta_log.errors import WriterClosedError
 from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
-from delta_log.log.reader import TopicReader
+from delta_log.log.read_ahead import ReadAhead
+from delta_log.log.reader import FetchResult, TopicReader
 from delta_log.log.write_ahead import LogTopic, WriteAhead, replay
 from delta_log.log.writer import CommitInfo, TopicWriter
 from delta_log.maintenance.delete_records import delete_records
@@ -54,6 +55,7 @@ class TopicRegistry:
         self._committers: dict[str, Committer] = {}
         self._maintenance: dict[str, TopicMaintenance] = {}
         self._readers: dict[str, TopicReader] = {}
+        self._read_ahead: ReadAhead[FetchResult] = ReadAhead(settings.reader.read_ahead_bytes)
         self._listeners: list[Callable[[CommitInfo], None]] = []
         self._offsets: OffsetStore | None = None
         self._schemas: SchemaStore | None = None
@@ -109,7 +111,7 @@ class TopicRegistry:
             if r is not None:
                 self._last_used[topic] = time.monotonic()
                 return r
-        fresh = TopicReader(self.storage, topic, self.settings.reader)  # raises for a missing topic
+        fresh = TopicReader(self.storage, topic, self.settings.reader, read_ahead=self._read_ahead)  # raises if missing
         with self._lock:
             self._last_used[topic] = time.monotonic()
             return self._readers.setdefault(topic, fresh)
@@ -392,3 +394,4 @@ class TopicRegistry:
             m.close()
         self._flush_pool.close()
         self._maintenance_scheduler.close()
+        self._read_ahead.close()

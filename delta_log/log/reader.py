@@ -16,7 +16,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -37,6 +38,7 @@ from delta_log.errors import (
     TopicNotFoundError,
 )
 from delta_log.log.index import FooterCache, TopicSnapshot, build_snapshot, follow_entries, row_groups_for
+from delta_log.log.read_ahead import ReadAhead
 from delta_log.log.tail_cache import TailCache
 from delta_log.log.writer import CommitInfo
 from delta_log.table.app_transactions import MAX_INCREMENTAL_VERSIONS
@@ -62,6 +64,12 @@ class FetchResult:
     next_offset: int
     high_watermark: int
     log_start_offset: int
+    #: what a door made of `records` ahead of time (the Kafka face: its encoded record batches)
+    memo: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+
+#: a door's work on a fetch's result, done ahead with the read (e.g. encoding it for the wire)
+Prepare = Callable[[FetchResult], None]
 
 
 class RowGroupCache:
@@ -102,8 +110,16 @@ class RowGroupCache:
 class TopicReader:
     """Reads one topic's partitions by offset."""
 
-    def __init__(self, storage: StorageRoot, topic: str, settings: ReaderSettings | None = None) -> None:
+    def __init__(
+        self,
+        storage: StorageRoot,
+        topic: str,
+        settings: ReaderSettings | None = None,
+        *,
+        read_ahead: ReadAhead[FetchResult] | None = None,
+    ) -> None:
         self.storage = storage
+        self._ahead = read_ahead
         self.topic = topic
         self.settings = settings or ReaderSettings()
         self.uri = storage.topic_uri(topic)
@@ -323,13 +339,22 @@ class TopicReader:
 
     # -- fetch ---------------------------------------------------------------------------------
     def fetch(
-        self, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1024 * 1024
+        self,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1024 * 1024,
+        prepare: Prepare | None = None,
     ) -> FetchResult:
         """Records of `partition` from `offset`, at most `max_records` and `max_bytes` (capped by the
         reader's `max_fetch_bytes`), ending at a record boundary.
 
         At least one record is returned when any is available, even if larger than max_bytes
         (as Kafka does). Compacted partitions may skip offsets; `next_offset` says where to go on.
+
+        With a read-ahead (delta_log.log.read_ahead), a fetch from the stored segments starts
+        reading the one that follows it (same limits), and `prepare` then runs on that one too.
 
         Raises:
             InvalidOffsetError: negative offset or limits out of range.
@@ -345,6 +370,17 @@ class TopicReader:
         if max_bytes < 1:
             raise InvalidOffsetError(f"max_bytes must be >= 1; got {max_bytes}.", max_bytes=max_bytes)
         max_bytes = min(max_bytes, self.settings.max_fetch_bytes)  # Kafka's fetch.max.bytes: a cap, not an error
+        ahead = self._read_ahead_result(partition, offset, max_records, max_bytes, prepare, ready_only=False)
+        if ahead is not None:
+            return ahead
+        result, stored = self._fetch(partition, offset, max_records, max_bytes)
+        if stored:
+            self._read_on(partition, result, max_records, max_bytes, prepare)
+        return result
+
+    def _fetch(self, partition: int, offset: int, max_records: int, max_bytes: int) -> tuple[FetchResult, bool]:
+        """`fetch` with checked limits; and whether any record came from the stored segments (not
+        the tail cache)."""
         snap = self._check_partition(self._fresh(), partition)
         hw = max(snap.high_watermark(partition), self._tail.end_offset(partition))
         lso = snap.log_start_offset(partition)
@@ -364,10 +400,11 @@ class TopicReader:
                 )
         pieces: list[pa.Table] = []
         cur, remaining, budget = offset, max_records, max_bytes
-        refreshed = False
+        refreshed = stored = False
         while remaining > 0 and budget > 0 and cur < hw:
             piece = self._tail.read(partition, cur, remaining)
             if piece is None:
+                stored = True
                 index = snap.partitions.get(partition)
                 pos = index.find(cur) if index else 0
                 if index is None or pos >= len(index.segments):
@@ -399,19 +436,75 @@ class TopicReader:
             remaining -= piece.num_rows
             cur = int(piece.column("offset")[-1].as_py()) + 1
         records = pa.concat_tables(pieces) if pieces else TOPIC_SCHEMA.empty_table()
-        return FetchResult(records=records, next_offset=cur, high_watermark=hw, log_start_offset=lso)
+        return FetchResult(records=records, next_offset=cur, high_watermark=hw, log_start_offset=lso), stored
+
+    def _read_on(
+        self, partition: int, result: FetchResult, max_records: int, max_bytes: int, prepare: Prepare | None
+    ) -> None:
+        """Hand the fetch that follows `result` (same limits) to the read-ahead, when stored records
+        follow it."""
+        nxt = result.next_offset
+        if self._ahead is None or nxt >= result.high_watermark or not result.records.num_rows:
+            return
+        if self._tail.read(partition, nxt, 1) is not None:
+            return  # in memory already
+
+        def read() -> FetchResult:
+            ahead, _ = self._fetch(partition, nxt, max_records, max_bytes)
+            if prepare is not None:
+                prepare(ahead)
+            return ahead
+
+        self._ahead.offer((self, partition, nxt, max_records, max_bytes), max_bytes, read)
+
+    def _read_ahead_result(
+        self,
+        partition: int,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        prepare: Prepare | None,
+        *,
+        ready_only: bool,
+    ) -> FetchResult | None:
+        """The fetch read ahead for exactly these arguments, with the high watermark and log start
+        offset known now (None: none; or retention passed its records meanwhile, and the usual
+        path answers OFFSET_OUT_OF_RANGE); the one after it is handed on."""
+        if self._ahead is None:
+            return None
+        got = self._ahead.take((self, partition, offset, max_records, max_bytes), ready_only=ready_only)
+        if got is None:
+            return None
+        snap = self._snap
+        lso = snap.log_start_offset(partition)
+        if offset < lso:
+            return None
+        hw = max(got.high_watermark, snap.high_watermark(partition), self._tail.end_offset(partition))
+        result = dataclasses.replace(got, high_watermark=hw, log_start_offset=lso)
+        self._read_on(partition, result, max_records, max_bytes, prepare)
+        return result
 
     def fetch_cached(
-        self, partition: int, offset: int, *, max_records: int = 500, max_bytes: int = 1024 * 1024
+        self,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1024 * 1024,
+        prepare: Prepare | None = None,
     ) -> FetchResult | None:
-        """The fetch answered from memory alone (records this process committed recently, as
-        `fetch` would return them), or None when that needs the log or the storage. Never blocks
-        on I/O: callers on an event loop try this before handing `fetch` to a thread."""
+        """The fetch answered from memory alone (records this process committed recently, or read
+        ahead, as `fetch` would return them), or None when that needs the log or the storage.
+        Never blocks on I/O: callers on an event loop try this before handing `fetch` to a thread."""
         snap = self._snap
         if not (0 <= partition < snap.config.partitions and 1 <= max_records <= self.settings.max_fetch_records):
             return None
         if max_bytes < 1 or offset < snap.log_start_offset(partition):
             return None
+        capped = min(max_bytes, self.settings.max_fetch_bytes)
+        ahead = self._read_ahead_result(partition, offset, max_records, capped, prepare, ready_only=True)
+        if ahead is not None:
+            return ahead
         piece = self._tail.read(partition, offset, max_records)
         if piece is None or piece.num_rows == 0:
             return None

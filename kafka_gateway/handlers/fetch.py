@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.fetch import read_blocking, wait_for_commit
 from delta_log.errors import OffsetOutOfRangeError, TopiclakeError
+from delta_log.log.reader import FetchResult
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
 from kafka_gateway.messages import millis
@@ -66,6 +67,15 @@ def encode_records(records: pa.Table) -> bytes:
     return b"".join(out)  # one batch: the same bytes, no copy
 
 
+#: a fetch result's memo key for its records encoded as Kafka record batches
+_KAFKA_BATCHES = "kafka-record-batches"
+
+
+def _encode_ahead(result: FetchResult) -> None:
+    """A fetch read ahead is encoded there too, off the answer's path."""
+    result.memo[_KAFKA_BATCHES] = encode_records(result.records)
+
+
 def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
     """One pass over the requested partitions (blocking): each one's answer, and the bytes found."""
     assert conn.principal is not None
@@ -81,7 +91,11 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
             reader = conn.services.registry.reader(topic)
             limit = max(1, min(p.partition_max_bytes, budget - total))
             full = total and budget - total <= 0
-            result = None if full else read_blocking(reader, p.partition, p.fetch_offset, max_records, limit)
+            result = (
+                None
+                if full
+                else read_blocking(reader, p.partition, p.fetch_offset, max_records, limit, prepare=_encode_ahead)
+            )
         except OffsetOutOfRangeError as exc:
             answers[key] = {
                 "partition_index": p.partition,
@@ -97,7 +111,9 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
             hw = reader.high_watermark(p.partition)
             answers[key] = {"partition_index": p.partition, "high_watermark": hw, "last_stable_offset": hw}
             continue
-        data = encode_records(result.records)
+        data = result.memo.get(_KAFKA_BATCHES)
+        if not isinstance(data, bytes):
+            data = encode_records(result.records)
         total += len(data)
         answers[key] = {
             "partition_index": p.partition,

@@ -221,3 +221,47 @@ def test_a_fetch_decodes_the_row_groups_its_byte_budget_needs(storage, settings,
     assert res.records.column("offset").to_pylist() == list(range(res.next_offset))
     assert 20 <= res.next_offset <= 25
     assert 3 <= len(decoded) <= 4, decoded
+
+
+def test_read_ahead_serves_the_next_fetch_as_it_would_have_been_read(storage, settings, topic_factory):
+    """After a fetch from stored segments the next one (same limits) is read ahead, and the door's
+    `prepare` runs on it there; taken, it is the fetch a reader without read-ahead gives, with the
+    high watermark known now. One whose records retention removed meanwhile is not served."""
+    from delta_log.log.read_ahead import ReadAhead
+
+    topic = topic_factory(partitions=1)
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(6):
+        w.append(make_batch(50, partitions=1, value_size=200))
+    ra = ReadAhead(64 << 20)
+    r = TopicReader(storage, topic, read_ahead=ra)
+    plain = TopicReader(storage, topic)
+    prepared = []
+
+    def prepare(result):
+        prepared.append(result.next_offset)
+        result.memo["n"] = result.records.num_rows
+
+    try:
+        offset = 0
+        while offset < 300:
+            got = r.fetch(0, offset, max_records=40, max_bytes=5000, prepare=prepare)
+            want = plain.fetch(0, offset, max_records=40, max_bytes=5000)
+            assert got.records.equals(want.records) and got.next_offset == want.next_offset
+            assert (got.high_watermark, got.log_start_offset) == (want.high_watermark, want.log_start_offset)
+            if offset:
+                assert got.memo["n"] == got.records.num_rows  # prepared ahead, with its records
+            offset = got.next_offset
+        assert ra.hits >= 10 and len(prepared) >= 10  # every fetch after the first was read ahead
+        first = r.fetch(0, 0, max_records=40, max_bytes=5000)  # the next one is read ahead now
+        w.append(make_batch(5, partitions=1))
+        r.refresh()
+        hits = ra.hits
+        second = r.fetch(0, first.next_offset, max_records=40, max_bytes=5000)
+        assert ra.hits == hits + 1 and second.high_watermark == 305  # read before the append, told now
+        DeltaTable(storage.topic_uri(topic)).delete('"offset" < 200')
+        r.refresh()
+        with pytest.raises(OffsetOutOfRangeError):
+            r.fetch(0, first.next_offset, max_records=40, max_bytes=5000)
+    finally:
+        ra.close()

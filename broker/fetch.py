@@ -64,11 +64,11 @@ def read_blocking(
     prepare: Prepare | None = None,
 ) -> FetchResult:
     """`read` for a caller already in a worker thread; `prepare` as `TopicReader.fetch` takes it."""
-    limits = {"max_records": max_records, "max_bytes": max_bytes, "prepare": prepare}
-    cached = reader.fetch_cached(partition, offset, **limits)
+    cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes, prepare=prepare)
     if cached is not None:
         return SERVED.add(reader.topic, cached)
-    return SERVED.add(reader.topic, reader.fetch(partition, offset, **limits))
+    fetched = reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes, prepare=prepare)
+    return SERVED.add(reader.topic, fetched)
 
 
 async def wait_for_commit(

@@ -157,21 +157,25 @@ def e2e_latency(url: str, topic: str, seconds: float, rate: float) -> dict[str, 
                 offset = r.json()["next_offset"]
 
     def sse() -> None:
-        with httpx.stream(
-            "GET",
-            f"{url}/topics/{topic}/partitions/0/stream",
-            params={"offset": 0, "value_format": "string"},
-            timeout=30,
-        ) as resp:
-            event = ""
-            for line in resp.iter_lines():
-                if stop.is_set():
-                    break
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: ") and event == "record":  # not the first `position` event
-                    now = time.perf_counter()
-                    received["SSE"][int(json.loads(line[6:])["value"])] = now
+        try:
+            with httpx.stream(
+                "GET",
+                f"{url}/topics/{topic}/partitions/0/stream",
+                params={"offset": 0, "value_format": "string"},
+                timeout=30,
+            ) as resp:
+                event = ""
+                for line in resp.iter_lines():
+                    if stop.is_set():
+                        break
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: ") and event == "record":  # not the first `position` event
+                        now = time.perf_counter()
+                        received["SSE"][int(json.loads(line[6:])["value"])] = now
+        except httpx.HTTPError:
+            if not stop.is_set():  # the server going away after the measure ends the stream
+                raise
 
     readers = [threading.Thread(target=long_poll, daemon=True), threading.Thread(target=sse, daemon=True)]
     for t in readers:

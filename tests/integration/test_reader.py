@@ -265,3 +265,25 @@ def test_read_ahead_serves_the_next_fetch_as_it_would_have_been_read(storage, se
             r.fetch(0, first.next_offset, max_records=40, max_bytes=5000)
     finally:
         ra.close()
+
+
+def test_segment_files_stay_open_within_a_bound_and_read_after_deletion(storage, settings, topic_factory):
+    """A reader keeps the segment files it reads open (a consumer reads a file's row groups fetch
+    after fetch), at most OPEN_FILES of them; one deleted meanwhile (vacuum) still reads, since
+    its records were in the snapshot the fetch planned on."""
+    import os
+
+    from delta_log.log import reader as reader_module
+
+    topic = topic_factory(partitions=1)
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(reader_module.OPEN_FILES + 4):
+        w.append(make_batch(3, partitions=1))
+    r = TopicReader(storage, topic)
+    got = r.fetch(0, 0, max_records=10_000).records.column("offset").to_pylist()
+    assert got == list(range(3 * (reader_module.OPEN_FILES + 4)))
+    assert len(r._files._open) == reader_module.OPEN_FILES
+    newest = r._snap.partitions[0].segments[-1]
+    r._row_groups = reader_module.RowGroupCache(r.settings.row_group_cache_bytes)  # decode again
+    os.remove(storage.file_path(r.uri, newest.path))
+    assert r.fetch(0, newest.first_offset).records.num_rows == 3

@@ -287,3 +287,39 @@ def test_segment_files_stay_open_within_a_bound_and_read_after_deletion(storage,
     r._row_groups = reader_module.RowGroupCache(r.settings.row_group_cache_bytes)  # decode again
     os.remove(storage.file_path(r.uri, newest.path))
     assert r.fetch(0, newest.first_offset).records.num_rows == 3
+
+
+def test_a_file_out_of_order_reads_in_offset_order(storage, settings, topic_factory):
+    """Another engine's rewrite (Spark's bin-packing OPTIMIZE) may keep rows out of offset order,
+    inside row groups and across them: fetches still return offsets in order, from any offset."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake.transaction import RemoveAction
+
+    from delta_log.core.records import TOPIC_SCHEMA
+    from delta_log.table.file_commit import commit_file_changes
+    from delta_log.table.segment_files import ParquetOptions, segments_of, write_segments
+
+    topic = topic_factory()
+    w = TopicWriter(storage, topic, settings.writer)
+    w.append(make_batch(30))
+    uri = storage.topic_uri(topic)
+    (victim,) = segments_of(storage.open_topic(topic))[0]
+    rows = pq.read_table(storage.file_path(uri, victim.path))
+    rows = rows.append_column("partition", pa.array([0] * rows.num_rows, pa.int32())).select(TOPIC_SCHEMA.names)
+    shuffled = rows.take([(i * 7) % 30 for i in range(30)]).cast(TOPIC_SCHEMA)  # groups of 10 overlap
+    (new,) = write_segments(storage, uri, shuffled, ParquetOptions(row_group_rows=10))
+    assert pq.read_metadata(storage.file_path(uri, new.relative_path)).num_row_groups == 3
+    now = int(time.time() * 1000)
+    commit_file_changes(
+        storage.open_topic(topic),
+        [victim.path],
+        [new.action, RemoveAction(victim.path, False, now, victim.size_bytes, {"partition": "0"})],
+        operation="test",
+        attempts=3,
+    )
+    r = TopicReader(storage, topic)
+    assert r.fetch(0, 0, max_records=100).records.column("offset").to_pylist() == list(range(30))
+    assert r.fetch(0, 17, max_records=5).records.column("offset").to_pylist() == list(range(17, 22))
+    res = r.fetch(0, 25, max_records=100, max_bytes=1)  # at least one record, the right one
+    assert res.records.column("offset").to_pylist() == [25] and res.next_offset == 26

@@ -601,8 +601,8 @@ class TopicReader:
                         # one row group of ~1 MB: decoding its columns on threads cost more than it
                         # saved here (0.53 against 0.39 ms per MB)
                         raw = pf.read_row_group(g, use_threads=False)
-                        found[g] = group = RowGroup.of(self._as_topic_rows(raw, partition))
-                        self._row_groups.put((seg.path, g), group)
+                        found[g] = decoded = RowGroup.of(self._as_topic_rows(raw, partition))
+                        self._row_groups.put((seg.path, g), decoded)
             except (OSError, FileNotFoundError) as exc:
                 # A job removed the file after our snapshot: re-index and let the caller retry.
                 self.refresh()

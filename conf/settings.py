@@ -159,6 +159,12 @@ class ReaderSettings(BaseModel):
         description="After a fetch from stored segments, the consumer's next fetch (same limits) is read while "
         "it handles this one; at most this many bytes of such reads are held per process (0: off).",
     )
+    open_files: int = Field(
+        256,
+        ge=1,
+        description="Segment files the process keeps open for fetches (memory-mapped on local disk), all topics "
+        "together; the least recently read close first.",
+    )
     max_fetch_records: int = Field(1_000_000, ge=1, description="The most records one fetch may ask for.")
     max_fetch_bytes: int = Field(
         50 * 1024 * 1024, gt=0, description="Kafka's fetch.max.bytes: one fetch returns at most this (record boundary)."

@@ -25,7 +25,7 @@ from delta_log.errors import WriterClosedError
 from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.read_ahead import ReadAhead
-from delta_log.log.reader import FetchResult, TopicReader
+from delta_log.log.reader import FetchResult, OpenFiles, TopicReader
 from delta_log.log.write_ahead import LogTopic, WriteAhead, replay
 from delta_log.log.writer import CommitInfo, TopicWriter
 from delta_log.maintenance.delete_records import delete_records
@@ -55,7 +55,10 @@ class TopicRegistry:
         self._committers: dict[str, Committer] = {}
         self._maintenance: dict[str, TopicMaintenance] = {}
         self._readers: dict[str, TopicReader] = {}
-        self._read_ahead: ReadAhead[FetchResult] = ReadAhead(settings.reader.read_ahead_bytes)
+        self._read_ahead: ReadAhead[FetchResult] = ReadAhead(
+            settings.reader.read_ahead_bytes, size=FetchResult.held_bytes
+        )
+        self._open_files = OpenFiles(settings.reader.open_files)
         self._listeners: list[Callable[[CommitInfo], None]] = []
         self._offsets: OffsetStore | None = None
         self._schemas: SchemaStore | None = None
@@ -111,7 +114,9 @@ class TopicRegistry:
             if r is not None:
                 self._last_used[topic] = time.monotonic()
                 return r
-        fresh = TopicReader(self.storage, topic, self.settings.reader, read_ahead=self._read_ahead)  # raises if missing
+        fresh = TopicReader(  # raises for a missing topic
+            self.storage, topic, self.settings.reader, read_ahead=self._read_ahead, open_files=self._open_files
+        )
         with self._lock:
             self._last_used[topic] = time.monotonic()
             return self._readers.setdefault(topic, fresh)

@@ -127,10 +127,20 @@ def follow_entries(
     index, 0.3 ms for this).
 
     None when the entries ask for the table itself: a metaData or protocol change (config,
-    partitions, features), a remove of a file the index does not hold, statistics that do not parse."""
+    partitions, features), a remove of a file the index does not hold, an add of one it holds (Delta
+    reads that as a replacement), a percent-encoded path (delta-rs decodes them; ours never are),
+    statistics that do not parse, a file without statistics that cannot be read."""
     added: dict[int, dict[str, SegmentInfo]] = {}
     removed: dict[int, set[str]] = {}
     held: dict[str, int] = {}  # path -> partition of the previous index's files, at the first remove
+    known: dict[int, set[str]] = {}  # a partition's paths in the previous index, at its first add
+
+    def holds(partition: int, path: str) -> bool:
+        if partition not in known:
+            index = previous.partitions.get(partition)
+            known[partition] = {s.path for s in index.segments} if index else set()
+        return path in known[partition] or path in added.get(partition, {})
+
     try:
         for entry in entries:
             for line in entry.splitlines():
@@ -141,8 +151,11 @@ def follow_entries(
                     return None
                 if (add := action.get("add")) is not None:
                     seg = segment_of_add(add, stats_fallback)
-                    if seg is not None:
-                        added.setdefault(seg.partition, {})[seg.path] = seg
+                    if seg is None:
+                        continue
+                    if "%" in seg.path or holds(seg.partition, seg.path):
+                        return None
+                    added.setdefault(seg.partition, {})[seg.path] = seg
                 elif (gone := action.get("remove")) is not None:
                     path = str(gone["path"])
                     if not any(path in new and new.pop(path) for new in added.values()):
@@ -152,7 +165,7 @@ def follow_entries(
                         if part is None:
                             return None
                         removed.setdefault(part, set()).add(path)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError, StorageUnavailableError):
         return None
     partitions = dict(previous.partitions)
     for p in added.keys() | removed.keys():

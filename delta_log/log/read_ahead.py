@@ -8,8 +8,10 @@ the next one to this pool; the consumer's next fetch with the same (partition, o
 takes the result (waiting for it when it is still being read, never reading it twice).
 
 Bounded: at most `max_bytes` of results are held or being read, per process, counted by the
-limits they were asked with; a new one past that pushes out the oldest (a consumer that went
-away). Concurrency contract: thread-safe; results are immutable.
+limits they were asked with until read, then by what the read holds (`size`); a new one past
+that pushes out the oldest (a consumer that went away). A fetch whose read ahead has not started
+yet (the pool is busy with others) reads by itself instead of queueing behind them.
+Concurrency contract: thread-safe; results are immutable.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ _R = TypeVar("_R")
 class ReadAhead(Generic[_R]):
     """Fetches read before they are asked for, keyed by what the next fetch will ask."""
 
-    def __init__(self, max_bytes: int, *, threads: int = 2) -> None:
+    def __init__(self, max_bytes: int, *, size: Callable[[_R], int], threads: int = 2) -> None:
         self.max_bytes = max_bytes
+        self._size = size
+        self._closed = False
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -42,7 +46,7 @@ class ReadAhead(Generic[_R]):
         if cost > self.max_bytes or self.max_bytes <= 0:
             return
         with self._lock:
-            if key in self._slots:
+            if self._closed or key in self._slots:
                 return
             while self._slots and self._bytes + cost > self.max_bytes:
                 _, (old_cost, old) = self._slots.popitem(last=False)
@@ -51,9 +55,20 @@ class ReadAhead(Generic[_R]):
                 self.dropped += 1
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="read-ahead")
-            fut = self._pool.submit(read)
+            fut = self._pool.submit(self._reading, key, read)
             self._slots[key] = (cost, fut)
             self._bytes += cost
+
+    def _reading(self, key: Hashable, read: Callable[[], _R]) -> _R:
+        """`read` on a pool thread; then its slot counts what the result holds."""
+        result = read()
+        size = self._size(result)
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is not None:
+                self._bytes += size - slot[0]
+                self._slots[key] = (size, slot[1])
+        return result
 
     def take(self, key: Hashable, *, ready_only: bool = False) -> _R | None:
         """The result read ahead for `key` (waiting for it while it is being read), or None: never
@@ -66,6 +81,9 @@ class ReadAhead(Generic[_R]):
                 return None
             del self._slots[key]
             self._bytes -= slot[0]
+        if slot[1].cancel():  # still queued behind other reads: the caller reads sooner by itself
+            self.dropped += 1
+            return None
         try:
             result = slot[1].result()
         except Exception:  # the caller reads again and meets the error itself
@@ -75,6 +93,7 @@ class ReadAhead(Generic[_R]):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             for _, fut in self._slots.values():
                 fut.cancel()
             self._slots.clear()

@@ -24,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
@@ -47,7 +48,7 @@ from delta_log.table.app_transactions import MAX_INCREMENTAL_VERSIONS
 from delta_log.table.log_entries import entries_from, local_log_dir, plain_protocol, version_path
 from delta_log.table.storage import StorageRoot
 
-#: segment files a reader keeps open (OpenFiles): a few per partition being read
+#: segment files a reader of its own keeps open (OpenFiles); a server's readers share the registry's
 OPEN_FILES = 32
 
 #: Where an offset lookup or reset points (see TopicReader.resolve_offsets).
@@ -71,6 +72,12 @@ class FetchResult:
     log_start_offset: int
     #: what a door made of `records` ahead of time (the Kafka face: its encoded record batches)
     memo: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    def held_bytes(self) -> int:
+        """The memory this result keeps: its records' buffers (slices keep their whole row groups)
+        and what the door made of them."""
+        made = sum(len(v) for v in self.memo.values() if isinstance(v, bytes | bytearray))
+        return self.records.get_total_buffer_size() + made
 
 
 #: a door's work on a fetch's result, done ahead with the read (e.g. encoding it for the wire)
@@ -135,35 +142,34 @@ class RowGroupCache:
 
 
 class OpenFiles:
-    """Segment files kept open for reading, least recently used first out. Opening one costs more
-    than decoding its row group (measured, 0.55 MB row groups: 1.17 ms per MB opening the file and
-    its `ParquetFile` for each group, 0.53 kept open); a consumer reads a file's groups one fetch
-    after another. Local files are memory-mapped. A file deleted while open stays readable (its
-    inode lives on). Thread-safe: one reader of a file at a time."""
+    """Segment files kept open for reading, least recently used first out: one set per process,
+    whatever topic they belong to (so the file descriptors held are `entries`, not a number per
+    topic). Opening one costs more than decoding its row group (measured, 0.55 MB row groups: 1.17
+    ms per MB opening the file and its `ParquetFile` for each group, 0.53 kept open); a consumer
+    reads a file's groups one fetch after another. Local files are memory-mapped. A file deleted
+    while open stays readable (its inode lives on) until it leaves the set. Thread-safe: one reader
+    of a file at a time."""
 
-    def __init__(self, storage: StorageRoot, uri: str, entries: int) -> None:
-        self._storage = storage
-        self._uri = uri
-        self._fs, _ = storage.filesystem()
+    def __init__(self, entries: int) -> None:
         self._entries = entries
         self._lock = threading.Lock()
         self._open: OrderedDict[str, tuple[pq.ParquetFile, threading.Lock]] = OrderedDict()
 
     @contextlib.contextmanager
-    def open(self, rel_path: str, meta: pq.FileMetaData) -> Iterator[pq.ParquetFile]:
-        """Raises: OSError (the file is gone, or unreadable)."""
+    def open(self, path: str, meta: pq.FileMetaData, fs: pafs.FileSystem | None) -> Iterator[pq.ParquetFile]:
+        """The file at `path` (memory-mapped when `fs` is None: local disk).
+        Raises: OSError (the file is gone, or unreadable)."""
         with self._lock:
-            entry = self._open.get(rel_path)
+            entry = self._open.get(path)
             if entry is not None:
-                self._open.move_to_end(rel_path)
+                self._open.move_to_end(path)
         if entry is None:
-            path = self._storage.file_path(self._uri, rel_path)
-            if self._storage.is_local:
+            if fs is None:
                 pf = pq.ParquetFile(path, metadata=meta, memory_map=True)
             else:
-                pf = pq.ParquetFile(self._fs.open_input_file(path), metadata=meta)
+                pf = pq.ParquetFile(fs.open_input_file(path), metadata=meta)
             with self._lock:
-                entry = self._open.setdefault(rel_path, (pf, threading.Lock()))
+                entry = self._open.setdefault(path, (pf, threading.Lock()))
                 while len(self._open) > self._entries:
                     self._open.popitem(last=False)  # closed when its last reader lets go
         with entry[1]:
@@ -180,6 +186,7 @@ class TopicReader:
         settings: ReaderSettings | None = None,
         *,
         read_ahead: ReadAhead[FetchResult] | None = None,
+        open_files: OpenFiles | None = None,
     ) -> None:
         self.storage = storage
         self._ahead = read_ahead
@@ -194,7 +201,7 @@ class TopicReader:
             self._fs, lambda rel: storage.file_path(self.uri, rel), self.settings.footer_cache_entries
         )
         self._row_groups = RowGroupCache(self.settings.row_group_cache_bytes)
-        self._files = OpenFiles(storage, self.uri, OPEN_FILES)
+        self._files = open_files or OpenFiles(OPEN_FILES)
         self._dt = storage.open_topic(topic)
         self._snap = self._build()
         self._full_at = time.monotonic()
@@ -253,10 +260,14 @@ class TopicReader:
         if self._log_dir is None or time.monotonic() - self._full_at > self.settings.full_refresh_interval_s:
             return None
         try:
-            entries = entries_from(self._log_dir, snap.table_version + 1, limit=MAX_INCREMENTAL_VERSIONS)
+            entries = entries_from(self._log_dir, snap.table_version + 1, limit=MAX_INCREMENTAL_VERSIONS + 1)
             if not entries and not os.path.exists(version_path(self._log_dir, snap.table_version)):
                 return None  # our version left the log (cleaned up; the table made again)
         except (OSError, UnicodeDecodeError):
+            return None
+        if len(entries) > MAX_INCREMENTAL_VERSIONS:
+            # far behind: the table object catches up at once (an index part of the way would tell
+            # fetches a stale high watermark: OFFSET_OUT_OF_RANGE for offsets that exist)
             return None
         if not entries:
             return dataclasses.replace(snap, loaded_at=time.monotonic())
@@ -596,7 +607,8 @@ class TopicReader:
         missing = [g for g, group in found.items() if group is None]
         if missing:
             try:
-                with self._files.open(seg.path, meta) as pf:
+                path = self.storage.file_path(self.uri, seg.path)
+                with self._files.open(path, meta, None if self.storage.is_local else self._fs) as pf:
                     for g in missing:
                         # one row group of ~1 MB: decoding its columns on threads cost more than it
                         # saved here (0.53 against 0.39 ms per MB)

@@ -61,3 +61,45 @@ def make_batch(
         now_us=int(time.time() * 1e6),
         log_append_time=False,
     )
+
+
+@pytest.fixture
+def decoded_groups(monkeypatch) -> list[int]:
+    """The row groups read from parquet files from now on, in order (the reader decodes through
+    `ParquetFile.read_row_group`)."""
+    import pyarrow.parquet as pq
+
+    decoded: list[int] = []
+    real = pq.ParquetFile.read_row_group
+
+    def counting(self, i, *args, **kwargs):
+        decoded.append(i)
+        return real(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    return decoded
+
+
+def rewrite_segment(storage, topic: str, victim, order: list[int], **options) -> str:
+    """Replace the segment `victim` (partition 0) of `topic` by one holding its rows in `order`, as
+    another engine's rewrite may leave them (`options`: ParquetOptions); returns its path."""
+    import pyarrow.parquet as pq
+    from deltalake.transaction import RemoveAction
+
+    from delta_log.core.records import TOPIC_SCHEMA
+    from delta_log.table.file_commit import commit_file_changes
+    from delta_log.table.segment_files import ParquetOptions, write_segments
+
+    uri = storage.topic_uri(topic)
+    rows = pq.read_table(storage.file_path(uri, victim.path))
+    rows = rows.append_column("partition", pa.array([0] * rows.num_rows, pa.int32())).select(TOPIC_SCHEMA.names)
+    (new,) = write_segments(storage, uri, rows.take(order).cast(TOPIC_SCHEMA), ParquetOptions(**options))
+    now = int(time.time() * 1000)
+    commit_file_changes(
+        storage.open_topic(topic),
+        [victim.path],
+        [new.action, RemoveAction(victim.path, False, now, victim.size_bytes, {"partition": "0"})],
+        operation="test",
+        attempts=3,
+    )
+    return new.relative_path

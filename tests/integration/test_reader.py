@@ -6,7 +6,7 @@ from deltalake import DeltaTable
 from conf import ReaderSettings
 from delta_log import TopicReader, TopicWriter
 from delta_log.errors import InvalidOffsetError, OffsetOutOfRangeError, PartitionNotFoundError
-from tests.integration.conftest import make_batch
+from tests.integration.conftest import make_batch, rewrite_segment
 
 
 @pytest.fixture
@@ -119,22 +119,14 @@ def test_high_watermarks_from_new_commits_equal_the_tables(storage, settings, to
     assert r.partition_offsets()[0].high_watermark > 0
 
 
-def test_sequential_fetches_decode_each_row_group_once(storage, settings, topic_factory, monkeypatch):
+def test_sequential_fetches_decode_each_row_group_once(storage, settings, topic_factory, decoded_groups):
     """A consumer's fetches end and start inside row groups: each group is decoded once and kept on
     its own, so the next fetch, which spans it and the following one, decodes only the new one."""
-    import pyarrow.parquet as pq
 
     topic = topic_factory(partitions=1)
     w = TopicWriter(storage, topic, settings.writer.model_copy(update={"max_row_group_rows": 10}))
     w.append(make_batch(100, partitions=1, value_size=10))  # one file of 10 row groups
-    decoded = []
-    real = pq.ParquetFile.read_row_group
-
-    def counting(self, i, *args, **kwargs):
-        decoded.append(i)
-        return real(self, i, *args, **kwargs)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    decoded = decoded_groups
     r = TopicReader(storage, topic)
     offsets = []
     offset = 0
@@ -197,23 +189,15 @@ def test_following_the_log_builds_the_index_the_table_gives(storage, settings, t
     assert r.fetch(3, 0, max_records=100).records.column("offset").to_pylist() == [0, 1, 2, 3]
 
 
-def test_a_fetch_decodes_the_row_groups_its_byte_budget_needs(storage, settings, topic_factory, monkeypatch):
+def test_a_fetch_decodes_the_row_groups_its_byte_budget_needs(storage, settings, topic_factory, decoded_groups):
     """Well-compressed records: a file of 20 row groups of ~10 KB each (uncompressed) stores a small
     fraction of that. A 25 KB fetch decodes the 3-4 groups its budget covers by their uncompressed
     size, not the ~20 the file's stored size per record would suggest."""
-    import pyarrow.parquet as pq
 
     topic = topic_factory(partitions=1)
     w = TopicWriter(storage, topic, settings.writer.model_copy(update={"max_row_group_rows": 10}))
     w.append(make_batch(200, partitions=1, value_size=1000))  # "k1:xxx...": compresses ~50x
-    decoded = []
-    real = pq.ParquetFile.read_row_group
-
-    def counting(self, i, *args, **kwargs):
-        decoded.append(i)
-        return real(self, i, *args, **kwargs)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counting)
+    decoded = decoded_groups
     r = TopicReader(storage, topic)
     seg = r._snap.partitions[0].segments[0]
     assert seg.size_bytes < 200 * 1000 // 5  # the premise: stored well compressed
@@ -297,32 +281,16 @@ def test_segment_files_stay_open_within_a_bound_and_read_after_deletion(storage,
 def test_a_file_out_of_order_reads_in_offset_order(storage, settings, topic_factory):
     """Another engine's rewrite (Spark's bin-packing OPTIMIZE) may keep rows out of offset order,
     inside row groups and across them: fetches still return offsets in order, from any offset."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
-    from deltalake.transaction import RemoveAction
 
-    from delta_log.core.records import TOPIC_SCHEMA
-    from delta_log.table.file_commit import commit_file_changes
-    from delta_log.table.segment_files import ParquetOptions, segments_of, write_segments
+    from delta_log.table.segment_files import segments_of
 
     topic = topic_factory()
-    w = TopicWriter(storage, topic, settings.writer)
-    w.append(make_batch(30))
-    uri = storage.topic_uri(topic)
+    TopicWriter(storage, topic, settings.writer).append(make_batch(30))
     (victim,) = segments_of(storage.open_topic(topic))[0]
-    rows = pq.read_table(storage.file_path(uri, victim.path))
-    rows = rows.append_column("partition", pa.array([0] * rows.num_rows, pa.int32())).select(TOPIC_SCHEMA.names)
-    shuffled = rows.take([(i * 7) % 30 for i in range(30)]).cast(TOPIC_SCHEMA)  # groups of 10 overlap
-    (new,) = write_segments(storage, uri, shuffled, ParquetOptions(row_group_rows=10))
-    assert pq.read_metadata(storage.file_path(uri, new.relative_path)).num_row_groups == 3
-    now = int(time.time() * 1000)
-    commit_file_changes(
-        storage.open_topic(topic),
-        [victim.path],
-        [new.action, RemoveAction(victim.path, False, now, victim.size_bytes, {"partition": "0"})],
-        operation="test",
-        attempts=3,
-    )
+    # shuffled, in row groups of 10 whose offset ranges overlap
+    path = rewrite_segment(storage, topic, victim, [(i * 7) % 30 for i in range(30)], row_group_rows=10)
+    assert pq.read_metadata(storage.file_path(storage.topic_uri(topic), path)).num_row_groups == 3
     r = TopicReader(storage, topic)
     assert r.fetch(0, 0, max_records=100).records.column("offset").to_pylist() == list(range(30))
     assert r.fetch(0, 17, max_records=5).records.column("offset").to_pylist() == list(range(17, 22))

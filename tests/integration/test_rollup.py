@@ -8,7 +8,7 @@ from delta_log import TopicReader, TopicWriter
 from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.maintenance.topic_maintenance import TopicMaintenance
 from delta_log.table.segment_files import segments_of
-from tests.integration.conftest import make_batch
+from tests.integration.conftest import make_batch, rewrite_segment
 
 
 def snapshot(storage, topic):
@@ -177,13 +177,7 @@ def test_a_gateway_rolls_up_the_partitions_it_owns(settings, storage):
 def test_rollup_sorts_a_run_holding_a_file_out_of_order(storage, settings, topic_factory):
     """Our writer's files are sorted, and a run of adjacent ones merges without sorting; a file
     another engine wrote out of order (Spark's bin-packing OPTIMIZE does) is sorted in the merge."""
-    import time
-
     import pyarrow.parquet as pq
-    from deltalake.transaction import RemoveAction
-
-    from delta_log.table.file_commit import commit_file_changes
-    from delta_log.table.segment_files import ParquetOptions, write_segments
 
     topic = topic_factory()
     w = TopicWriter(storage, topic, settings.writer)
@@ -191,17 +185,7 @@ def test_rollup_sorts_a_run_holding_a_file_out_of_order(storage, settings, topic
         w.append(make_batch(5))
     uri = storage.topic_uri(topic)
     victim = segments_of(storage.open_topic(topic))[0][3]
-    rows = pq.read_table(storage.file_path(uri, victim.path))
-    rows = rows.append_column("partition", pa.array([0] * rows.num_rows, pa.int32())).select(TOPIC_SCHEMA.names)
-    (new,) = write_segments(storage, uri, rows.take([4, 3, 2, 1, 0]).cast(TOPIC_SCHEMA), ParquetOptions())
-    now = int(time.time() * 1000)
-    commit_file_changes(
-        storage.open_topic(topic),
-        [victim.path],
-        [new.action, RemoveAction(victim.path, False, now, victim.size_bytes, {"partition": "0"})],
-        operation="test",
-        attempts=3,
-    )
+    rewrite_segment(storage, topic, victim, [4, 3, 2, 1, 0])
     before = snapshot(storage, topic)
     report = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False).run_task(
         "rollup"

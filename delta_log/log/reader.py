@@ -205,9 +205,7 @@ class TopicReader:
         self._dt = storage.open_topic(topic)
         self._snap = self._build()
         self._full_at = time.monotonic()
-        #: the table's `_delta_log` folder when its commit entries can be followed (local disk, a
-        #: plain protocol); None: refreshes read the table object
-        self._log_dir = local_log_dir(self.uri) if storage.is_local and plain_protocol(self._dt) else None
+        self._log_dir = self._followable_log()
 
     # -- index -------------------------------------------------------------------------------
     def _build(self, previous: TopicSnapshot | None = None) -> TopicSnapshot:
@@ -232,26 +230,29 @@ class TopicReader:
                 self._snap = snap
                 return snap.table_version
             self._full_at = time.monotonic()
-            try:
-                self._dt.update_incremental()
-            except TableNotFoundError as exc:
-                raise TopicNotFoundError(self.topic) from exc
-            except (DeltaError, OSError):
-                # An idle reader's version may predate the retained log (short log retention):
-                # start again from the latest checkpoint.
-                self._dt = self.storage.open_topic(self.topic)
-            self._log_dir = local_log_dir(self.uri) if self.storage.is_local and plain_protocol(self._dt) else None
+            self._catch_up_table()
+            self._log_dir = self._followable_log()
             if self._dt.version() != self._snap.table_version:
                 self._snap = self._build(previous=self._snap)
             else:
-                self._snap = TopicSnapshot(
-                    table_version=self._snap.table_version,
-                    config=self._snap.config,
-                    partitions=self._snap.partitions,
-                    high_watermarks=self._snap.high_watermarks,
-                    loaded_at=time.monotonic(),
-                )
+                self._snap = dataclasses.replace(self._snap, loaded_at=time.monotonic())
             return self._snap.table_version
+
+    def _catch_up_table(self) -> None:
+        """Bring the table object to the latest version. Under `_lock`. Raises: TopicNotFoundError."""
+        try:
+            self._dt.update_incremental()
+        except TableNotFoundError as exc:
+            raise TopicNotFoundError(self.topic) from exc
+        except (DeltaError, OSError):
+            # An idle reader's version may predate the retained log (short log retention):
+            # start again from the latest checkpoint.
+            self._dt = self.storage.open_topic(self.topic)
+
+    def _followable_log(self) -> str | None:
+        """The table's `_delta_log` folder when refreshes can follow its commit entries (local disk,
+        a plain protocol); None: they read the table object."""
+        return local_log_dir(self.uri) if self.storage.is_local and plain_protocol(self._dt) else None
 
     def _follow_log(self) -> TopicSnapshot | None:
         """The index moved to the latest version by the commit entries since it (None: read the
@@ -306,12 +307,7 @@ class TopicReader:
         leave it behind)."""
         with self._lock:
             if self._dt.version() < self._snap.table_version:
-                try:
-                    self._dt.update_incremental()
-                except TableNotFoundError as exc:
-                    raise TopicNotFoundError(self.topic) from exc
-                except (DeltaError, OSError):
-                    self._dt = self.storage.open_topic(self.topic)
+                self._catch_up_table()
             return self._dt
 
     def _check_partition(self, snap: TopicSnapshot, partition: int) -> TopicSnapshot:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Generic, TypeVar
 
 _R = TypeVar("_R")
@@ -90,6 +90,14 @@ class ReadAhead(Generic[_R]):
             return None
         self.hits += 1
         return result
+
+    def wait_for_reads(self, timeout: float) -> bool:
+        """Wait until every read offered so far has finished (tests and benchmarks measure a
+        consumer that took its time); False if `timeout` seconds passed first."""
+        with self._lock:
+            pending = [fut for _, fut in self._slots.values()]
+        _, not_done = wait(pending, timeout=timeout)
+        return not not_done
 
     def close(self) -> None:
         with self._lock:

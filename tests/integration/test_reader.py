@@ -236,16 +236,16 @@ def test_read_ahead_serves_the_next_fetch_as_it_would_have_been_read(storage, se
             if offset:
                 assert got.memo["n"] == got.records.num_rows  # prepared ahead, with its records
             offset = got.next_offset
-            time.sleep(0.05)  # the consumer handles the answer (a read not started yet is not waited for)
+            assert ra.wait_for_reads(30)  # the consumer takes its time (a read not started is not waited for)
         assert ra.hits >= 10 and len(prepared) >= 10  # every fetch after the first was read ahead
         first = r.fetch(0, 0, max_records=40, max_bytes=5000)  # the next one is read ahead now
-        time.sleep(0.05)
+        assert ra.wait_for_reads(30)
         w.append(make_batch(5, partitions=1))
         r.refresh()
         hits = ra.hits
         second = r.fetch(0, first.next_offset, max_records=40, max_bytes=5000)
         assert ra.hits == hits + 1 and second.high_watermark == 305  # read before the append, told now
-        time.sleep(0.05)  # the one after `second` is read ahead; then retention removes its records
+        assert ra.wait_for_reads(30)  # the one after `second` is read ahead; then retention removes its records
         DeltaTable(storage.topic_uri(topic)).delete('"offset" < 200')
         r.refresh()
         hits = ra.hits

@@ -7,16 +7,12 @@ def _one(_: object) -> int:
     return 1
 
 
-def _settle() -> None:
-    threading.Event().wait(0.2)  # the pool's reads finish (a read not started is not waited for)
-
-
 def test_a_result_is_read_once_and_taken_once():
     ra: ReadAhead[int] = ReadAhead(100, size=_one)
     calls = []
     ra.offer("k", 10, lambda: calls.append(1) or 42)
     ra.offer("k", 10, lambda: calls.append(2) or 43)  # held already: not read again
-    _settle()
+    assert ra.wait_for_reads(30)
     assert ra.take("k") == 42
     assert ra.take("k") is None  # taken
     assert calls == [1] and ra.hits == 1
@@ -29,7 +25,7 @@ def test_the_budget_pushes_out_the_oldest_and_refuses_what_never_fits():
     ra.offer("b", 10, lambda: "b")
     ra.offer("c", 10, lambda: "c")  # 30 > 25: "a" goes
     ra.offer("huge", 26, lambda: "huge")  # more than the whole budget: never read
-    _settle()
+    assert ra.wait_for_reads(30)
     assert ra.take("a") is None and ra.take("huge") is None
     assert ra.take("b") == "b" and ra.take("c") == "c"
     assert ra.dropped == 1
@@ -39,9 +35,9 @@ def test_the_budget_pushes_out_the_oldest_and_refuses_what_never_fits():
 def test_a_read_counts_what_its_result_holds():
     ra: ReadAhead[str] = ReadAhead(100, size=lambda r: 60)
     ra.offer("b", 10, lambda: "b")
-    _settle()  # read and recounted: 60 held
+    assert ra.wait_for_reads(30)  # read and recounted: 60 held
     ra.offer("c", 50, lambda: "c")  # 60 + 50 > 100: "b" goes
-    _settle()
+    assert ra.wait_for_reads(30)
     assert ra.take("b") is None and ra.take("c") == "c"
     ra.close()
 
@@ -53,7 +49,7 @@ def test_a_failed_read_is_none_and_the_caller_reads_itself():
         raise OSError("disk")
 
     ra.offer("k", 1, boom)
-    _settle()
+    assert ra.wait_for_reads(30)
     assert ra.take("k") is None
     ra.close()
 

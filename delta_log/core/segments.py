@@ -72,23 +72,37 @@ def parse_add_actions(
         cols.get("max.timestamp", [None] * n),
         strict=True,
     ):
-        ts = epoch_ms(max_ts)
-        if lo is None or hi is None:
-            if stats_fallback is None:
-                continue
-            lo, hi, ts = stats_fallback(path)
-        out.setdefault(int(part), []).append(
-            SegmentInfo(
-                path=path,
-                partition=int(part),
-                first_offset=int(lo),
-                last_offset=int(hi),
-                size_bytes=int(size),
-                records=int(records or 0),
-                max_timestamp_ms=ts if ts is not None else UNKNOWN_TIMESTAMP_MS,
-            )
-        )
+        seg = _segment(path, int(part), size, lo, hi, records, epoch_ms(max_ts), stats_fallback)
+        if seg is not None:
+            out.setdefault(seg.partition, []).append(seg)
     return out
+
+
+def _segment(
+    path: str,
+    partition: int,
+    size: object,
+    lo: object,
+    hi: object,
+    records: object,
+    max_timestamp_ms: int | None,
+    stats_fallback: StatsFallback | None,
+) -> SegmentInfo | None:
+    """One file's segment from its statistics; without offset statistics, from `stats_fallback`
+    (None without one)."""
+    if lo is None or hi is None:
+        if stats_fallback is None:
+            return None
+        lo, hi, max_timestamp_ms = stats_fallback(path)
+    return SegmentInfo(
+        path=path,
+        partition=partition,
+        first_offset=int(lo),  # type: ignore[call-overload]
+        last_offset=int(hi),  # type: ignore[call-overload]
+        size_bytes=int(size or 0),  # type: ignore[call-overload]
+        records=int(records or 0),  # type: ignore[call-overload]
+        max_timestamp_ms=max_timestamp_ms if max_timestamp_ms is not None else UNKNOWN_TIMESTAMP_MS,
+    )
 
 
 def segment_of_add(add: Mapping[str, object], stats_fallback: StatsFallback | None = None) -> SegmentInfo | None:
@@ -101,24 +115,18 @@ def segment_of_add(add: Mapping[str, object], stats_fallback: StatsFallback | No
     part = values.get("partition") if isinstance(values, Mapping) else None
     if part is None:
         return None
-    path, size = str(add["path"]), int(add.get("size") or 0)  # type: ignore[call-overload]
     raw = add.get("stats")
     stats = json.loads(raw) if isinstance(raw, str) and raw else {}
-    lo = (stats.get("minValues") or {}).get("offset")
-    hi = (stats.get("maxValues") or {}).get("offset")
-    ts = _stats_timestamp_ms((stats.get("maxValues") or {}).get("timestamp"))
-    if lo is None or hi is None:
-        if stats_fallback is None:
-            return None
-        lo, hi, ts = stats_fallback(path)
-    return SegmentInfo(
-        path=path,
-        partition=int(part),
-        first_offset=int(lo),
-        last_offset=int(hi),
-        size_bytes=size,
-        records=int(stats.get("numRecords") or 0),
-        max_timestamp_ms=ts if ts is not None else UNKNOWN_TIMESTAMP_MS,
+    lows, highs = stats.get("minValues") or {}, stats.get("maxValues") or {}
+    return _segment(
+        str(add["path"]),
+        int(part),
+        add.get("size"),
+        lows.get("offset"),
+        highs.get("offset"),
+        stats.get("numRecords"),
+        _stats_timestamp_ms(highs.get("timestamp")),
+        stats_fallback,
     )
 
 

@@ -202,8 +202,11 @@ class TopicReader:
         )
         self._row_groups = RowGroupCache(self.settings.row_group_cache_bytes)
         self._files = open_files or OpenFiles(OPEN_FILES)
+        self._local_log = local_log_dir(self.uri) if storage.is_local else None
         self._dt = storage.open_topic(topic)
+        self._dt_file = self._version_file(self._dt.version())
         self._snap = self._build()
+        self._snap_file = self._version_file(self._snap.table_version)
         self._full_at = time.monotonic()
         self._log_dir = self._followable_log()
 
@@ -227,20 +230,33 @@ class TopicReader:
         with self._lock:
             snap = self._follow_log()
             if snap is not None:
+                if snap.table_version != self._snap.table_version:
+                    self._snap_file = self._version_file(snap.table_version)
                 self._snap = snap
                 return snap.table_version
             self._full_at = time.monotonic()
-            self._catch_up_table()
+            same_table = self._catch_up_table() and self._snap_file == self._version_file(self._snap.table_version)
             self._log_dir = self._followable_log()
-            if self._dt.version() != self._snap.table_version:
+            if not same_table:
+                self._snap = self._build()  # nothing of the old table's index carries over
+            elif self._dt.version() != self._snap.table_version:
                 self._snap = self._build(previous=self._snap)
             else:
                 self._snap = dataclasses.replace(self._snap, loaded_at=time.monotonic())
+            self._snap_file = self._version_file(self._snap.table_version)
             return self._snap.table_version
 
-    def _catch_up_table(self) -> None:
-        """Bring the table object to the latest version. Under `_lock`. Raises: TopicNotFoundError."""
+    def _catch_up_table(self) -> bool:
+        """Bring the table object to the latest version; False when it had to be opened again
+        because the table is another one now (or its version left the log). Under `_lock`.
+        Raises: TopicNotFoundError."""
         try:
+            if self._dt_file is not None and self._version_file(self._dt.version()) != self._dt_file:
+                # Deleted and made again (by another gateway): the new log starts over, and
+                # delta-rs would apply its versions past ours on top of the old table's state.
+                self._dt = self.storage.open_topic(self.topic)
+                self._dt_file = self._version_file(self._dt.version())
+                return False
             self._dt.update_incremental()
         except TableNotFoundError as exc:
             raise TopicNotFoundError(self.topic) from exc
@@ -248,6 +264,21 @@ class TopicReader:
             # An idle reader's version may predate the retained log (short log retention):
             # start again from the latest checkpoint.
             self._dt = self.storage.open_topic(self.topic)
+        self._dt_file = self._version_file(self._dt.version())
+        return True
+
+    def _version_file(self, version: int) -> tuple[int, int, int] | None:
+        """Which file holds commit `version` on local disk (inode, size, modification time); None:
+        no such file, or an object store. A topic deleted and created again starts its log over, so
+        a version the reader holds may then be another table's: the reader compares this before it
+        reads on from that version."""
+        if self._local_log is None:
+            return None
+        try:
+            st = os.stat(version_path(self._local_log, version))
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
 
     def _followable_log(self) -> str | None:
         """The table's `_delta_log` folder when refreshes can follow its commit entries (local disk,
@@ -260,10 +291,10 @@ class TopicReader:
         snap = self._snap
         if self._log_dir is None or time.monotonic() - self._full_at > self.settings.full_refresh_interval_s:
             return None
+        if self._snap_file is None or self._version_file(snap.table_version) != self._snap_file:
+            return None  # our version left the log (cleaned up), or the table was made again
         try:
             entries = entries_from(self._log_dir, snap.table_version + 1, limit=MAX_INCREMENTAL_VERSIONS + 1)
-            if not entries and not os.path.exists(version_path(self._log_dir, snap.table_version)):
-                return None  # our version left the log (cleaned up; the table made again)
         except (OSError, UnicodeDecodeError):
             return None
         if len(entries) > MAX_INCREMENTAL_VERSIONS:

@@ -311,3 +311,26 @@ def test_a_reader_far_behind_catches_up_in_one_refresh(storage, settings, topic_
     r.refresh()
     assert r.high_watermark(0) == MAX_INCREMENTAL_VERSIONS + 6
     assert r.fetch(0, MAX_INCREMENTAL_VERSIONS + 5).records.num_rows == 1
+
+
+@pytest.mark.parametrize("new_versions", [2, 12], ids=["behind-the-reader", "past-the-reader"])
+def test_a_topic_deleted_and_made_again_is_read_as_the_new_table(storage, settings, topic_factory, catalog, new_versions):
+    """Another gateway deletes the topic and creates it again under the same name: a reader that
+    followed the old table must read the new one at its next refresh, whether the new table's log
+    is still behind the version the reader held or already past it (its entries then continue the
+    old numbering, and following them would mix the two tables)."""
+    topic = topic_factory(partitions=1)
+    r = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=3600, end_refresh_interval_s=3600))
+    old = TopicWriter(storage, topic, settings.writer)
+    for _ in range(6):
+        old.append(make_batch(3, key_prefix="old"))
+    assert r.refresh() == 6 and r.high_watermark(0) == 18
+    catalog.delete_topic(topic)
+    catalog.create_topic(topic, partitions=1)
+    new = TopicWriter(storage, topic, settings.writer)
+    for _ in range(new_versions):
+        new.append(make_batch(2, key_prefix="new"))
+    r.refresh()
+    assert r.high_watermark(0) == 2 * new_versions
+    keys = r.fetch(0, 0, max_records=100).records.column("key").to_pylist()
+    assert len(keys) == 2 * new_versions and all(k.startswith(b"new") for k in keys)

@@ -35,9 +35,11 @@ input buffers must not be mutated while a call runs.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 import kafka_gateway._codec as _codec
@@ -286,3 +288,60 @@ def encode_batch(
         base_sequence=base_sequence,
     )
     return batch
+
+
+def encode_stored(chunk: pa.RecordBatch, *, partition_leader_epoch: int = -1) -> list[bytes]:
+    """Uncompressed batches of stored rows (a topic table's columns: binary or string key and
+    value, int64 offsets ascending, microsecond timestamps, timestampType, headers): one batch per
+    run of records with the same timestamp type (a LogAppendTime batch has one time for all its
+    records).
+
+    The fetch path's form of `encode_batch`: the columns' buffers are described once for the
+    whole chunk and each run is an offset into them, and timestamps become milliseconds in numpy
+    (measured: the per-call checks and pyarrow compute calls cost more than the codec itself on
+    1 MB fetches of 1 KB records)."""
+    n = chunk.num_rows
+    if n == 0:
+        return []
+    types = chunk.column("timestampType").to_numpy(zero_copy_only=False)
+    cuts = [0, *(np.flatnonzero(np.diff(types)) + 1).tolist(), n]
+    offsets = chunk.column("offset")
+    offset_spec = _int64_spec(offsets, "offsets")
+    ms_spec = _int64_spec(pa.array(_millis(chunk.column("timestamp"))), "timestamp_ms")
+    key = _binary_spec(chunk.column("key"), "key")
+    value = _binary_spec(chunk.column("value"), "value")
+    headers = _headers_spec(chunk.column("headers"), n)
+    out = []
+    for a, b in itertools.pairwise(cuts):
+        count = b - a
+        out.append(
+            _codec.encode(
+                length=count,
+                base_offset=int(offsets[a].as_py()),
+                offsets=(offset_spec[0], offset_spec[1] + a),
+                timestamps=(ms_spec[0], ms_spec[1] + a),
+                key=(*key[:3], key[3] + a, count),
+                value=(*value[:3], value[3] + a, count),
+                headers=(*headers[:2], headers[2] + a, *headers[3:]),
+                log_append_time=int(types[a]) == TIMESTAMP_LOG_APPEND_TIME,
+                compression="none",
+                partition_leader_epoch=partition_leader_epoch,
+                producer_id=-1,
+                producer_epoch=-1,
+                base_sequence=-1,
+            )
+        )
+    return out
+
+
+def _millis(timestamps: pa.Array) -> np.ndarray:
+    """Epoch milliseconds (-1 for a null) of timestamps in microseconds, truncated toward zero
+    as Arrow's integer division does."""
+    if not (pa.types.is_timestamp(timestamps.type) and timestamps.type.unit == "us"):
+        timestamps = timestamps.cast(pa.timestamp("us"))
+    us = timestamps.view(pa.int64())
+    values = np.frombuffer(us.buffers()[1], dtype=np.int64, count=us.offset + len(us))[us.offset :]
+    ms = np.abs(values) // 1000 * np.sign(values)
+    if us.null_count:
+        ms[~us.is_valid().to_numpy(zero_copy_only=False)] = -1
+    return ms

@@ -30,7 +30,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from conf import ReaderSettings
-from delta_log.core.records import TOPIC_SCHEMA, check_offset, record_sizes
+from delta_log.core.records import TIMESTAMP_TYPE, TOPIC_SCHEMA, check_offset, record_sizes
 from delta_log.core.segments import SegmentInfo
 from delta_log.core.topic_config import TopicConfig
 from delta_log.errors import (
@@ -681,17 +681,20 @@ class TopicReader:
     def _as_topic_rows(self, raw: pa.Table, partition: int) -> pa.Table:
         """A decoded row group in TOPIC_SCHEMA (the partition lives in the file's path)."""
         n = raw.num_rows
-        return pa.table(
-            {
-                "key": raw.column("key"),
-                "value": raw.column("value"),
-                "topic": raw.column("topic") if "topic" in raw.column_names else pa.array([self.topic] * n),
-                "partition": pa.array(np.full(n, partition, dtype=np.int32)),
-                "offset": raw.column("offset"),
-                "timestamp": raw.column("timestamp").cast(TOPIC_SCHEMA.field("timestamp").type),
-                "timestampType": raw.column("timestampType"),
-                "headers": raw.column("headers"),
-            },
+        timestamp = raw.column("timestamp")
+        if timestamp.type != TIMESTAMP_TYPE:
+            timestamp = timestamp.cast(TIMESTAMP_TYPE)
+        return pa.Table.from_arrays(
+            [
+                raw.column("key"),
+                raw.column("value"),
+                raw.column("topic") if "topic" in raw.column_names else pa.array([self.topic] * n),
+                pa.array(np.full(n, partition, dtype=np.int32)),
+                raw.column("offset"),
+                timestamp,
+                raw.column("timestampType"),
+                raw.column("headers"),
+            ],
             schema=TOPIC_SCHEMA,
         )
 

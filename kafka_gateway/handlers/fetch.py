@@ -13,13 +13,10 @@ as Kafka record batches by the compiled codec straight from the stored Arrow col
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
 from broker.fetch import read_blocking, wait_for_commit
@@ -28,7 +25,7 @@ from delta_log.log.reader import FetchResult
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
 from kafka_gateway.messages import millis
-from kafka_gateway.records import encode_batch
+from kafka_gateway.records import encode_stored
 
 if TYPE_CHECKING:
     from kafka_gateway.listener import Connection
@@ -41,30 +38,7 @@ def encode_records(records: pa.Table) -> bytes:
     """Record batches of `records` (TOPIC_SCHEMA, ascending offsets), straight from its Arrow
     chunks (no copy into one): a Kafka batch per chunk and per run of records with the same
     timestamp type (a LogAppendTime batch has one time for all its records)."""
-    out = []
-    for chunk in records.to_batches():
-        n = chunk.num_rows
-        if n == 0:
-            continue
-        types = chunk.column("timestampType").to_numpy(zero_copy_only=False)
-        cuts = [0, *(np.flatnonzero(np.diff(types)) + 1).tolist(), n]
-        offsets = chunk.column("offset")
-        ms = pc.divide(chunk.column("timestamp").cast(pa.int64()), 1000).fill_null(-1)
-        key, value, headers = chunk.column("key"), chunk.column("value"), chunk.column("headers")
-        for a, b in itertools.pairwise(cuts):
-            out.append(
-                encode_batch(
-                    base_offset=int(offsets[a].as_py()),
-                    offsets=offsets.slice(a, b - a),
-                    timestamp_ms=ms.slice(a, b - a),
-                    key=key.slice(a, b - a),
-                    value=value.slice(a, b - a),
-                    headers=headers.slice(a, b - a),
-                    timestamp_type=int(types[a]),
-                    partition_leader_epoch=-1,
-                )
-            )
-    return b"".join(out)  # one batch: the same bytes, no copy
+    return b"".join(batch for chunk in records.to_batches() for batch in encode_stored(chunk))
 
 
 #: a fetch result's memo key for its records encoded as Kafka record batches

@@ -683,3 +683,70 @@ def test_property_mutations_never_crash(data: st.DataObject, compression: str) -
         _decode(candidate, strict_offsets=data.draw(st.booleans()), max_bytes=1 << 20)
     except RecordBatchError as exc:
         assert exc.code in ERROR_CODES
+
+
+def _stored_rows(rows: list[tuple[int, int | None, int, bytes | None, str | None, list[Header] | None]]) -> pa.Table:
+    from delta_log.core.records import TOPIC_SCHEMA
+
+    return pa.table(
+        {
+            "key": pa.array([r[3] for r in rows], pa.binary()),
+            "value": pa.array([r[4] for r in rows], pa.string()),  # a string column: viewed as binary
+            "topic": pa.array(["t"] * len(rows)),
+            "partition": pa.array([0] * len(rows), pa.int32()),
+            "offset": pa.array([r[0] for r in rows], pa.int64()),
+            "timestamp": pa.array([r[1] for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "timestampType": pa.array([r[2] for r in rows], pa.int32()),
+            "headers": pa.array(
+                [None if r[5] is None else [{"key": k, "value": v} for k, v in r[5]] for r in rows], HEADERS_TYPE
+            ),
+        },
+        schema=TOPIC_SCHEMA,
+    )
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(-(10**15), 10**15)),
+            st.integers(0, 1),
+            st.one_of(st.none(), st.binary(max_size=8)),
+            st.one_of(st.none(), st.text(max_size=8)),
+            st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=3))), max_size=2)),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(0, 5),
+)
+def test_stored_rows_encode_as_their_runs_do(rows: list[Any], cut: int) -> None:
+    """`encode_stored` (the fetch path: one description of a chunk's buffers, runs as offsets into
+    it, timestamps made milliseconds in numpy) writes exactly the batches `encode_batch` writes for
+    each run of one timestamp type, also on sliced chunks, null timestamps (-1), negative times."""
+    from kafka_gateway.records import encode_stored
+
+    table = _stored_rows([(10 + 2 * i, *r) for i, r in enumerate(rows)])
+    chunks = [table.slice(0, min(cut, len(rows))), table.slice(min(cut, len(rows)))]
+    for chunk in (b for part in chunks for b in part.to_batches()):
+        got = encode_stored(chunk)
+        types = chunk.column("timestampType").to_pylist()
+        want, a = [], 0
+        for b in range(1, len(types) + 1):
+            if b == len(types) or types[b] != types[a]:
+                us = chunk.column("timestamp").slice(a, b - a).cast(pa.int64()).to_pylist()
+                ms = [-1 if v is None else int(v / 1000) for v in us]  # toward zero, as Arrow divides
+                want.append(
+                    encode_batch(
+                        base_offset=chunk.column("offset")[a].as_py(),
+                        offsets=chunk.column("offset").slice(a, b - a),
+                        timestamp_ms=pa.array(ms, pa.int64()),
+                        key=chunk.column("key").slice(a, b - a),
+                        value=chunk.column("value").slice(a, b - a),
+                        headers=chunk.column("headers").slice(a, b - a),
+                        timestamp_type=types[a],
+                        partition_leader_epoch=-1,
+                    )
+                )
+                a = b
+        assert got == want

@@ -56,7 +56,7 @@ class TopicRegistry:
         self._maintenance: dict[str, TopicMaintenance] = {}
         self._readers: dict[str, TopicReader] = {}
         self._read_ahead: ReadAhead[FetchResult] = ReadAhead(
-            settings.reader.read_ahead_bytes, size=FetchResult.held_bytes
+            settings.reader.read_ahead_bytes, size=FetchResult.held_bytes, threads=settings.reader.read_ahead_threads
         )
         self._open_files = OpenFiles(settings.reader.open_files)
         self._listeners: list[Callable[[CommitInfo], None]] = []

@@ -28,7 +28,7 @@ _R = TypeVar("_R")
 class ReadAhead(Generic[_R]):
     """Fetches read before they are asked for, keyed by what the next fetch will ask."""
 
-    def __init__(self, max_bytes: int, *, size: Callable[[_R], int], threads: int = 2) -> None:
+    def __init__(self, max_bytes: int, *, size: Callable[[_R], int], threads: int = 1) -> None:
         self.max_bytes = max_bytes
         self._size = size
         self._closed = False

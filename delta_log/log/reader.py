@@ -176,6 +176,16 @@ class OpenFiles:
             yield entry[0]
 
 
+@dataclass(frozen=True, slots=True)
+class FollowedLog:
+    """A reader's index as of one version of a table whose log it follows (local disk, a plain
+    protocol): the version, its `_delta_log` folder and every live segment by partition."""
+
+    version: int
+    log_dir: str
+    segments: dict[int, tuple[SegmentInfo, ...]]
+
+
 class TopicReader:
     """Reads one topic's partitions by offset."""
 
@@ -245,6 +255,20 @@ class TopicReader:
                 self._snap = dataclasses.replace(self._snap, loaded_at=time.monotonic())
             self._snap_file = self._version_file(self._snap.table_version)
             return self._snap.table_version
+
+    def followed_log(self) -> FollowedLog | None:
+        """The index refreshed now, when the reader follows the table's log (None: it reads the
+        table object instead: an object store, or not a plain protocol). For one caller that
+        plans file changes on it (the roll-up), which owns this reader."""
+        self.refresh()
+        snap, log_dir = self._snap, self._log_dir
+        if log_dir is None:
+            return None
+        return FollowedLog(
+            version=snap.table_version,
+            log_dir=log_dir,
+            segments={p: tuple(ix.segments) for p, ix in snap.partitions.items() if ix.segments},
+        )
 
     def _catch_up_table(self) -> bool:
         """Bring the table object to the latest version; False when it had to be opened again

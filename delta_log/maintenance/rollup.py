@@ -37,7 +37,8 @@ from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.core.rollup_plan import plan_rollup
 from delta_log.core.segments import SegmentInfo
 from delta_log.errors import SourcesGoneError
-from delta_log.table.file_commit import commit_file_changes
+from delta_log.log.reader import FollowedLog
+from delta_log.table.file_commit import commit_file_changes, commit_own_file_changes
 from delta_log.table.segment_files import (
     ParquetOptions,
     WrittenSegment,
@@ -62,7 +63,7 @@ class RollupReport:
 def roll_up(
     storage: StorageRoot,
     uri: str,
-    dt: DeltaTable,
+    table: DeltaTable | FollowedLog,
     settings: MaintenanceSettings,
     *,
     parquet: ParquetOptions,
@@ -73,13 +74,20 @@ def roll_up(
     """Plan every due run (of `partitions` only, when given), write the merged files, commit them
     all in ONE commit.
 
+    `table`: the table object (planned on its snapshot, committed by `commit_file_changes`), or a
+    reader's index of a log it follows (local disk: planned on the index, and the entry written
+    on its version, with no delta-rs snapshot read at all: measured, the table object's refreshes
+    and add-action listings at every pass were a tenth of the gateway's CPU under
+    ProducerPerformance).
+
     One commit per pass, not per run: each roll-up commit makes the writer's next commit
     rebase past it (measured: per-run commits every 8 writer commits hurt produce latency).
     A conflict abandons the pass; its files are deleted and the next pass plans again.
     """
+    live = table.segments if isinstance(table, FollowedLog) else segments_of(table)
     plan = [
         (partition, run)
-        for partition, segments in sorted(segments_of(dt).items())
+        for partition, segments in sorted(live.items())
         if partitions is None or partition in partitions
         for run in plan_rollup(
             segments,
@@ -103,16 +111,17 @@ def roll_up(
             actions.extend(
                 RemoveAction(seg.path, False, now_ms, seg.size_bytes, {"partition": str(partition)}) for seg in run
             )
-        commit_file_changes(
-            dt,
-            [seg.path for _, run in plan for seg in run],
-            actions,
-            operation="rollup",
-            attempts=attempts,
-        )
-    except (CommitFailedError, SourcesGoneError) as exc:
+        removes = [seg.path for _, run in plan for seg in run]
+        if isinstance(table, FollowedLog):
+            commit_own_file_changes(
+                table.log_dir, table.version, removes, actions, operation="rollup", attempts=attempts
+            )
+        else:
+            commit_file_changes(table, removes, actions, operation="rollup", attempts=attempts)
+    except (CommitFailedError, SourcesGoneError) as exc:  # StaleVersionError too
         remove_files(storage, uri, written)
-        dt.update_incremental()
+        if not isinstance(table, FollowedLog):
+            table.update_incremental()
         log.info("roll-up pass of %s abandoned after a conflict: %s", uri, exc)
         report = RollupReport(runs=0, files_removed=0, files_added=0, conflicts=1)
     except BaseException:

@@ -34,7 +34,8 @@ from typing import Any, Literal
 
 from deltalake import DeltaTable
 
-from conf import MaintenanceSettings, WriterSettings
+from conf import MaintenanceSettings, ReaderSettings, WriterSettings
+from delta_log.log.reader import FollowedLog, TopicReader
 from delta_log.maintenance.log_cleanup import cleanup_log
 from delta_log.maintenance.retention import RetentionReport, apply_retention
 from delta_log.maintenance.rollup import RollupReport, roll_up
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 Task = Literal["rollup", "log_cleanup", "retention", "vacuum"]
 TASKS: tuple[Task, ...] = ("rollup", "log_cleanup", "retention", "vacuum")
 _KEEP_REPORTS = 100
+#: the roll-up's reader only follows the log: it keeps no records or decoded row groups
+_FOLLOWER = ReaderSettings(tail_cache_bytes=0, row_group_cache_bytes=0)
 
 
 class MaintenanceScheduler:
@@ -122,6 +125,7 @@ class TopicMaintenance:
         self.rollup_scope = rollup_scope  # the partitions to roll up (this gateway's); None: all
         self._parquet = ParquetOptions.of(writer)
         self._dt: DeltaTable | None = None
+        self._follower: TopicReader | None = None
         self._lock = threading.Condition()
         self._pending_commits = 0
         self._commits_since_cleanup = 0
@@ -236,7 +240,7 @@ class TopicMaintenance:
             report = roll_up(
                 self.storage,
                 self.uri,
-                self._table(),
+                self._followed_log() or self._table(),
                 self.settings,
                 parquet=self._parquet,
                 attempts=self.writer.max_commit_attempts,
@@ -263,6 +267,15 @@ class TopicMaintenance:
             return retention
         # the last of the closed Literal: "vacuum"
         return self._table().vacuum(dry_run=False, enforce_retention_duration=True)
+
+    def _followed_log(self) -> FollowedLog | None:
+        """On local disk, the topic's index followed from its log by a reader of this loop's own
+        (the roll-up plans and commits on it); None: plan on the table object."""
+        if not self.storage.is_local:
+            return None
+        if self._follower is None:
+            self._follower = TopicReader(self.storage, self.topic, _FOLLOWER)
+        return self._follower.followed_log()
 
     def _table(self) -> DeltaTable:
         if self._dt is None:

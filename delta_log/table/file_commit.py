@@ -64,8 +64,9 @@ def commit_file_changes(
                 # these files: beside a writer committing every few ms, a commit that must land on
                 # the exact version it checked would hardly ever win
                 read_version = dt.version()
-                entry = append_entry(actions, [], {"topiclake.operation": operation}, partition_by=["partition"])
-                version = log_entries.commit(log_dir, read_version, entry, removed=frozenset(wanted), attempts=attempts)
+                version = commit_own_file_changes(
+                    log_dir, read_version, wanted, actions, operation=operation, attempts=attempts
+                )
                 _after_own_commit(dt, read_version, version)
                 return
             dt.create_write_transaction(
@@ -83,6 +84,24 @@ def commit_file_changes(
         dt.update_incremental()
         return
     raise SourcesGoneError("too many concurrent commits")
+
+
+def commit_own_file_changes(
+    log_dir: str,
+    read_version: int,
+    removes: Iterable[str],
+    actions: list[AddAction | RemoveAction],
+    *,
+    operation: str,
+    attempts: int,
+) -> int:
+    """Write the log entry of `actions` (file changes, no txn) as the first free version after
+    `read_version`, where every path in `removes` was live, past later versions only if none of
+    them removed one of those paths (local disk, a plain protocol). Returns the version.
+
+    Raises: CommitFailedError (a later version removed one), StaleVersionError, OSError."""
+    entry = append_entry(actions, [], {"topiclake.operation": operation}, partition_by=["partition"])
+    return log_entries.commit(log_dir, read_version, entry, removed=frozenset(removes), attempts=attempts)
 
 
 def _after_own_commit(dt: DeltaTable, read_version: int, version: int) -> None:

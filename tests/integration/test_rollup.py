@@ -273,3 +273,43 @@ def test_segments_the_copy_would_not_keep_right_are_merged_by_decoding(storage, 
     foreign = storage.file_path(uri, paths[1])
     pq.write_table(pq.read_table(foreign).replace_schema_metadata(None), foreign)
     assert merge_segments(storage, uri, 0, paths, full_enough) is None
+
+
+def test_on_local_disk_the_rollup_plans_on_the_followed_log_and_a_stale_plan_conflicts(storage, settings, topic_factory):
+    """On local disk a pass plans on a reader that follows the log and writes its entry on that
+    reader's version: no table object is read. A plan made on a version since which another
+    roll-up removed its files is refused at the commit, and its merged files are deleted."""
+    import os
+
+    from delta_log.maintenance.rollup import roll_up
+    from delta_log.table.segment_files import ParquetOptions
+
+    topic = topic_factory(partitions=1)
+    w = TopicWriter(storage, topic, settings.writer)
+    for _ in range(16):
+        w.append(make_batch(3))
+    before = snapshot(storage, topic)
+    stale = TopicReader(storage, topic).followed_log()
+    assert stale is not None and len(stale.segments[0]) == 16
+
+    roller = TopicMaintenance(storage, topic, settings.maintenance, settings.writer, background=False)
+    try:
+        assert roller.run_task("rollup").files_removed == 16
+        assert roller._dt is None  # planned and committed without the table object
+    finally:
+        roller.close()
+    assert snapshot(storage, topic).equals(before)
+
+    part_dir = os.path.join(storage.topic_uri(topic), "partition=0")
+    files_before = set(os.listdir(part_dir))
+    report = roll_up(
+        storage,
+        storage.topic_uri(topic),
+        stale,
+        settings.maintenance,
+        parquet=ParquetOptions.of(settings.writer),
+        attempts=5,
+    )
+    assert report.conflicts == 1 and report.files_added == 0
+    assert set(os.listdir(part_dir)) == files_before  # its merged files were deleted
+    assert snapshot(storage, topic).equals(before)

@@ -314,7 +314,9 @@ def test_a_reader_far_behind_catches_up_in_one_refresh(storage, settings, topic_
 
 
 @pytest.mark.parametrize("new_versions", [2, 12], ids=["behind-the-reader", "past-the-reader"])
-def test_a_topic_deleted_and_made_again_is_read_as_the_new_table(storage, settings, topic_factory, catalog, new_versions):
+def test_a_topic_deleted_and_made_again_is_read_as_the_new_table(
+    storage, settings, topic_factory, catalog, new_versions
+):
     """Another gateway deletes the topic and creates it again under the same name: a reader that
     followed the old table must read the new one at its next refresh, whether the new table's log
     is still behind the version the reader held or already past it (its entries then continue the

@@ -275,7 +275,9 @@ def test_segments_the_copy_would_not_keep_right_are_merged_by_decoding(storage, 
     assert merge_segments(storage, uri, 0, paths, full_enough) is None
 
 
-def test_on_local_disk_the_rollup_plans_on_the_followed_log_and_a_stale_plan_conflicts(storage, settings, topic_factory):
+def test_on_local_disk_the_rollup_plans_on_the_followed_log_and_a_stale_plan_conflicts(
+    storage, settings, topic_factory
+):
     """On local disk a pass plans on a reader that follows the log and writes its entry on that
     reader's version: no table object is read. A plan made on a version since which another
     roll-up removed its files is refused at the commit, and its merged files are deleted."""

@@ -713,7 +713,10 @@ def _stored_rows(rows: list[tuple[int, int | None, int, bytes | None, str | None
             st.integers(0, 1),
             st.one_of(st.none(), st.binary(max_size=8)),
             st.one_of(st.none(), st.text(max_size=8)),
-            st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=3))), max_size=2)),
+            st.one_of(
+                st.none(),
+                st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=3))), max_size=2),
+            ),
         ),
         min_size=1,
         max_size=30,

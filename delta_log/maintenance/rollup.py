@@ -76,9 +76,8 @@ def roll_up(
 
     `table`: the table object (planned on its snapshot, committed by `commit_file_changes`), or a
     reader's index of a log it follows (local disk: planned on the index, and the entry written
-    on its version, with no delta-rs snapshot read at all: measured, the table object's refreshes
-    and add-action listings at every pass were a tenth of the gateway's CPU under
-    ProducerPerformance).
+    on its version, with no delta-rs snapshot read at all: measured under ProducerPerformance,
+    the delta-rs threads' CPU went from 0.75-0.90 to 0.34-0.36 ms per MB).
 
     One commit per pass, not per run: each roll-up commit makes the writer's next commit
     rebase past it (measured: per-run commits every 8 writer commits hurt produce latency).

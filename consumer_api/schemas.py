@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from delta_log.core.group_rules import MAX_SUBSCRIBED_TOPICS
 from delta_log.core.topic_config import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_PATTERN
@@ -24,6 +24,9 @@ class _Model(BaseModel):
 
 
 INT32 = 2**31 - 1
+#: an integer in a request body: JSON's true/false and "1" are refused (pydantic's lax mode took
+#: them for 1/0), as the OpenAPI schema's `integer` says
+BodyInt = Annotated[int, Strict()]
 #: I-JSON's exact integers: the HTTP API's bound for offsets (consumer_api.params.MAX_JSON_INT)
 JSON_INT = 2**53 - 1
 
@@ -44,7 +47,7 @@ class JoinRequest(_Model):
         pattern=r"^[a-zA-Z0-9._-]+$",
         description="Static membership (Kafka's group.instance.id): a stable id for this consumer.",
     )
-    session_timeout_ms: int = Field(
+    session_timeout_ms: BodyInt = Field(
         10_000,
         description="1000-300000; outside: 400 INVALID_GROUP.",
         json_schema_extra={"minimum": 1000, "maximum": 300_000},
@@ -66,7 +69,7 @@ class JoinResponse(_Model):
 
 
 class HeartbeatRequest(_Model):
-    generation: int = Field(ge=-1, le=INT32)
+    generation: BodyInt = Field(ge=-1, le=INT32)
 
 
 class HeartbeatResponse(_Model):
@@ -87,7 +90,7 @@ class PartitionOffset(_Model):
 
 class CommitRequest(_Model):
     member_id: str | None = Field(None, max_length=300)
-    generation: int | None = Field(None, ge=-1, le=INT32)
+    generation: BodyInt | None = Field(None, ge=-1, le=INT32)
     offsets: list[PartitionOffset] = Field(max_length=100_000)
 
 
@@ -111,9 +114,9 @@ class ResetRequest(_Model):
 
     topic: str = Field(max_length=249, json_schema_extra=TOPIC_NAME)
     to: Literal["earliest", "latest", "timestamp", "offset"]
-    timestamp: int | None = Field(None, ge=0, le=JSON_INT, description="Epoch ms, for to=timestamp.")
-    offset: int | None = Field(None, ge=0, le=JSON_INT, description="For to=offset.")
-    partitions: list[Annotated[int, Field(ge=0, le=INT32)]] | None = Field(
+    timestamp: BodyInt | None = Field(None, ge=0, le=JSON_INT, description="Epoch ms, for to=timestamp.")
+    offset: BodyInt | None = Field(None, ge=0, le=JSON_INT, description="For to=offset.")
+    partitions: list[Annotated[BodyInt, Field(ge=0, le=INT32)]] | None = Field(
         None, max_length=10_000, description="Default: every partition."
     )
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from delta_log.core.topic_config import (
     ACK_MODES,
@@ -26,6 +26,11 @@ from delta_log.core.value_schemas import COMPATIBILITY_LEVELS, MAX_SCHEMA_CHARS
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+#: an integer in a request body: JSON's true/false and "1" are refused (pydantic's lax mode took
+#: them for 1/0), as the OpenAPI schema's `integer` says
+BodyInt = Annotated[int, Strict()]
 
 
 def _config_schema(nullable: bool) -> dict[str, Any]:
@@ -114,7 +119,7 @@ class CreateTopic(_Model):
         description="Topic name: 1-249 characters from [a-zA-Z0-9._-], not '.' or '..'.",
         json_schema_extra={"minLength": 1, "maxLength": MAX_TOPIC_NAME_LENGTH, "pattern": TOPIC_NAME_PATTERN},
     )
-    partitions: int = Field(
+    partitions: BodyInt = Field(
         1,
         description="Partition count (can be raised later, never lowered).",
         json_schema_extra={"minimum": 1, "maximum": MAX_PARTITIONS},
@@ -138,7 +143,7 @@ class AlterConfig(_Model):
 
 
 class AddPartitions(_Model):
-    count: int = Field(
+    count: BodyInt = Field(
         description="The new total partition count (larger than the current one).",
         json_schema_extra={"minimum": 1, "maximum": MAX_PARTITIONS},
     )
@@ -213,8 +218,8 @@ class ProducedRecord(_Model):
         description="Any JSON (value_format=json), a string (string) or base64 (binary); null: tombstone."
     )
     key: Any = Field(None, description="As `value`, per key_format (default string).")
-    partition: int | None = Field(None, ge=0, description="Default: by key hash, else sticky.")
-    timestamp: int | str | None = Field(None, description="Epoch ms or ISO-8601; -1 or absent: the server's time.")
+    partition: BodyInt | None = Field(None, ge=0, description="Default: by key hash, else sticky.")
+    timestamp: BodyInt | str | None = Field(None, description="Epoch ms or ISO-8601; -1 or absent: the server's time.")
     headers: dict[str, str | None] | list[RecordHeader] | None = None
 
 

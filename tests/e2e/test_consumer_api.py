@@ -366,3 +366,25 @@ def test_lag_history_travels_the_offsets_table_and_the_topic(http):
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_OFFSET"
     assert http.get("/groups/no-such-group/lag-history").status_code == 404
     http.delete(f"/groups/lagging/members/{m['member_id']}")
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/groups/strict/offsets/reset", {"to": "earliest", "partitions": [False]}),
+        ("/groups/strict/offsets/reset", {"to": "offset", "offset": True}),
+        ("/groups/strict/offsets/reset", {"to": "timestamp", "timestamp": "5"}),
+        ("/groups/strict/members", {"session_timeout_ms": True}),
+        ("/topics", {"name": "strict-bool", "partitions": True}),
+    ],
+)
+def test_a_boolean_or_a_string_where_the_schema_says_integer_is_refused(http, topic, path, body):
+    """JSON's true/false and "5" are not integers (pydantic's lax mode took them for 1/0/5): 422
+    INVALID_REQUEST, and nothing is changed (found by schemathesis: a reset with partitions
+    [false] reset partition 0)."""
+    body = {"topic": topic, **body} if "offsets/reset" in path else body
+    body = {"topics": [topic], **body} if path.endswith("/members") else body
+    r = http.post(path, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "INVALID_REQUEST"
+    assert http.get("/topics/strict-bool").status_code == 404

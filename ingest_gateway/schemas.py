@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field
 
+from consumer_api.schemas import BodyInt
 from delta_log.core.topic_config import (
     ACK_MODES,
     CLEANUP_POLICY_PATTERN,
@@ -26,11 +27,6 @@ from delta_log.core.value_schemas import COMPATIBILITY_LEVELS, MAX_SCHEMA_CHARS
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-#: an integer in a request body: JSON's true/false and "1" are refused (pydantic's lax mode took
-#: them for 1/0), as the OpenAPI schema's `integer` says
-BodyInt = Annotated[int, Strict()]
 
 
 def _config_schema(nullable: bool) -> dict[str, Any]:

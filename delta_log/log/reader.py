@@ -267,7 +267,7 @@ class TopicReader:
         return FollowedLog(
             version=snap.table_version,
             log_dir=log_dir,
-            segments={p: tuple(ix.segments) for p, ix in snap.partitions.items() if ix.segments},
+            segments={p: ix.segments for p, ix in snap.partitions.items() if ix.segments},
         )
 
     def _catch_up_table(self) -> bool:
@@ -307,7 +307,7 @@ class TopicReader:
     def _followable_log(self) -> str | None:
         """The table's `_delta_log` folder when refreshes can follow its commit entries (local disk,
         a plain protocol); None: they read the table object."""
-        return local_log_dir(self.uri) if self.storage.is_local and plain_protocol(self._dt) else None
+        return self._local_log if self._local_log is not None and plain_protocol(self._dt) else None
 
     def _follow_log(self) -> TopicSnapshot | None:
         """The index moved to the latest version by the commit entries since it (None: read the

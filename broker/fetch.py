@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from broker.notifier import CommitNotifier
 from delta_log.core.acl import Principal, authorize
-from delta_log.log.reader import FetchResult, Prepare, TopicReader
+from delta_log.log.reader import Encoder, FetchResult, TopicReader
 from delta_log.registry import TopicRegistry
 
 
@@ -26,11 +26,11 @@ class Served:
         self._counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
 
     def add(self, topic: str, result: FetchResult) -> FetchResult:
-        if result.records.num_rows:
+        if count := result.count:
             with self._lock:
                 c = self._counts[topic]
-                c[0] += result.records.num_rows
-                c[1] += result.records.nbytes
+                c[0] += count
+                c[1] += result.encoded_size if result.encoded is not None else result.records.nbytes
         return result
 
     def snapshot(self) -> dict[str, tuple[int, int]]:
@@ -61,13 +61,13 @@ def read_blocking(
     max_records: int,
     max_bytes: int,
     *,
-    prepare: Prepare | None = None,
+    encoder: Encoder | None = None,
 ) -> FetchResult:
-    """`read` for a caller already in a worker thread; `prepare` as `TopicReader.fetch` takes it."""
-    cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes, prepare=prepare)
+    """`read` for a caller already in a worker thread; `encoder` as `TopicReader.fetch` takes it."""
+    cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes, encoder=encoder)
     if cached is not None:
         return SERVED.add(reader.topic, cached)
-    fetched = reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes, prepare=prepare)
+    fetched = reader.fetch(partition, offset, max_records=max_records, max_bytes=max_bytes, encoder=encoder)
     return SERVED.add(reader.topic, fetched)
 
 

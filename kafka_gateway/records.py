@@ -31,6 +31,10 @@ batch's maxTimestamp, as Kafka's clients read it.
 for snappy, 64 KiB independent LZ4 frame blocks, gzip level 6, zstd level 3). Inputs that cannot
 be encoded raise ``ValueError``/``TypeError``. Both calls release the GIL for inputs over 64 KiB;
 input buffers must not be mutated while a call runs.
+
+``StoredBatches`` is the fetch path's form: record batches of stored records, from Arrow tables
+in memory or straight from a local segment file's row groups (the codec decodes the parquet and
+encodes the batches in one call without the GIL; no pyarrow table is made).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 import kafka_gateway._codec as _codec
+from delta_log.log.reader import Encoded
 
 HEADER_STRUCT: Final = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE: Final = pa.list_(pa.field("element", HEADER_STRUCT))
@@ -345,3 +350,44 @@ def _millis(timestamps: pa.Array) -> np.ndarray:
     if us.null_count:
         ms[~us.is_valid().to_numpy(zero_copy_only=False)] = -1
     return ms
+
+
+class StoredBatches:
+    """The Kafka face's `delta_log.log.reader.Encoder`: uncompressed record batches of stored
+    records, one per run of records with the same timestamp type (`encode_stored`), made from a
+    table in memory or by the codec straight from a local file's row groups (the codec keeps the
+    parsed footers of the last `max_files` files read). Thread-safe; keep one per process (the
+    reader's read-ahead keys its results by the encoder)."""
+
+    def __init__(self, max_files: int = 256) -> None:
+        self._files = _codec.StoredBatches(max_files)
+
+    def table(self, records: pa.Table) -> bytes:
+        return b"".join(batch for chunk in records.to_batches() for batch in encode_stored(chunk))
+
+    def stored(
+        self,
+        path: str,
+        row_groups: list[int],
+        *,
+        skip_rows: int,
+        start: int,
+        max_records: int,
+        max_bytes: int,
+        take_one: bool,
+        batch_rows: int,
+    ) -> Encoded | str:
+        got = self._files.read(
+            path,
+            row_groups,
+            skip_rows=skip_rows,
+            start=start,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            take_one=take_one,
+            batch_rows=batch_rows,
+        )
+        if isinstance(got, str):
+            return got
+        data, count, last_offset, size, full = got
+        return Encoded(data=data, count=count, last_offset=last_offset, size=size, full=full)

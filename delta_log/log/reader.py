@@ -18,9 +18,9 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -66,22 +66,69 @@ class PartitionOffsets:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchResult:
-    records: pa.Table  # TOPIC_SCHEMA, ascending offsets
+    records: pa.Table  # TOPIC_SCHEMA, ascending offsets; empty when `encoded` holds them instead
     next_offset: int
     high_watermark: int
     log_start_offset: int
-    #: what a door made of `records` ahead of time (the Kafka face: its encoded record batches)
-    memo: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+    #: the records in the wire form of the `Encoder` the fetch was asked with (the Kafka face: record
+    #: batches), made by the read itself; None when no encoder was given
+    encoded: bytes | None = None
+    #: the records `encoded` holds, and their bytes (key + value + headers, as `record_sizes` counts)
+    encoded_count: int = 0
+    encoded_size: int = 0
+
+    @property
+    def count(self) -> int:
+        """Records returned, in whichever form."""
+        return self.encoded_count if self.encoded is not None else self.records.num_rows
 
     def held_bytes(self) -> int:
         """The memory this result keeps: its records' buffers (slices keep their whole row groups)
-        and what the door made of them."""
-        made = sum(len(v) for v in self.memo.values() if isinstance(v, bytes | bytearray))
-        return self.records.get_total_buffer_size() + made
+        or their wire form."""
+        return self.records.get_total_buffer_size() + len(self.encoded or b"")
 
 
-#: a door's work on a fetch's result, done ahead with the read (e.g. encoding it for the wire)
-Prepare = Callable[[FetchResult], None]
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """Stored records read straight into a door's wire form: how many, the last one's offset,
+    their bytes (key + value + headers, as `record_sizes` counts them), and whether the read
+    stopped because the next record did not fit the byte budget."""
+
+    data: bytes
+    count: int
+    last_offset: int
+    size: int
+    full: bool
+
+
+class Encoder(Protocol):
+    """A door's wire form of fetched records (the Kafka face: record batches), made by the read
+    itself, on the read-ahead's thread when it reads ahead. Fetches asked with one encoder are
+    read ahead for it alone (it is part of the read-ahead's key: keep one instance per form).
+
+    - `table`: records the reader holds as Arrow (the tail cache, a decoded row group).
+    - `stored`: straight from row groups of a local segment file, skipping the Arrow table:
+      records with offset >= `start`, within `max_records` and `max_bytes` by their sizes (the
+      first one even when larger if `take_one`); `skip_rows` rows of the first group lie before
+      `start`; `batch_rows` is about the rows the limits take. A str back says why it cannot (a
+      layout it does not know); the reader then decodes the file and calls `table`.
+      Raises: OSError (the file cannot be opened: the reader then reads it the general way).
+    """
+
+    def table(self, records: pa.Table) -> bytes: ...
+
+    def stored(
+        self,
+        path: str,
+        row_groups: list[int],
+        *,
+        skip_rows: int,
+        start: int,
+        max_records: int,
+        max_bytes: int,
+        take_one: bool,
+        batch_rows: int,
+    ) -> Encoded | str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +518,7 @@ class TopicReader:
         *,
         max_records: int = 500,
         max_bytes: int = 1024 * 1024,
-        prepare: Prepare | None = None,
+        encoder: Encoder | None = None,
     ) -> FetchResult:
         """Records of `partition` from `offset`, at most `max_records` and `max_bytes` (capped by the
         reader's `max_fetch_bytes`), ending at a record boundary.
@@ -479,8 +526,10 @@ class TopicReader:
         At least one record is returned when any is available, even if larger than max_bytes
         (as Kafka does). Compacted partitions may skip offsets; `next_offset` says where to go on.
 
-        With a read-ahead (delta_log.log.read_ahead), a fetch from the stored segments starts
-        reading the one that follows it (same limits), and `prepare` then runs on that one too.
+        With an `encoder`, the result holds the records in its wire form (`encoded`), read from
+        local segment files straight into it where the encoder can. With a read-ahead
+        (delta_log.log.read_ahead), a fetch from the stored segments starts reading the one that
+        follows it (same limits, same encoder).
 
         Raises:
             InvalidOffsetError: negative offset or limits out of range.
@@ -496,15 +545,17 @@ class TopicReader:
         if max_bytes < 1:
             raise InvalidOffsetError(f"max_bytes must be >= 1; got {max_bytes}.", max_bytes=max_bytes)
         max_bytes = min(max_bytes, self.settings.max_fetch_bytes)  # Kafka's fetch.max.bytes: a cap, not an error
-        ahead = self._read_ahead_result(partition, offset, max_records, max_bytes, prepare, ready_only=False)
+        ahead = self._read_ahead_result(partition, offset, max_records, max_bytes, encoder, ready_only=False)
         if ahead is not None:
             return ahead
-        result, stored = self._fetch(partition, offset, max_records, max_bytes)
+        result, stored = self._fetch(partition, offset, max_records, max_bytes, encoder)
         if stored:
-            self._read_on(partition, result, max_records, max_bytes, prepare)
+            self._read_on(partition, result, max_records, max_bytes, encoder)
         return result
 
-    def _fetch(self, partition: int, offset: int, max_records: int, max_bytes: int) -> tuple[FetchResult, bool]:
+    def _fetch(
+        self, partition: int, offset: int, max_records: int, max_bytes: int, encoder: Encoder | None = None
+    ) -> tuple[FetchResult, bool]:
         """`fetch` with checked limits; and whether any record came from the stored segments (not
         the tail cache)."""
         snap = self._check_partition(self._fresh(), partition)
@@ -524,8 +575,9 @@ class TopicReader:
                     log_start_offset=lso,
                     high_watermark=hw,
                 )
-        pieces: list[pa.Table] = []
+        pieces: list[pa.Table | Encoded] = []
         cur, remaining, budget = offset, max_records, max_bytes
+        taken = 0  # the record bytes of the pieces
         refreshed = stored = False
         while remaining > 0 and budget > 0 and cur < hw:
             piece = self._tail.read(partition, cur, remaining)
@@ -544,6 +596,23 @@ class TopicReader:
                 # the budget by their uncompressed size
                 per_row = max(1, seg.size_bytes // max(seg.records, 1))
                 rows = min(remaining, budget // per_row + 1) if seg.records else remaining
+                encoded = None
+                if encoder is not None and self.storage.is_local:
+                    encoded = self._encode_segment(encoder, seg, cur, rows, remaining, budget, take_one=not pieces)
+                if encoded is not None:
+                    if encoded.full and not encoded.count:
+                        break  # the budget is spent
+                    if not encoded.count:
+                        cur = seg.last_offset + 1
+                        continue
+                    pieces.append(encoded)
+                    taken += encoded.size
+                    budget -= encoded.size
+                    remaining -= encoded.count
+                    cur = encoded.last_offset + 1
+                    if encoded.full:
+                        break
+                    continue
                 piece, sizes = self._read_segment(seg, partition, cur, rows, budget)
                 if piece.num_rows == 0:
                     cur = index.segments[pos].last_offset + 1
@@ -556,33 +625,81 @@ class TopicReader:
             if fits < piece.num_rows:
                 piece = piece.slice(0, fits)
                 pieces.append(piece)
+                taken += int(sizes[:fits].sum())
                 cur = int(piece.column("offset")[-1].as_py()) + 1 if fits else cur
                 break
             pieces.append(piece)
+            taken += int(sizes.sum())
             budget -= int(sizes.sum())
             remaining -= piece.num_rows
             cur = int(piece.column("offset")[-1].as_py()) + 1
-        records = pa.concat_tables(pieces) if pieces else TOPIC_SCHEMA.empty_table()
-        return FetchResult(records=records, next_offset=cur, high_watermark=hw, log_start_offset=lso), stored
+        if encoder is None:
+            tables = [p for p in pieces if isinstance(p, pa.Table)]  # every one (no encoder, no Encoded)
+            records = pa.concat_tables(tables) if tables else TOPIC_SCHEMA.empty_table()
+            return FetchResult(records=records, next_offset=cur, high_watermark=hw, log_start_offset=lso), stored
+        wire = [p.data if isinstance(p, Encoded) else encoder.table(p) if p.num_rows else b"" for p in pieces]
+        return FetchResult(
+            records=TOPIC_SCHEMA.empty_table(),
+            encoded=b"".join(wire),
+            encoded_count=sum(p.count if isinstance(p, Encoded) else p.num_rows for p in pieces),
+            encoded_size=taken,
+            next_offset=cur,
+            high_watermark=hw,
+            log_start_offset=lso,
+        ), stored
+
+    def _encode_segment(
+        self,
+        encoder: Encoder,
+        seg: SegmentInfo,
+        offset: int,
+        rows: int,
+        max_records: int,
+        budget: int,
+        *,
+        take_one: bool,
+    ) -> Encoded | None:
+        """`seg`'s records from `offset` in the encoder's wire form, straight from the local file;
+        None when the encoder cannot (the file's layout, or it cannot be opened: the general read
+        then decodes it, or meets the error and says what it is)."""
+        _, described = self._footers.row_groups(seg.path)
+        wanted = row_groups_for(described, offset, rows, budget)
+        if not wanted:
+            return Encoded(data=b"", count=0, last_offset=offset - 1, size=0, full=False)
+        skip = 0
+        first = wanted[0]
+        if described.lows and described.highs[first] - described.lows[first] + 1 == described.rows[first]:
+            skip = max(0, offset - described.lows[first])  # a dense group: row i holds offset low + i
+        try:
+            got = encoder.stored(
+                self.storage.file_path(self.uri, seg.path),
+                wanted,
+                skip_rows=skip,
+                start=offset,
+                max_records=max_records,
+                max_bytes=budget,
+                take_one=take_one,
+                batch_rows=rows,
+            )
+        except OSError:
+            return None
+        return got if isinstance(got, Encoded) else None
 
     def _read_on(
-        self, partition: int, result: FetchResult, max_records: int, max_bytes: int, prepare: Prepare | None
+        self, partition: int, result: FetchResult, max_records: int, max_bytes: int, encoder: Encoder | None
     ) -> None:
-        """Hand the fetch that follows `result` (same limits) to the read-ahead, when stored records
-        follow it."""
+        """Hand the fetch that follows `result` (same limits, same encoder) to the read-ahead, when
+        stored records follow it."""
         nxt = result.next_offset
-        if self._ahead is None or nxt >= result.high_watermark or not result.records.num_rows:
+        if self._ahead is None or nxt >= result.high_watermark or not result.count:
             return
         if self._tail.read(partition, nxt, 1) is not None:
             return  # in memory already
 
         def read() -> FetchResult:
-            ahead, _ = self._fetch(partition, nxt, max_records, max_bytes)
-            if prepare is not None:
-                prepare(ahead)
-            return ahead
+            return self._fetch(partition, nxt, max_records, max_bytes, encoder)[0]
 
-        self._ahead.offer((self, partition, nxt, max_records, max_bytes), max_bytes, read)
+        self._ahead.offer((self, partition, nxt, max_records, max_bytes, encoder), max_bytes, read)
 
     def _read_ahead_result(
         self,
@@ -590,7 +707,7 @@ class TopicReader:
         offset: int,
         max_records: int,
         max_bytes: int,
-        prepare: Prepare | None,
+        encoder: Encoder | None,
         *,
         ready_only: bool,
     ) -> FetchResult | None:
@@ -599,7 +716,7 @@ class TopicReader:
         path answers OFFSET_OUT_OF_RANGE); the one after it is handed on."""
         if self._ahead is None:
             return None
-        got = self._ahead.take((self, partition, offset, max_records, max_bytes), ready_only=ready_only)
+        got = self._ahead.take((self, partition, offset, max_records, max_bytes, encoder), ready_only=ready_only)
         if got is None:
             return None
         snap = self._snap
@@ -608,7 +725,7 @@ class TopicReader:
             return None
         hw = max(got.high_watermark, snap.high_watermark(partition), self._tail.end_offset(partition))
         result = dataclasses.replace(got, high_watermark=hw, log_start_offset=lso)
-        self._read_on(partition, result, max_records, max_bytes, prepare)
+        self._read_on(partition, result, max_records, max_bytes, encoder)
         return result
 
     def fetch_cached(
@@ -618,7 +735,7 @@ class TopicReader:
         *,
         max_records: int = 500,
         max_bytes: int = 1024 * 1024,
-        prepare: Prepare | None = None,
+        encoder: Encoder | None = None,
     ) -> FetchResult | None:
         """The fetch answered from memory alone (records this process committed recently, or read
         ahead, as `fetch` would return them), or None when that needs the log or the storage.
@@ -629,20 +746,30 @@ class TopicReader:
         if max_bytes < 1 or offset < snap.log_start_offset(partition):
             return None
         capped = min(max_bytes, self.settings.max_fetch_bytes)
-        ahead = self._read_ahead_result(partition, offset, max_records, capped, prepare, ready_only=True)
+        ahead = self._read_ahead_result(partition, offset, max_records, capped, encoder, ready_only=True)
         if ahead is not None:
             return ahead
         piece = self._tail.read(partition, offset, max_records)
         if piece is None or piece.num_rows == 0:
             return None
         budget = min(max_bytes, self.settings.max_fetch_bytes)
-        fits = max(1, int(np.searchsorted(np.cumsum(record_sizes(piece)), budget, side="right")))
+        sizes = record_sizes(piece)
+        fits = max(1, int(np.searchsorted(np.cumsum(sizes), budget, side="right")))
         piece = piece.slice(0, fits)
-        return FetchResult(
+        result = FetchResult(
             records=piece,
             next_offset=int(piece.column("offset")[-1].as_py()) + 1,
             high_watermark=max(snap.high_watermark(partition), self._tail.end_offset(partition)),
             log_start_offset=snap.log_start_offset(partition),
+        )
+        if encoder is None:
+            return result
+        return dataclasses.replace(
+            result,
+            records=TOPIC_SCHEMA.empty_table(),
+            encoded=encoder.table(piece),
+            encoded_count=piece.num_rows,
+            encoded_size=int(sizes[:fits].sum()),
         )
 
     def _read_segment(

@@ -1,5 +1,7 @@
 """Fetch: records by offset from the topic's Delta table (the reader's tail cache first), encoded
-as Kafka record batches by the compiled codec straight from the stored Arrow columns.
+as Kafka record batches by the compiled codec (kafka_gateway.records.StoredBatches): straight from
+a segment file's row groups on local disk (parquet decoded and batches encoded in one call, no
+pyarrow table in between), from the Arrow columns otherwise.
 
 - Max wait and min bytes are a long-poll on the commit notifier (broker.notifier): the request
   sleeps until a commit to one of its partitions or the deadline; waiting costs no CPU.
@@ -16,16 +18,14 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from kio.schema.errors import ErrorCode
 
 from broker.fetch import read_blocking, wait_for_commit
 from delta_log.errors import OffsetOutOfRangeError, TopiclakeError
-from delta_log.log.reader import FetchResult
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
 from kafka_gateway.messages import millis
-from kafka_gateway.records import encode_stored
+from kafka_gateway.records import StoredBatches
 
 if TYPE_CHECKING:
     from kafka_gateway.listener import Connection
@@ -34,20 +34,8 @@ if TYPE_CHECKING:
 MAX_RECORDS = 100_000
 
 
-def encode_records(records: pa.Table) -> bytes:
-    """Record batches of `records` (TOPIC_SCHEMA, ascending offsets), straight from its Arrow
-    chunks (no copy into one): a Kafka batch per chunk and per run of records with the same
-    timestamp type (a LogAppendTime batch has one time for all its records)."""
-    return b"".join(batch for chunk in records.to_batches() for batch in encode_stored(chunk))
-
-
-#: a fetch result's memo key for its records encoded as Kafka record batches
-_KAFKA_BATCHES = "kafka-record-batches"
-
-
-def _encode_ahead(result: FetchResult) -> None:
-    """A fetch read ahead is encoded there too, off the answer's path."""
-    result.memo[_KAFKA_BATCHES] = encode_records(result.records)
+#: the records of every Kafka fetch, as record batches (one per process: read-aheads are kept per encoder)
+KAFKA_BATCHES = StoredBatches()
 
 
 def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
@@ -68,7 +56,7 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
             result = (
                 None
                 if full
-                else read_blocking(reader, p.partition, p.fetch_offset, max_records, limit, prepare=_encode_ahead)
+                else read_blocking(reader, p.partition, p.fetch_offset, max_records, limit, encoder=KAFKA_BATCHES)
             )
         except OffsetOutOfRangeError as exc:
             answers[key] = {
@@ -85,9 +73,7 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
             hw = reader.high_watermark(p.partition)
             answers[key] = {"partition_index": p.partition, "high_watermark": hw, "last_stable_offset": hw}
             continue
-        data = result.memo.get(_KAFKA_BATCHES)
-        if not isinstance(data, bytes):
-            data = encode_records(result.records)
+        data = result.encoded or b""
         total += len(data)
         answers[key] = {
             "partition_index": p.partition,

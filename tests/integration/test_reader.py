@@ -1,5 +1,6 @@
 import time
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -209,8 +210,9 @@ def test_a_fetch_decodes_the_row_groups_its_byte_budget_needs(storage, settings,
 
 def test_read_ahead_serves_the_next_fetch_as_it_would_have_been_read(storage, settings, topic_factory):
     """After a fetch from stored segments the next one (same limits) is read ahead, and the door's
-    `prepare` runs on it there; taken, it is the fetch a reader without read-ahead gives, with the
-    high watermark known now. One whose records retention removed meanwhile is not served."""
+    encoder runs on it there; taken, it is the fetch a reader without read-ahead gives, with the
+    high watermark known now; a fetch with another encoder (or none) reads for itself. One whose
+    records retention removed meanwhile is not served."""
     from delta_log.log.read_ahead import ReadAhead
 
     topic = topic_factory(partitions=1)
@@ -220,24 +222,45 @@ def test_read_ahead_serves_the_next_fetch_as_it_would_have_been_read(storage, se
     ra = ReadAhead(64 << 20, size=lambda result: result.held_bytes())
     r = TopicReader(storage, topic, read_ahead=ra)
     plain = TopicReader(storage, topic)
-    prepared = []
+    encoded = []
 
-    def prepare(result):
-        prepared.append(result.next_offset)
-        result.memo["n"] = result.records.num_rows
+    class Ipc:
+        """Records in the Arrow IPC stream format (a wire form that reads back as the table)."""
 
+        def table(self, records):
+            encoded.append(records.num_rows)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, records.schema) as out:
+                out.write_table(records)
+            return sink.getvalue().to_pybytes()
+
+        def stored(self, path, row_groups, **limits):
+            return "the general read, please"
+
+    def read_streams(data):  # one stream per piece the fetch put together
+        source, tables = pa.BufferReader(data), []
+        while source.tell() < len(data):
+            tables.append(pa.ipc.open_stream(source).read_all())
+        return pa.concat_tables(tables)
+
+    ipc = Ipc()
     try:
         offset = 0
         while offset < 300:
-            got = r.fetch(0, offset, max_records=40, max_bytes=5000, prepare=prepare)
+            got = r.fetch(0, offset, max_records=40, max_bytes=5000, encoder=ipc)
             want = plain.fetch(0, offset, max_records=40, max_bytes=5000)
-            assert got.records.equals(want.records) and got.next_offset == want.next_offset
+            assert read_streams(got.encoded).equals(want.records)
+            assert got.count == want.count == want.records.num_rows and got.next_offset == want.next_offset
             assert (got.high_watermark, got.log_start_offset) == (want.high_watermark, want.log_start_offset)
-            if offset:
-                assert got.memo["n"] == got.records.num_rows  # prepared ahead, with its records
             offset = got.next_offset
             assert ra.wait_for_reads(30)  # the consumer takes its time (a read not started is not waited for)
-        assert ra.hits >= 10 and len(prepared) >= 10  # every fetch after the first was read ahead
+        assert ra.hits >= 6 and len(encoded) > ra.hits  # every fetch after the first was read (and encoded) ahead
+        first = r.fetch(0, 0, max_records=40, max_bytes=5000, encoder=ipc)  # the next one is read ahead for ipc
+        assert ra.wait_for_reads(30)
+        hits = ra.hits
+        other = r.fetch(0, first.next_offset, max_records=40, max_bytes=5000)  # no encoder: reads for itself
+        assert ra.hits == hits and other.encoded is None
+        assert other.records.equals(plain.fetch(0, first.next_offset, max_records=40, max_bytes=5000).records)
         first = r.fetch(0, 0, max_records=40, max_bytes=5000)  # the next one is read ahead now
         assert ra.wait_for_reads(30)
         w.append(make_batch(5, partitions=1))

@@ -48,7 +48,7 @@ impl Validity<'_> {
     }
 
     #[inline]
-    fn is_valid(&self, i: usize) -> bool {
+    pub(crate) fn is_valid(&self, i: usize) -> bool {
         match self.bits {
             None => true,
             Some(bits) => {
@@ -100,6 +100,7 @@ impl Int64In<'_> {
 }
 
 /// An Arrow binary (or utf8) array: int32 offsets into a data buffer.
+#[derive(Clone, Copy)]
 pub struct BinaryIn<'a> {
     pub validity: Validity<'a>,
     pub offsets: &'a [u8],
@@ -262,6 +263,22 @@ impl RecordsIn<'_> {
 
 /// Encodes one batch and returns its bytes, from baseOffset to the last record.
 pub fn encode(records: &RecordsIn<'_>, params: &BatchParams) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    encode_into(records, params, &mut out)?;
+    Ok(out)
+}
+
+/// Encodes one batch at the end of `out` (left as it was on an error).
+pub fn encode_into(records: &RecordsIn<'_>, params: &BatchParams, out: &mut Vec<u8>) -> Result<()> {
+    let start = out.len();
+    let result = write_batch(records, params, out);
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
+}
+
+fn write_batch(records: &RecordsIn<'_>, params: &BatchParams, out: &mut Vec<u8>) -> Result<()> {
     records.check()?;
     let n = records.len;
     let base_timestamp = records.timestamps.get(0);
@@ -276,23 +293,23 @@ pub fn encode(records: &RecordsIn<'_>, params: &BatchParams) -> Result<Vec<u8>> 
     };
 
     let estimate = records.estimate();
-    let mut out: Vec<u8>;
+    let start = out.len();
     if params.codec == Codec::None {
-        out = Vec::with_capacity(HEADER_LEN + estimate);
-        out.resize(HEADER_LEN, 0);
-        write_records(records, params.base_offset, base_timestamp, &mut out)?;
+        out.reserve(HEADER_LEN + estimate);
+        out.resize(start + HEADER_LEN, 0);
+        write_records(records, params.base_offset, base_timestamp, out)?;
     } else {
         let mut section = Vec::with_capacity(estimate);
         write_records(records, params.base_offset, base_timestamp, &mut section)?;
         let compressed = compress(params.codec, &section)
             .map_err(|e| EncodeError(format!("{} compression failed: {e}", params.codec.name())))?;
         drop(section);
-        out = Vec::with_capacity(HEADER_LEN + compressed.len());
-        out.resize(HEADER_LEN, 0);
+        out.reserve(HEADER_LEN + compressed.len());
+        out.resize(start + HEADER_LEN, 0);
         out.extend_from_slice(&compressed);
     }
 
-    let batch_length = match i32::try_from(out.len() - LOG_OVERHEAD) {
+    let batch_length = match i32::try_from(out.len() - start - LOG_OVERHEAD) {
         Ok(v) => v,
         Err(_) => return fail("the batch would exceed 2 GiB"),
     };
@@ -313,10 +330,10 @@ pub fn encode(records: &RecordsIn<'_>, params: &BatchParams) -> Result<Vec<u8>> 
     header[51..53].copy_from_slice(&params.producer_epoch.to_be_bytes());
     header[53..57].copy_from_slice(&params.base_sequence.to_be_bytes());
     header[57..61].copy_from_slice(&(n as i32).to_be_bytes());
-    out[..HEADER_LEN].copy_from_slice(&header);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[21..]), &out[HEADER_LEN..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    Ok(out)
+    out[start..start + HEADER_LEN].copy_from_slice(&header);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[21..]), &out[start + HEADER_LEN..]);
+    out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
 }
 
 #[inline]

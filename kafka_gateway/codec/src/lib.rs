@@ -16,6 +16,7 @@ mod compression;
 mod decode;
 mod encode;
 mod error;
+mod stored;
 mod varint;
 
 use std::ffi::{c_int, c_void};
@@ -33,6 +34,9 @@ use crate::decode::{BinaryColumn, Decoded, Limits, TIMESTAMP_TYPE_BIT};
 const TRANSACTIONAL_BIT: i16 = 0x10;
 const CONTROL_BIT: i16 = 0x20;
 use crate::encode::{BatchParams, BinaryIn, HeadersIn, Int64In, RecordsIn, Validity};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Work on inputs this large runs with the GIL released; smaller ones keep it (re-taking a
 /// contended GIL can cost more than the work).
@@ -355,6 +359,90 @@ fn py_encode<'py>(
     Ok(PyBytes::new(py, &batch))
 }
 
+/// Kafka record batches straight from a topic's stored parquet files (`stored.rs`), with the
+/// files' parsed footers kept between calls.
+#[pyclass(frozen, module = "kafka_gateway._codec", name = "StoredBatches")]
+struct StoredBatches {
+    footers: stored::Footers,
+}
+
+#[pymethods]
+impl StoredBatches {
+    #[new]
+    #[pyo3(signature = (max_files = 256))]
+    fn new(max_files: usize) -> Self {
+        StoredBatches {
+            footers: stored::Footers::new(max_files),
+        }
+    }
+
+    /// The records of `row_groups` of the local parquet file at `path` with offset >= `start`,
+    /// within `max_records` and `max_bytes` (key + value + header bytes; the first record even
+    /// when larger if `take_one`), as uncompressed record batches: `(data, count, last_offset,
+    /// size, full)`, `full` when the next record did not fit; or, as a str, why the file is not
+    /// in the layout this path encodes (the caller reads it the general way). The GIL is released for
+    /// the whole read. Raises OSError when the file cannot be opened.
+    #[pyo3(signature = (path, row_groups, *, skip_rows, start, max_records, max_bytes, take_one, batch_rows, partition_leader_epoch = -1))]
+    #[allow(clippy::too_many_arguments)]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        row_groups: Vec<usize>,
+        skip_rows: usize,
+        start: i64,
+        max_records: usize,
+        max_bytes: i64,
+        take_one: bool,
+        batch_rows: usize,
+        partition_leader_epoch: i32,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let req = stored::Request {
+            path,
+            row_groups: &row_groups,
+            skip_rows,
+            start,
+            max_records,
+            max_bytes,
+            take_one,
+            batch_rows,
+            partition_leader_epoch,
+        };
+        // a panic in the parquet reader (a file it cannot make sense of) is a refusal: the
+        // general read then meets the file and says what is wrong with it
+        let outcome = py
+            .detach(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    stored::fetch(&self.footers, &req)
+                }))
+            })
+            .unwrap_or_else(|_| {
+                Ok(stored::Outcome::Unsupported(
+                    "the parquet reader panicked".into(),
+                ))
+            })?;
+        match outcome {
+            stored::Outcome::Unsupported(why) => Ok(PyString::new(py, &why).into_any()),
+            stored::Outcome::Fetched(f) => Ok(PyTuple::new(
+                py,
+                [
+                    PyBytes::new(py, &f.data).into_any(),
+                    f.count.into_pyobject(py)?.into_any(),
+                    f.last_offset.into_pyobject(py)?.into_any(),
+                    f.size.into_pyobject(py)?.into_any(),
+                    PyBool::new(py, f.full).to_owned().into_any(),
+                ],
+            )?
+            .into_any()),
+        }
+    }
+
+    /// Footers held.
+    fn __len__(&self) -> usize {
+        self.footers.len()
+    }
+}
+
 #[pymodule]
 #[pyo3(name = "_codec")]
 fn codec_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -362,5 +450,6 @@ fn codec_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buf>()?;
     m.add_function(wrap_pyfunction!(py_decode, m)?)?;
     m.add_function(wrap_pyfunction!(py_encode, m)?)?;
+    m.add_class::<StoredBatches>()?;
     Ok(())
 }

@@ -298,8 +298,8 @@ def encode_batch(
 def encode_stored(chunk: pa.RecordBatch, *, partition_leader_epoch: int = -1) -> list[bytes]:
     """Uncompressed batches of stored rows (a topic table's columns: binary or string key and
     value, int64 offsets ascending, microsecond timestamps, timestampType, headers): one batch per
-    run of records with the same timestamp type (a LogAppendTime batch has one time for all its
-    records).
+    run of records with the same timestamp type, and for LogAppendTime the same time (a client
+    gives every record of such a batch the batch's time, as the broker set it for all at once).
 
     The fetch path's form of `encode_batch`: the columns' buffers are described once for the
     whole chunk and each run is an offset into them, and timestamps become milliseconds in numpy
@@ -309,10 +309,13 @@ def encode_stored(chunk: pa.RecordBatch, *, partition_leader_epoch: int = -1) ->
     if n == 0:
         return []
     types = chunk.column("timestampType").to_numpy(zero_copy_only=False)
-    cuts = [0, *(np.flatnonzero(np.diff(types)) + 1).tolist(), n]
+    ms = _millis(chunk.column("timestamp"))
+    # a new batch where the type changes, and where a LogAppendTime record's time does
+    changes = (types[1:] != types[:-1]) | ((types[1:] == TIMESTAMP_LOG_APPEND_TIME) & (ms[1:] != ms[:-1]))
+    cuts = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
     offsets = chunk.column("offset")
     offset_spec = _int64_spec(offsets, "offsets")
-    ms_spec = _int64_spec(pa.array(_millis(chunk.column("timestamp"))), "timestamp_ms")
+    ms_spec = _int64_spec(pa.array(ms), "timestamp_ms")
     key = _binary_spec(chunk.column("key"), "key")
     value = _binary_spec(chunk.column("value"), "value")
     headers = _headers_spec(chunk.column("headers"), n)

@@ -32,7 +32,8 @@ class Counting(StoredBatches):
 
 def varied(n: int, start: int) -> pa.Table:
     """Null keys and values (tombstones), headers on some records, producer timestamps that are
-    no whole millisecond on some and the server's (LogAppendTime) on others, sizes that vary."""
+    no whole millisecond on some and the server's (LogAppendTime, not all the same) on others,
+    sizes that vary."""
     now = int(time.time() * 1e6)
     table = pa.table(
         {
@@ -58,7 +59,18 @@ def varied(n: int, start: int) -> pa.Table:
             ),
         }
     )
-    return normalize_batch(table, partitions=1, topic="t", max_message_bytes=10**7, now_us=now, log_append_time=False)
+    out = normalize_batch(table, partitions=1, topic="t", max_message_bytes=10**7, now_us=now, log_append_time=False)
+    # the server's times differ from one append to the next: some within this batch too
+    types = out.column("timestampType").to_pylist()
+    times = [
+        now - 1000 * (i // 6) - 7 if t == 1 else ts
+        for i, (t, ts) in enumerate(zip(types, out.column("timestamp").cast(pa.int64()).to_pylist(), strict=True))
+    ]
+    return out.set_column(
+        out.schema.get_field_index("timestamp"),
+        "timestamp",
+        pa.array(times, pa.int64()).cast(out.schema.field("timestamp").type),
+    )
 
 
 def records(data: bytes) -> dict[str, list]:

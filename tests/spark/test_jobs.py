@@ -11,6 +11,7 @@ from delta_log import Catalog, StorageRoot, TopicReader, TopicWriter
 from jobs import retention
 from tests.e2e.server import REPO
 from tests.integration.test_retention import old_batch
+from tests.integration.test_stored_batches import Counting, records
 
 
 def make(root, name, hours_old):
@@ -64,6 +65,11 @@ def test_compaction_job_on_spark(spark, tmp_path):
     (t,) = report.topics
     assert t["committed"] and t["segments_before"] == 24 and t["segments_after"] == 2 and t["records_removed"] == 0
     assert TopicReader(storage, "cmp").fetch(1, 0, max_records=1000).records.equals(before)
+    # the Kafka face reads Spark's file (its own timestamp and list encodings) itself, to the same records
+    encoder = Counting()
+    got = TopicReader(storage, "cmp").fetch(1, 0, max_records=1000, encoder=encoder)
+    assert got.count == before.num_rows and records(got.encoded) == records(encoder.table(before))
+    assert encoder.native and all(encoder.native)
 
 
 def old_batch_2p(n, topic):

@@ -472,12 +472,16 @@ fn take(
             DataType::Timestamp(unit, _) => *unit,
             _ => return Err("timestamp type".into()),
         };
-        let ms = le_bytes(&millis(ts_col, unit));
+        let times = millis(ts_col, unit);
+        let ms = le_bytes(&times);
         let offsets_bytes = offsets.inner().as_slice();
         let mut a = from;
         while a < end {
+            // a batch per run of one timestamp type, and for LogAppendTime of one time (a client
+            // gives every record of such a batch the batch's time)
+            let log_append_time = types[a] == TIMESTAMP_LOG_APPEND_TIME;
             let mut b = a + 1;
-            while b < end && types[b] == types[a] {
+            while b < end && types[b] == types[a] && !(log_append_time && times[b] != times[a]) {
                 b += 1;
             }
             let records = RecordsIn {
@@ -509,7 +513,7 @@ fn take(
                 producer_id: -1,
                 producer_epoch: -1,
                 base_sequence: -1,
-                log_append_time: types[a] == TIMESTAMP_LOG_APPEND_TIME,
+                log_append_time,
                 codec: Codec::None,
             };
             encode_into(&records, &params, &mut state.out).map_err(|e| e.0)?;

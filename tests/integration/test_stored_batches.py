@@ -21,7 +21,7 @@ class Counting(StoredBatches):
     """StoredBatches that remembers whether each stored read was its own (True) or handed back."""
 
     def __init__(self) -> None:
-        super().__init__(max_files=2)  # fewer than the files: footers are parsed again too
+        super().__init__(max_footer_bytes=20_000)  # a few files' worth: footers are parsed again too
         self.native: list[bool] = []
 
     def stored(self, path, row_groups, **limits):
@@ -121,6 +121,8 @@ def test_a_fetch_from_dense_segments_reads_them_itself_and_returns_what_the_gene
     encoder = Counting()
     assert fetch_everywhere(TopicReader(storage, topic), encoder, step=13) > 200
     assert encoder.native and all(encoder.native)  # every stored read was the codec's own
+    files, held = encoder._files.footers()
+    assert 1 <= files < 5 and (held <= 20_000 or files == 1)  # bounded by bytes (the last one read stays)
 
 
 def test_compacted_segments_with_gaps_are_read_by_offset_not_by_row(storage, small_groups, topic_factory):

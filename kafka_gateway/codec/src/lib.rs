@@ -360,7 +360,7 @@ fn py_encode<'py>(
 }
 
 /// Kafka record batches straight from a topic's stored parquet files (`stored.rs`), with the
-/// files' parsed footers kept between calls.
+/// files' parsed footers kept between calls (at most `max_footer_bytes` of them).
 #[pyclass(frozen, module = "kafka_gateway._codec", name = "StoredBatches")]
 struct StoredBatches {
     footers: stored::Footers,
@@ -369,10 +369,10 @@ struct StoredBatches {
 #[pymethods]
 impl StoredBatches {
     #[new]
-    #[pyo3(signature = (max_files = 256))]
-    fn new(max_files: usize) -> Self {
+    #[pyo3(signature = (max_footer_bytes = 64 << 20))]
+    fn new(max_footer_bytes: usize) -> Self {
         StoredBatches {
-            footers: stored::Footers::new(max_files),
+            footers: stored::Footers::new(max_footer_bytes),
         }
     }
 
@@ -437,9 +437,9 @@ impl StoredBatches {
         }
     }
 
-    /// Footers held.
-    fn __len__(&self) -> usize {
-        self.footers.len()
+    /// `(files, bytes)` of the footers held.
+    fn footers(&self) -> (usize, usize) {
+        self.footers.held()
     }
 }
 

@@ -72,25 +72,31 @@ struct Footer {
     ascending: Arc<Mutex<Vec<Option<bool>>>>,
 }
 
-type FooterMap = (HashMap<String, Footer>, VecDeque<String>);
+#[derive(Default)]
+struct FooterMap {
+    by_path: HashMap<String, (Footer, usize)>,
+    order: VecDeque<String>,
+    bytes: usize,
+}
 
 /// Parsed footers of the files read, by path (topic files are immutable and never reuse a
-/// name), at most `max` of them; the oldest read goes first.
+/// name), while their memory stays under `max_bytes` (a merged file of many row groups has a
+/// large footer); the oldest read goes first, and the last one read always stays.
 pub struct Footers {
-    max: usize,
+    max_bytes: usize,
     inner: Mutex<FooterMap>,
 }
 
 impl Footers {
-    pub fn new(max: usize) -> Self {
+    pub fn new(max_bytes: usize) -> Self {
         Footers {
-            max: max.max(1),
-            inner: Mutex::new((HashMap::new(), VecDeque::new())),
+            max_bytes,
+            inner: Mutex::new(FooterMap::default()),
         }
     }
 
     fn get(&self, path: &str, file: &File) -> Result<Footer, String> {
-        if let Some(footer) = self.lock().0.get(path) {
+        if let Some((footer, _)) = self.lock().by_path.get(path) {
             return Ok(footer.clone());
         }
         // the parquet types alone, not the Arrow schema a writer embedded: delta-rs's files ask
@@ -98,21 +104,24 @@ impl Footers {
         let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
         let meta = ArrowReaderMetadata::load(file, options).map_err(|e| e.to_string())?;
         let groups = meta.metadata().num_row_groups();
+        let size = meta.metadata().memory_size() + groups + path.len();
         let footer = Footer {
             meta,
             ascending: Arc::new(Mutex::new(vec![None; groups])),
         };
         let mut guard = self.lock();
-        let (map, order) = &mut *guard;
-        if map.insert(path.to_owned(), footer.clone()).is_none() {
-            order.push_back(path.to_owned());
+        let held = &mut *guard;
+        if let Some((_, old)) = held.by_path.insert(path.to_owned(), (footer.clone(), size)) {
+            held.bytes -= old; // another thread parsed it meanwhile: counted once
+        } else {
+            held.order.push_back(path.to_owned());
         }
-        while map.len() > self.max {
-            match order.pop_front() {
-                Some(old) => {
-                    map.remove(&old);
+        held.bytes += size;
+        while held.bytes > self.max_bytes && held.order.len() > 1 {
+            if let Some(old) = held.order.pop_front() {
+                if let Some((_, freed)) = held.by_path.remove(&old) {
+                    held.bytes -= freed;
                 }
-                None => break,
             }
         }
         Ok(footer)
@@ -123,8 +132,10 @@ impl Footers {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn len(&self) -> usize {
-        self.lock().0.len()
+    /// Footers held, and their bytes.
+    pub fn held(&self) -> (usize, usize) {
+        let held = self.lock();
+        (held.by_path.len(), held.bytes)
     }
 }
 

@@ -35,8 +35,9 @@ from ingest_gateway.browser_guard import HostGuardMiddleware, allowed_hosts
 
 log = logging.getLogger(__name__)
 
-#: files kept for everything but client connections (Delta tables, parquet readers, logs)
-RESERVED_FILES = 512
+#: files kept for everything but client connections (Delta tables, parquet readers: the readers'
+#: `reader.open_files` and the Kafka face's 128, logs)
+RESERVED_FILES = 640
 
 
 def raise_open_files_limit() -> tuple[int, int]:

@@ -359,11 +359,12 @@ class StoredBatches:
     """The Kafka face's `delta_log.log.reader.Encoder`: uncompressed record batches of stored
     records, one per run of records with the same timestamp type (`encode_stored`), made from a
     table in memory or by the codec straight from a local file's row groups (the codec keeps the
-    parsed footers of the files it read last, up to `max_footer_bytes`). Thread-safe; keep one per process (the
+    last `max_files` files it read open, with their parsed footers, up to `max_footer_bytes`; a
+    file deleted meanwhile stays readable while it is held). Thread-safe; keep one per process (the
     reader's read-ahead keys its results by the encoder)."""
 
-    def __init__(self, max_footer_bytes: int = 64 << 20) -> None:
-        self._files = _codec.StoredBatches(max_footer_bytes)
+    def __init__(self, max_files: int = 128, max_footer_bytes: int = 64 << 20) -> None:
+        self._files = _codec.StoredBatches(max_files, max_footer_bytes)
 
     def table(self, records: pa.Table) -> bytes:
         return b"".join(batch for chunk in records.to_batches() for batch in encode_stored(chunk))

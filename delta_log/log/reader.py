@@ -660,9 +660,12 @@ class TopicReader:
         take_one: bool,
     ) -> Encoded | None:
         """`seg`'s records from `offset` in the encoder's wire form, straight from the local file;
-        None when the encoder cannot (the file's layout, or it cannot be opened: the general read
-        then decodes it, or meets the error and says what it is)."""
+        None when the encoder cannot (the file's layout, groups whose offset ranges are not known
+        to ascend from one to the next, or it cannot be opened: the general read then decodes it
+        and sorts it, or meets the error and says what it is)."""
         _, described = self._footers.row_groups(seg.path)
+        if not (described.lows and described.ordered):
+            return None  # groups that overlap or lack statistics: the general read sorts what it reads
         wanted = row_groups_for(described, offset, rows, budget)
         if not wanted:
             return Encoded(data=b"", count=0, last_offset=offset - 1, size=0, full=False)

@@ -254,7 +254,7 @@ def test_read_ahead_serves_the_next_fetch_as_it_would_have_been_read(storage, se
             assert (got.high_watermark, got.log_start_offset) == (want.high_watermark, want.log_start_offset)
             offset = got.next_offset
             assert ra.wait_for_reads(30)  # the consumer takes its time (a read not started is not waited for)
-        assert ra.hits >= 6 and len(encoded) > ra.hits  # every fetch after the first was read (and encoded) ahead
+        assert ra.hits >= 6 and len(encoded) > ra.hits  # fetches after the first were read (and encoded) ahead
         first = r.fetch(0, 0, max_records=40, max_bytes=5000, encoder=ipc)  # the next one is read ahead for ipc
         assert ra.wait_for_reads(30)
         hits = ra.hits

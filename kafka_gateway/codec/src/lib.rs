@@ -360,7 +360,8 @@ fn py_encode<'py>(
 }
 
 /// Kafka record batches straight from a topic's stored parquet files (`stored.rs`), with the
-/// files' parsed footers kept between calls (at most `max_footer_bytes` of them).
+/// files kept open with their parsed footers between calls (at most `max_files`, and
+/// `max_footer_bytes` of footers).
 #[pyclass(frozen, module = "kafka_gateway._codec", name = "StoredBatches")]
 struct StoredBatches {
     footers: stored::Footers,
@@ -369,10 +370,10 @@ struct StoredBatches {
 #[pymethods]
 impl StoredBatches {
     #[new]
-    #[pyo3(signature = (max_footer_bytes = 64 << 20))]
-    fn new(max_footer_bytes: usize) -> Self {
+    #[pyo3(signature = (max_files = 256, max_footer_bytes = 64 << 20))]
+    fn new(max_files: usize, max_footer_bytes: usize) -> Self {
         StoredBatches {
-            footers: stored::Footers::new(max_footer_bytes),
+            footers: stored::Footers::new(max_files, max_footer_bytes),
         }
     }
 
@@ -437,7 +438,7 @@ impl StoredBatches {
         }
     }
 
-    /// `(files, bytes)` of the footers held.
+    /// `(files, bytes)`: the files held open, and their footers' bytes.
     fn footers(&self) -> (usize, usize) {
         self.footers.held()
     }

@@ -12,6 +12,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
+use std::io::{BufReader, Read};
+use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrow_array::cast::AsArray;
@@ -20,11 +22,13 @@ use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, GenericByteArray, ListArray, RecordBatch};
 use arrow_buffer::NullBuffer;
 use arrow_schema::{DataType, Schema, TimeUnit};
+use bytes::Bytes;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
     RowSelector,
 };
 use parquet::arrow::ProjectionMask;
+use parquet::file::reader::{ChunkReader, Length};
 
 use crate::compression::Codec;
 use crate::encode::{encode_into, BatchParams, BinaryIn, HeadersIn, Int64In, RecordsIn, Validity};
@@ -63,11 +67,54 @@ pub enum Outcome {
     Unsupported(String),
 }
 
+/// An open segment file read by position (`pread`), so threads reading it at once never share
+/// a seek offset (parquet's own `File` reader seeks a duplicated descriptor, which shares one).
+#[derive(Clone)]
+struct SharedFile(Arc<File>);
+
+impl Length for SharedFile {
+    fn len(&self) -> u64 {
+        self.0.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// `Read` from a position of a `SharedFile`.
+struct FileAt {
+    file: Arc<File>,
+    pos: u64,
+}
+
+impl Read for FileAt {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl ChunkReader for SharedFile {
+    type T = BufReader<FileAt>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        Ok(BufReader::new(FileAt {
+            file: Arc::clone(&self.0),
+            pos: start,
+        }))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let mut buf = vec![0u8; length];
+        self.0.read_exact_at(&mut buf, start)?;
+        Ok(buf.into())
+    }
+}
+
 /// A file's parsed footer, and whether each row group's offsets ascend (None: not looked yet).
 /// Our writers, roll-up and compaction keep every group sorted; another engine's rewrite (a
 /// delta-rs DELETE, a plain Spark OPTIMIZE) may not, and its statistics cannot tell.
 #[derive(Clone)]
 struct Footer {
+    file: SharedFile,
     meta: ArrowReaderMetadata,
     ascending: Arc<Mutex<Vec<Option<bool>>>>,
 }
@@ -79,33 +126,54 @@ struct FooterMap {
     bytes: usize,
 }
 
-/// Parsed footers of the files read, by path (topic files are immutable and never reuse a
-/// name), while their memory stays under `max_bytes` (a merged file of many row groups has a
-/// large footer); the oldest read goes first, and the last one read always stays.
+/// The files read, open, with their parsed footers, by path (topic files are immutable and
+/// never reuse a name): at most `max_files`, and while the footers' memory stays under
+/// `max_bytes` (a merged file of many row groups has a large footer); the least recently read
+/// goes first, and the last one read always stays. A file deleted meanwhile (a vacuum after
+/// the reader's snapshot) stays readable through its handle while it is held.
 pub struct Footers {
+    max_files: usize,
     max_bytes: usize,
     inner: Mutex<FooterMap>,
 }
 
+/// What opening a file for a read gave: its footer, or why this path does not read it.
+type Opened = Result<Footer, String>;
+
 impl Footers {
-    pub fn new(max_bytes: usize) -> Self {
+    pub fn new(max_files: usize, max_bytes: usize) -> Self {
         Footers {
+            max_files: max_files.max(1),
             max_bytes,
             inner: Mutex::new(FooterMap::default()),
         }
     }
 
-    fn get(&self, path: &str, file: &File) -> Result<Footer, String> {
-        if let Some((footer, _)) = self.lock().by_path.get(path) {
-            return Ok(footer.clone());
+    /// The file at `path`, held or opened now. Err: it cannot be opened.
+    fn get(&self, path: &str) -> std::io::Result<Opened> {
+        {
+            let mut held = self.lock();
+            if let Some((footer, _)) = held.by_path.get(path) {
+                let footer = footer.clone();
+                if held.order.back().map(String::as_str) != Some(path) {
+                    held.order.retain(|p| p != path); // most recently read last (a few hundred at most)
+                    held.order.push_back(path.to_owned());
+                }
+                return Ok(Ok(footer));
+            }
         }
+        let file = SharedFile(Arc::new(File::open(path)?));
         // the parquet types alone, not the Arrow schema a writer embedded: delta-rs's files ask
         // for binary and string views, which decode to the same bytes as plain binary and string
         let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
-        let meta = ArrowReaderMetadata::load(file, options).map_err(|e| e.to_string())?;
+        let meta = match ArrowReaderMetadata::load(&file, options) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
         let groups = meta.metadata().num_row_groups();
         let size = meta.metadata().memory_size() + groups + path.len();
         let footer = Footer {
+            file,
             meta,
             ascending: Arc::new(Mutex::new(vec![None; groups])),
         };
@@ -117,14 +185,16 @@ impl Footers {
             held.order.push_back(path.to_owned());
         }
         held.bytes += size;
-        while held.bytes > self.max_bytes && held.order.len() > 1 {
+        while (held.bytes > self.max_bytes || held.order.len() > self.max_files)
+            && held.order.len() > 1
+        {
             if let Some(old) = held.order.pop_front() {
                 if let Some((_, freed)) = held.by_path.remove(&old) {
                     held.bytes -= freed;
                 }
             }
         }
-        Ok(footer)
+        Ok(Ok(footer))
     }
 
     fn lock(&self) -> MutexGuard<'_, FooterMap> {
@@ -290,6 +360,7 @@ fn item_len(view: &BinaryIn<'_>, i: usize) -> i64 {
 }
 
 struct State {
+    first_batch: bool,
     out: Vec<u8>,
     count: usize,
     size: i64,
@@ -299,8 +370,7 @@ struct State {
 
 /// Reads the request's row groups and encodes the records its limits take.
 pub fn fetch(footers: &Footers, req: &Request<'_>) -> Result<Outcome, std::io::Error> {
-    let file = File::open(req.path)?;
-    let footer = match footers.get(req.path, &file) {
+    let footer = match footers.get(req.path)? {
         Ok(f) => f,
         Err(e) => return Ok(Outcome::Unsupported(e)),
     };
@@ -314,7 +384,7 @@ pub fn fetch(footers: &Footers, req: &Request<'_>) -> Result<Outcome, std::io::E
         return Ok(Outcome::Unsupported("no such row group".into()));
     }
     for &g in req.row_groups {
-        match ascends(&file, &footer, cols.offset, g) {
+        match ascends(&footer, cols.offset, g) {
             Ok(true) => {}
             Ok(false) => {
                 return Ok(Outcome::Unsupported(format!(
@@ -330,10 +400,11 @@ pub fn fetch(footers: &Footers, req: &Request<'_>) -> Result<Outcome, std::io::E
         .map(|&g| usize::try_from(groups[g].num_rows()).unwrap_or(0))
         .sum();
     let mask = ProjectionMask::roots(meta.parquet_schema(), cols.roots());
-    let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
-        .with_projection(mask)
-        .with_row_groups(req.row_groups.to_vec())
-        .with_batch_size(req.batch_rows.clamp(64, 65_536));
+    let mut builder =
+        ParquetRecordBatchReaderBuilder::new_with_metadata(footer.file.clone(), meta.clone())
+            .with_projection(mask)
+            .with_row_groups(req.row_groups.to_vec())
+            .with_batch_size(req.batch_rows.clamp(64, 65_536));
     let skip = req.skip_rows.min(rows);
     if skip > 0 {
         builder = builder.with_row_selection(RowSelection::from(vec![
@@ -346,6 +417,7 @@ pub fn fetch(footers: &Footers, req: &Request<'_>) -> Result<Outcome, std::io::E
         Err(e) => return Ok(Outcome::Unsupported(e.to_string())),
     };
     let mut state = State {
+        first_batch: true,
         out: Vec::with_capacity(usize::try_from(req.max_bytes).unwrap_or(0).min(64 << 20) + 4096),
         count: 0,
         size: 0,
@@ -375,14 +447,14 @@ pub fn fetch(footers: &Footers, req: &Request<'_>) -> Result<Outcome, std::io::E
 
 /// Whether row group `g`'s offsets strictly ascend, without nulls: its offset column alone read
 /// once per process (a few bytes a record), then remembered with the footer.
-fn ascends(file: &File, footer: &Footer, offset_root: usize, g: usize) -> Result<bool, String> {
+fn ascends(footer: &Footer, offset_root: usize, g: usize) -> Result<bool, String> {
     let known = footer.ascending.lock().unwrap_or_else(|e| e.into_inner())[g];
     if let Some(verdict) = known {
         return Ok(verdict);
     }
     let mask = ProjectionMask::roots(footer.meta.parquet_schema(), [offset_root]);
     let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
-        file.try_clone().map_err(|e| e.to_string())?,
+        footer.file.clone(),
         footer.meta.clone(),
     )
     .with_projection(mask)
@@ -439,6 +511,11 @@ fn take(
         }
         *previous = o;
     }
+    if req.skip_rows > 0 && state.first_batch && offsets.first() != Some(&req.start) {
+        // the row skip relied on the group being dense (row i holds its lowest offset + i)
+        return Err("the skipped rows did not end at the fetch's offset".into());
+    }
+    state.first_batch = false;
     let from = offsets.partition_point(|&o| o < req.start);
     if from == n {
         return Ok(true);
@@ -533,5 +610,5 @@ fn take(
         state.count += end - from;
         state.last_offset = offsets[end - 1];
     }
-    Ok(!stop)
+    Ok(!stop && state.count < req.max_records)
 }

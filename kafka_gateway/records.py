@@ -357,7 +357,7 @@ def _millis(timestamps: pa.Array) -> np.ndarray:
 
 class StoredBatches:
     """The Kafka face's `delta_log.log.reader.Encoder`: uncompressed record batches of stored
-    records, one per run of records with the same timestamp type (`encode_stored`), made from a
+    records, split into runs as `encode_stored` splits them, made from a
     table in memory or by the codec straight from a local file's row groups (the codec keeps the
     last `max_files` files it read open, with their parsed footers, up to `max_footer_bytes`; a
     file deleted meanwhile stays readable while it is held). Thread-safe; keep one per process (the

@@ -629,8 +629,9 @@ class TopicReader:
                 cur = int(piece.column("offset")[-1].as_py()) + 1 if fits else cur
                 break
             pieces.append(piece)
-            taken += int(sizes.sum())
-            budget -= int(sizes.sum())
+            used = int(sizes.sum())
+            taken += used
+            budget -= used
             remaining -= piece.num_rows
             cur = int(piece.column("offset")[-1].as_py()) + 1
         if encoder is None:
@@ -671,7 +672,7 @@ class TopicReader:
             return Encoded(data=b"", count=0, last_offset=offset - 1, size=0, full=False)
         skip = 0
         first = wanted[0]
-        if described.lows and described.highs[first] - described.lows[first] + 1 == described.rows[first]:
+        if described.highs[first] - described.lows[first] + 1 == described.rows[first]:
             skip = max(0, offset - described.lows[first])  # a dense group: row i holds offset low + i
         try:
             got = encoder.stored(

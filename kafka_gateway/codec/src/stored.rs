@@ -361,6 +361,8 @@ fn item_len(view: &BinaryIn<'_>, i: usize) -> i64 {
 
 struct State {
     first_batch: bool,
+    /// the last offset decoded: offsets must ascend across the whole read
+    previous: i64,
     out: Vec<u8>,
     count: usize,
     size: i64,
@@ -418,19 +420,19 @@ pub fn fetch(footers: &Footers, req: &Request<'_>) -> Result<Outcome, std::io::E
     };
     let mut state = State {
         first_batch: true,
+        previous: i64::MIN,
         out: Vec::with_capacity(usize::try_from(req.max_bytes).unwrap_or(0).min(64 << 20) + 4096),
         count: 0,
         size: 0,
         last_offset: i64::MIN,
         full: false,
     };
-    let mut previous = i64::MIN; // offsets must ascend across the whole read
     for batch in reader {
         let batch = match batch {
             Ok(b) => b,
             Err(e) => return Ok(Outcome::Unsupported(e.to_string())),
         };
-        match take(&batch, req, &mut state, &mut previous) {
+        match take(&batch, req, &mut state) {
             Ok(true) => {}
             Ok(false) => break, // a limit was reached
             Err(why) => return Ok(Outcome::Unsupported(why)),
@@ -484,12 +486,7 @@ fn ascends(footer: &Footer, offset_root: usize, g: usize) -> Result<bool, String
 }
 
 /// Takes the records of `batch` the limits allow into `state`; false once a limit is reached.
-fn take(
-    batch: &RecordBatch,
-    req: &Request<'_>,
-    state: &mut State,
-    previous: &mut i64,
-) -> Result<bool, String> {
+fn take(batch: &RecordBatch, req: &Request<'_>, state: &mut State) -> Result<bool, String> {
     let schema = batch.schema();
     let col = |name: &str| -> Result<&dyn Array, String> {
         schema
@@ -506,10 +503,10 @@ fn take(
     let types = types_col.as_primitive::<Int32Type>().values();
     let n = offsets.len();
     for &o in offsets.iter() {
-        if o <= *previous {
+        if o <= state.previous {
             return Err("offsets do not ascend".into());
         }
-        *previous = o;
+        state.previous = o;
     }
     if req.skip_rows > 0 && state.first_batch && offsets.first() != Some(&req.start) {
         // the row skip relied on the group being dense (row i holds its lowest offset + i)

@@ -45,10 +45,12 @@ async def get_principal(
 ) -> Principal:
     """The caller, from `Authorization: Bearer <key>` (already checked by the app's gate, which
     leaves the principal in the request state). Raises: AuthenticationError (401)."""
-    return _principal(request, settings, authorization)
+    return principal_of(request, settings, authorization)
 
 
-def _principal(request: Request, settings: Settings, authorization: str | None) -> Principal:
+def principal_of(request: Request, settings: Settings, authorization: str | None) -> Principal:
+    """The caller: as the app's gate left it in the request state, else from the key (routes
+    outside FastAPI's dependencies use this too). Raises: AuthenticationError (401)."""
     known = request.scope.get("state", {}).get("principal")
     return known if isinstance(known, Principal) else authenticate(settings.auth, authorization)
 
@@ -61,7 +63,7 @@ async def get_optional_principal(
     """The caller if it sent a key; None on a route opened to everyone by a setting (auth.open_metrics)."""
     if authorization is None and request.scope.get("state", {}).get("principal") is None:
         return None
-    return _principal(request, settings, authorization)
+    return principal_of(request, settings, authorization)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -363,6 +363,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(topics.router)
     app.include_router(records.router)
+    records.QuerylessProduceRoute.install(app.router.routes)
     app.include_router(consumer_router)
     app.include_router(registry_routes.router)
     app.include_router(registry_routes.summary_router)

@@ -20,8 +20,9 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """Liveness: the process answers."""
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers. On the event loop, never a worker thread: a busy thread pool
+    must not make a live gateway look dead to the orchestrator probing it."""
     return {"status": "ok"}
 
 

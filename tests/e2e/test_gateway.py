@@ -241,10 +241,13 @@ def test_concurrent_retries_of_one_request_write_once(http, server, topic):
         ),
     ],
 )
-def test_bad_produce_changes_nothing(http, server, topic, kwargs, status, code):
+@pytest.mark.parametrize("params", [{}, {"key_format": "string"}], ids=["queryless-route", "documented-route"])
+def test_bad_produce_changes_nothing(http, server, topic, kwargs, status, code, params):
+    """Both produce routes answer alike: a request without a query string is taken by
+    QuerylessProduceRoute, one with any query parameter (here a default) by the documented route."""
     http.post(f"/topics/{topic}/records", json={"records": [{"value": 0, "partition": 0}]})
     before = hw(http, topic)
-    r = http.post(f"/topics/{topic}/records", **kwargs)
+    r = http.post(f"/topics/{topic}/records", params=params, **kwargs)
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["code"] == code and err["message"]
@@ -256,6 +259,25 @@ def test_unknown_topic(http):
     r = http.post("/topics/missing/records", json={"records": [{"value": 1}]})
     assert r.status_code == 404 and r.json()["error"]["code"] == "UNKNOWN_TOPIC"
     assert "Create it first" in r.json()["error"]["message"]
+    r = http.post("/topics/bad name!/records", json={"records": [{"value": 1}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_TOPIC"
+
+
+def test_both_produce_routes_answer_alike(http, server, topic):
+    """The same records with and without a query string (the queryless route and the documented
+    one): the same answer but for the offsets, the same headers, the same stored records."""
+    body = {"records": [{"key": "k", "value": {"n": 1}}, {"key": "j", "value": [1, 2]}]}
+    plain = http.post(f"/topics/{topic}/records", json=body)
+    documented = http.post(f"/topics/{topic}/records", params={"value_format": "json"}, json=body)
+    assert plain.status_code == documented.status_code == 200
+    assert plain.headers["content-type"] == documented.headers["content-type"] == "application/json"
+    a, b = plain.json(), documented.json()
+    assert [e["partition"] for e in a["offsets"]] == [e["partition"] for e in b["offsets"]]
+    assert {k: v for k, v in a.items() if k != "offsets"} == {k: v for k, v in b.items() if k != "offsets"}
+    stored = {(r["partition"], r["offset"]): (r["key"], r["value"]) for r in rows(server, topic)}
+    pairs = [[stored[(e["partition"], e["offset"])] for e in answer["offsets"]] for answer in (a, b)]
+    assert pairs[0] == pairs[1] == [(b"k", b'{"n":1}'), (b"j", b"[1,2]")]
+    assert http.post(f"/topics/{topic}/records/", json=body).status_code in (307, 404)  # never the route
 
 
 def test_ops_endpoints(http, topic):

@@ -83,12 +83,16 @@ class Frame:
     producers: tuple[ProducerRange, ...]
 
 
+#: given, so that a write does not read the environment for pyarrow's legacy-format default
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions()
+
+
 def encode_frame(records: pa.Table, producers: list[ProducerRange]) -> pa.Buffer:
     """One write's payload (WriteAheadLog.append frames it for its segment)."""
     ranges = [[p.topic, p.partition, p.producer_id, p.sequence, p.base_offset] for p in producers]
     meta = {b"producers": json.dumps(ranges).encode()}
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, records.schema.with_metadata(meta)) as w:
+    with pa.ipc.new_stream(sink, records.schema.with_metadata(meta), options=_IPC_OPTIONS) as w:
         w.write_table(records)
     return sink.getvalue()
 

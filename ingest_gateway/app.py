@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 import ssl
@@ -318,6 +319,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await listener.serve(services)
         janitor = asyncio.create_task(_release_idle_topics(registry, settings), name="release-idle-topics")
         schema_reader = asyncio.create_task(_refresh_schemas(registry, settings), name="refresh-schemas")
+        # What start-up made (modules, routes, models, pyarrow's types) lives as long as the process:
+        # kept out of the collector's sight. Else every full collection walked all of it holding
+        # the GIL (measured: 150 ms, once every few seconds under 500 requests/s, every request
+        # waiting; 2 ms once frozen).
+        gc.collect()
+        gc.freeze()
         log.info("topiclake serving root %s", registry.storage.root)
         try:
             yield

@@ -321,7 +321,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         schema_reader = asyncio.create_task(_refresh_schemas(registry, settings), name="refresh-schemas")
         # What start-up made (modules, routes, models, pyarrow's types) lives as long as the process:
         # kept out of the collector's sight. Else every full collection walked all of it holding
-        # the GIL (measured: 150 ms, once every few seconds under 500 requests/s, every request
+        # the GIL (measured: 150 ms, about once in 10 s at 500 requests/s, every request
         # waiting; 2 ms once frozen).
         gc.collect()
         gc.freeze()

@@ -370,7 +370,7 @@ struct StoredBatches {
 #[pymethods]
 impl StoredBatches {
     #[new]
-    #[pyo3(signature = (max_files = 256, max_footer_bytes = 64 << 20))]
+    #[pyo3(signature = (max_files = 128, max_footer_bytes = 64 << 20))]
     fn new(max_files: usize, max_footer_bytes: usize) -> Self {
         StoredBatches {
             footers: stored::Footers::new(max_files, max_footer_bytes),

@@ -6,8 +6,9 @@ one frame: magic, payload length, CRC32C (of the segment file's salt and the pay
 (8 random bytes drawn each time a file starts a segment), then an Arrow IPC stream of the records
 it acks (TOPIC_SCHEMA, every topic and partition of that write together, offsets already assigned)
 with the idempotent producers' ranges in its schema metadata. On local disk frames are written to a segment file and fsynced
-(`os.fdatasync`) before the write returns; the segment rolls at `segment_bytes`. On an object store
-every write is one object (one PUT), durable when the PUT returns.
+(`os.fdatasync`) before the write returns; the segment rolls at `segment_bytes`, and starts again
+over its own file (a new salt, from the first byte) once every record in it is in its table. On an
+object store every write is one object (one PUT), durable when the PUT returns.
 
 Reading (`decode_frames`) stops at the first torn or corrupt frame, or at a frame with another salt
 than the file's first: a write that did not complete was never acked. A segment is released
@@ -164,7 +165,9 @@ class WriteAheadLog:
         self._lock = threading.Lock()
         self._segments: list[_Segment] = []
         self._next = 0
-        self._roll = False  # the segment being written is all in tables: the next write starts another
+        #: the segment being written was all in its tables at this size (None: it was not): if no
+        #: frame came since, the next write starts the segment again over the same file
+        self._reuse_at: int | None = None
         self._fd: int | None = None
         self._free: list[str] = []  # released segment files to write over (local disk)
         self._freed = 0
@@ -181,7 +184,7 @@ class WriteAheadLog:
         pieces = [frame_header(payload, seg.salt), payload]
         if self.local:
             assert self._fd is not None
-            if os.writev(self._fd, [memoryview(p) for p in pieces]) != size:
+            if os.pwritev(self._fd, [memoryview(p) for p in pieces], seg.nbytes) != size:
                 raise OSError(f"write-ahead segment {seg.path}: a short write")
             os.fdatasync(self._fd)
         else:
@@ -198,14 +201,19 @@ class WriteAheadLog:
     def _current(self, size: int) -> _Segment:
         """The segment the next frame goes to (a new one per write on an object store)."""
         seg = self._segments[-1] if self._segments else None
-        if (
-            seg is not None
-            and self.local
-            and self._fd is not None  # else the last roll failed: try again
-            and not self._roll
-            and seg.nbytes + size <= self.segment_bytes
-        ):
-            return seg
+        reuse, self._reuse_at = self._reuse_at, None
+        if seg is not None and self.local and self._fd is not None:  # (no fd: the last roll failed)
+            if reuse is not None and reuse == seg.nbytes:
+                # Every record in it is in its table and no frame came since: start the segment
+                # again from the file's first byte, under a new salt (what is left of the old
+                # frames is no frame of the new one: `decode_frames`). No rename, no new file, no
+                # directory fsync; and the file grows only past its largest cycle, so the writes'
+                # fdatasync changes no file size and commits no filesystem journal (a growing
+                # file's did, at 500 small acks/s: tens to hundreds of ms, docs/BENCHMARKS.md).
+                seg.salt, seg.nbytes, seg.ends = os.urandom(8), 0, {}
+                return seg
+            if seg.nbytes + size <= self.segment_bytes:
+                return seg
         seq, self._next = self._next, self._next + 1
         seg = _Segment(sequence=seq, path=f"{self.dir}/{seq:020d}.wal")
         if self.local:
@@ -214,7 +222,6 @@ class WriteAheadLog:
                 self._fd = None  # until the next file is open: a failure here leaves no stale fd
             self._fd = self._open_segment(seg.path)
             _fsync_dir(self.dir)  # the new file's name is durable too
-        self._roll = False
         self._segments.append(seg)
         return seg
 
@@ -228,7 +235,7 @@ class WriteAheadLog:
                 return os.open(path, os.O_WRONLY)
             except OSError as exc:  # gone meanwhile: the next one, or a new file
                 log.debug("write-ahead: cannot reuse %s: %s", free, exc)
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)  # written at each frame's position
 
     # -- releasing ------------------------------------------------------------------------------
     def release(self, flushed: Mapping[tuple[str, int], int]) -> int:
@@ -242,7 +249,7 @@ class WriteAheadLog:
                 self._segments.remove(s)
             current = self._segments[-1] if self.local and self._segments else None
             if current is not None and current.nbytes and all(flushed.get(k, -1) >= e for k, e in current.ends.items()):
-                self._roll = True  # so the log stays about as large as what its tables lack
+                self._reuse_at = current.nbytes  # so the log stays about as large as what its tables lack
         for s in gone:
             try:
                 if self.local and self._keep(s.path):

@@ -422,39 +422,76 @@ def test_a_claim_that_fails_answers_its_requests_with_the_reason(registry):
     assert committer.queue_depth == 0
 
 
+def _wal_records(topic: str, n: int):
+    import pyarrow as pa
+
+    from delta_log.core.records import TOPIC_SCHEMA
+
+    rows = [
+        {"key": None, "value": b"v" * 100, "topic": topic, "partition": 0, "offset": i, "timestamp": None,
+         "timestampType": 0, "headers": []}
+        for i in range(n)
+    ]  # fmt: skip
+    return pa.Table.from_pylist(rows, TOPIC_SCHEMA)
+
+
 def test_a_recycled_segment_file_yields_only_its_own_frames(storage, tmp_path):
     """A released segment's file is written over by a later segment: what is left of its old
     frames after the new ones is never read back as the new segment's (their records were in
     their tables; read again they could land in a topic created anew under the same name)."""
-    import pyarrow as pa
+    from delta_log.log.wal import WriteAheadLog, encode_frame, frame_header, read_dir
 
-    from delta_log.core.records import TOPIC_SCHEMA
-    from delta_log.log.wal import WriteAheadLog, encode_frame, read_dir
-
-    def records(topic: str, n: int) -> pa.Table:
-        rows = [
-            {"key": None, "value": b"v" * 100, "topic": topic, "partition": 0, "offset": i, "timestamp": None,
-             "timestampType": 0, "headers": []}
-            for i in range(n)
-        ]  # fmt: skip
-        return pa.Table.from_pylist(rows, TOPIC_SCHEMA)
-
-    wal = WriteAheadLog(storage, "recycling", segment_bytes=1 << 20)
-    for _ in range(5):  # segment 0: five frames of an old topic
-        wal.append(encode_frame(records("old", 50), []), {("old", 0): 50})
-    wal.append(encode_frame(records("old", 1), []), {("old", 0): 50})
-    wal.release({("old", 0): 50})  # all in the table: the next write rolls
-    wal.append(encode_frame(records("new", 3), []), {("new", 0): 3})  # segment 1
+    payload = encode_frame(_wal_records("old", 50), [])
+    frame = len(frame_header(payload, b"salt0000")) + payload.size
+    wal = WriteAheadLog(storage, "recycling", segment_bytes=5 * frame + 100)
+    for _ in range(5):  # segment 0: five frames of an old topic, full
+        wal.append(encode_frame(_wal_records("old", 50), []), {("old", 0): 50})
+    for _ in range(5):  # segment 1: five of another
+        wal.append(encode_frame(_wal_records("new", 50), []), {("new", 0): 50})
     assert wal.release({("old", 0): 50}) == 1  # segment 0 released: its file is kept to reuse
     assert not list(Path(wal.dir).glob("00000000000000000000.wal"))
     (free,) = Path(wal.dir).glob("free-*")
-    assert free.stat().st_size > 5 * 50 * 100 and not list(decode_frames(free.read_bytes()))  # no frame left
-    wal.release({("old", 0): 50, ("new", 0): 3})
-    # segment 2, over segment 0's file: a frame of the same size as the old ones ("odl" is as long as
-    # "old"), so the next bytes are exactly the old second frame's, whole and with a valid CRC
-    wal.append(encode_frame(records("odl", 50), []), {("odl", 0): 50})
+    assert free.stat().st_size == 5 * frame and not list(decode_frames(free.read_bytes()))  # no frame left
+    # segment 2, over segment 0's file (segment 1 is full): a frame of the same size as the old ones
+    # ("odl" is as long as "old"), so the next bytes are exactly the old second frame's, whole and
+    # with a valid CRC
+    wal.append(encode_frame(_wal_records("odl", 50), []), {("odl", 0): 50})
     segment = Path(wal.dir) / f"{2:020d}.wal"
-    assert segment.stat().st_size > 5 * 50 * 100  # the old frames are still in the file, after the new one
+    assert not list(Path(wal.dir).glob("free-*")) and segment.stat().st_size == 5 * frame  # the old frames stay
     frames = [f for path, f in read_dir(storage, wal.dir) if path.endswith(segment.name)]
     assert [set(f.records.column("topic").to_pylist()) for f in frames] == [{"odl"}]
+    wal.close()
+
+
+def test_a_segment_all_in_its_tables_starts_again_over_its_own_file(storage, monkeypatch):
+    """The segment being written, once every record in it is in its table, is written over from
+    its first byte by the next write: one file, that never grows past its largest cycle (a growing
+    file's fdatasync commits the filesystem journal); the old frames are never read back, and a
+    frame that came after the tables caught up keeps the segment as it is."""
+    from delta_log.log.wal import WriteAheadLog, encode_frame, read_dir
+
+    wal = WriteAheadLog(storage, "in-place")
+    for _ in range(5):
+        wal.append(encode_frame(_wal_records("old", 50), []), {("old", 0): 50})
+    (path,) = Path(wal.dir).glob("*.wal")
+    size = path.stat().st_size
+    assert wal.release({("old", 0): 50}) == 0  # the segment being written is never deleted...
+    wal.append(encode_frame(_wal_records("odl", 50), []), {("odl", 0): 50})  # ...but starts again
+    assert list(Path(wal.dir).iterdir()) == [path] and path.stat().st_size == size
+    assert [set(f.records.column("topic").to_pylist()) for _, f in read_dir(storage, wal.dir)] == [{"odl"}]
+    assert wal.pending_bytes() < size / 4
+
+    # the tables catch up while a frame is being written (`release` runs on the flusher's thread):
+    # that frame is not all in its table, so the next write keeps the segment as it is
+    sync = os.fdatasync
+
+    def sync_then_release(fd: int) -> None:
+        sync(fd)
+        monkeypatch.setattr(os, "fdatasync", sync)
+        wal.release({("odl", 0): 50})
+
+    monkeypatch.setattr(os, "fdatasync", sync_then_release)
+    wal.append(encode_frame(_wal_records("odl", 50), []), {("odl", 0): 100})
+    wal.append(encode_frame(_wal_records("odl", 50), []), {("odl", 0): 150})
+    assert [f.records.num_rows for _, f in read_dir(storage, wal.dir)] == [50, 50, 50]
     wal.close()

@@ -12,7 +12,9 @@ for each mode (`topiclake.ack.mode` table, the default; log, the write-ahead tie
   answer;
 - send -> received: confluent-kafka producer (acks=all, linger.ms=5) and consumer at 500 records/s;
 - table lag (log topics): from a request's ack until a Delta snapshot of the topic holds it, under
-  Arrow IPC load.
+  Arrow IPC load;
+- the disk alone: a small fsynced write at 500/s with no server (`fsync_floor`), the floor under a
+  `log` topic's ack on this machine.
 Results: bench/results/write_ahead_bench.json, printed as markdown tables with ratios.
 """
 
@@ -117,6 +119,32 @@ async def _ack_latency(url: str, topic: str, seconds: float, rate: float) -> lis
     return out
 
 
+def fsync_floor(directory: Path, seconds: float, rate: float, frame_bytes: int = 1900) -> list[float]:
+    """The disk alone: an fsynced write of one small frame at `rate` per second, open loop (ms from
+    when each was due until it was durable), into a file written in place as the write-ahead log's
+    segments are. No server, no Python beyond the loop: what an fsync per ack costs on this
+    machine's disk, the floor under the HTTP ack latency of a `log` topic."""
+    path = directory / "fsync-floor"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        span = 4 << 20
+        os.pwrite(fd, bytes(span), 0)  # allocated and written once: the writes below grow nothing
+        os.fsync(fd)
+        frame, out, i, pos = os.urandom(frame_bytes), [], 0, 0
+        start = time.perf_counter()
+        while (due := start + i / rate) - start <= seconds:
+            if (delay := due - time.perf_counter()) > 0:
+                time.sleep(delay)
+            os.pwrite(fd, frame, pos)
+            os.fdatasync(fd)
+            out.append((time.perf_counter() - due) * 1000)
+            i, pos = i + 1, (pos + frame_bytes) % (span - frame_bytes)
+        return out
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 def table_lag(url: str, root: Path, topic: str, seconds: float) -> list[float]:
     """Under Arrow IPC load: for sampled acks, ms from the ack until a fresh Delta snapshot's high
     watermark of the partition covers the acked offsets."""
@@ -212,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
                 settle(srv.proc.pid)
                 series[f"HTTP produce ack (10 records, {rate}/s), {mode}"] = ack_latency(
                     srv.url, f"ack-{mode}", latency_s, rate
+                )
+            if mode == "log":  # the same disk, just after: its stalls are the host's, not the gateway's
+                settle(srv.proc.pid)
+                series["the disk alone: a 1.9 KB pwrite + fdatasync at 500/s (floor of the log ack)"] = fsync_floor(
+                    work, latency_s, 500
                 )
         create(srv.url, "lag-log", "log", partitions=1)
         series["table lag after ack, log (4 x 100 KB requests in a loop)"] = table_lag(

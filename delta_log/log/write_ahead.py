@@ -41,7 +41,6 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -235,7 +234,7 @@ class LogTopic:
         partitions runs on a lease thread, started here when one is needed; requests parked before
         go first, so a partition's requests keep their order. A lease inside its margin is renewed
         in the background meanwhile (the requests are staged now)."""
-        parts = set().union(*(np.unique(it.request.partition_array()).tolist() for it in items))
+        parts = set().union(*(it.request.partition_set() for it in items))
         with self._lock:
             if not self._claiming and all(self._leases.get(p, 0.0) > now for p in parts):
                 if not self._renewing and any(self._leases[p] - now < self.margin_s for p in parts):
@@ -293,7 +292,7 @@ class LogTopic:
         ok: list[_Item] = []
         failed: list[tuple[_Item, TopiclakeError]] = []
         for it in items:
-            hit = set(np.unique(it.request.partition_array()).tolist()) & refused.keys()
+            hit = it.request.partition_set() & refused.keys()
             if hit:
                 failed.append((it, refused[min(hit)]))
             else:
@@ -303,7 +302,7 @@ class LogTopic:
     def stage(self, requests: list[AppendRequest]) -> Staged:
         """Plan the requests against this topic's view; a request for a partition whose lease this
         gateway does not hold now (it ended since `park` looked) is answered with an error instead."""
-        parts = [set(np.unique(r.partition_array()).tolist()) for r in requests]
+        parts = [r.partition_set() for r in requests]
         now = time.monotonic()
         refused: dict[int, TopiclakeError] = {
             p: OwnerNotAvailableError(
@@ -387,7 +386,9 @@ class LogTopic:
                     t.app_id: t.version for t in append_transactions(staged.high_watermarks, staged.producer_ranges)
                 }
                 self._view.update(txns)
-                nbytes = staged.records.nbytes
+                # the buffers' size, not `nbytes`: 0.5 against 14 us, and no GIL released and waited
+                # for again on this thread (the records are built for this write: the same figure)
+                nbytes = staged.records.get_total_buffer_size()
                 self._unflushed.append(_Acked(staged.records, staged.producer_ranges, txns, now, nbytes))
                 self._unflushed_bytes += nbytes
             self._lock.notify_all()

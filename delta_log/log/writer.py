@@ -120,11 +120,20 @@ class AppendRequest:
     batch: pa.Table
     producer: ProducerSequence | None = None
     partitions: np.ndarray | None = None
+    _partition_set: frozenset[int] | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def partition_array(self) -> np.ndarray:
         if self.partitions is not None:
             return self.partitions
         return np.asarray(self.batch.column("partition").to_numpy(), dtype=np.int32)
+
+    def partition_set(self) -> frozenset[int]:
+        """The partitions the request writes (worked out once: a `log` topic's writer thread asks
+        before it parks, stages and unparks a request)."""
+        if self._partition_set is None:
+            object.__setattr__(self, "_partition_set", frozenset(np.unique(self.partition_array()).tolist()))
+        assert self._partition_set is not None
+        return self._partition_set
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -656,7 +665,7 @@ def _assemble(batches: list[pa.Table], partitions: list[np.ndarray], hws: dict[i
         return _to_topic_table(pa.concat_tables(batches), offsets, topic)
     groups = {int(p) for p in np.unique(parts)}
     presorted = all(len(a) < 2 or (a[1:] >= a[:-1]).all() for a in partitions)
-    nbytes = sum(b.nbytes for b in batches)
+    nbytes = sum(b.get_total_buffer_size() for b in batches)  # (`nbytes`: 30x the time, for the same figure)
     if presorted and nbytes >= len(batches) * len(groups) * 256 * 1024:
         pieces = []
         for partition in sorted(groups):

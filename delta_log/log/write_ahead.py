@@ -153,7 +153,9 @@ class LogTopic:
         self._unflushed: deque[_Acked] = deque()
         self._unflushed_bytes = 0
         self._waiting = 0  # submitted, not yet written
-        self._flushing = False
+        #: the unflushed acks the running flush holds (the first so many; 0: no flush runs)
+        self._flushing = 0
+        self._flushing_bytes = 0
         self._flush_due: float | None = None
         self._flush_queued = False  # a flush task waits on the flush thread (WriteAhead._flush_soon)
         self._closed = False
@@ -401,12 +403,16 @@ class LogTopic:
             self._lock.notify_all()
 
     def _due_locked(self) -> float | None:
-        if not self._unflushed:
+        """When the acks no flush holds yet are due to be flushed (None: there are none). Those the
+        running flush holds do not count: their deadline has passed, and counted they made every
+        ack during a flush ask for another at once (two Delta commits a window, the second of the
+        few requests a flush takes to run)."""
+        if len(self._unflushed) <= self._flushing:
             return None
-        if self._unflushed_bytes >= self.batch_bytes:
+        if self._unflushed_bytes - self._flushing_bytes >= self.batch_bytes:
             return time.monotonic()
         # within half the lag; and often enough that the flushes renew the partitions' leases
-        return self._unflushed[0].at + min(self.max_lag_s, self.lease_s - self.margin_s) / 2
+        return self._unflushed[self._flushing].at + min(self.max_lag_s, self.lease_s - self.margin_s) / 2
 
     # -- the flush pool ------------------------------------------------------------------------------
     def flush_table(self) -> bool:
@@ -415,8 +421,8 @@ class LogTopic:
         with self._lock:
             if self._flushing or not self._unflushed:
                 return True
-            self._flushing = True
             batch = list(self._unflushed)
+            self._flushing, self._flushing_bytes = len(batch), sum(a.nbytes for a in batch)
         try:
             records = _by_partition([a.records for a in batch])
             producers = [r for a in batch for r in a.producers]
@@ -442,7 +448,7 @@ class LogTopic:
                 exc,
             )
             with self._lock:
-                self._flushing = False
+                self._flushing = self._flushing_bytes = 0
             return False
         done = time.monotonic()
         flushed: dict[int, int] = {}
@@ -457,7 +463,7 @@ class LogTopic:
                 for q, hw in a.high_watermarks().items():
                     flushed[q] = max(flushed.get(q, 0), hw)
             self._trim_view_locked()
-            self._flushing = False
+            self._flushing = self._flushing_bytes = 0
             self.flushes += 1
             self.last_lag_s = done - batch[0].at
             self._lock.notify_all()
@@ -497,7 +503,7 @@ class LogTopic:
             for gone in taken:
                 self._leases.pop(gone, None)
                 self._forget_locked(gone)
-            self._flushing = False
+            self._flushing = self._flushing_bytes = 0
             self._lock.notify_all()
         self.on_flushed(unpinned)  # the readers' tails need not hold them any longer
 

@@ -131,6 +131,35 @@ def test_log_topics_flush_at_wal_flush_bytes_not_at_the_group_commits_batch(tmp_
         registry.close()
 
 
+
+def test_acks_that_come_during_a_flush_wait_for_their_own_window(registry, storage):
+    """What is acked while a flush commits is flushed half a lag after it was acked, not at once:
+    one Delta commit a window, not a second of the few requests one flush takes to run."""
+    topic = log_topic(registry, partitions=1, lag_ms=4000)
+    committer = registry.committer(topic)
+    writer = committer.writer
+    commit, committing = writer.commit_staged, threading.Event()
+
+    def slow_commit(*args, **kwargs):
+        committing.set()
+        time.sleep(0.3)  # a slow commit (the acks below come during it)
+        return commit(*args, **kwargs)
+
+    writer.commit_staged = slow_commit
+    committer.submit(AppendRequest(batch=make_batch(2))).result(10)
+    assert committing.wait(10)  # the first window's flush (half the lag: 2 s) is committing
+    during = [committer.submit(AppendRequest(batch=make_batch(2))).result(10) for _ in range(2)]
+    deadline = time.monotonic() + 10
+    while committer.flushes < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert committer.flushes == 1 and table_offsets(storage, topic) == {0: [0, 1]}
+    time.sleep(0.5)  # their window is not over yet (it ends about 1.7 s after the first flush): they wait
+    assert committer.flushes == 1
+    while committer.flushes < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert table_offsets(storage, topic) == {0: list(range(6))} and [r.ranges[0].base_offset for r in during] == [2, 4]
+
+
 WORKER = """
 import os, sys, time
 from conf import load_settings

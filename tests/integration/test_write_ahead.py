@@ -93,8 +93,11 @@ def test_idempotent_retries_are_answered_from_the_log_and_from_the_table(registr
     assert after.duplicate and after.ranges == first.ranges
 
 
-def test_a_flush_of_many_acks_writes_each_partition_once_in_offset_order(registry, storage):
-    """The flush lines up each partition's runs of every ack (no sort): files in offset order."""
+@pytest.mark.parametrize("run_bytes", [1, 1 << 40], ids=["runs sliced", "rows sorted"])
+def test_a_flush_of_many_acks_writes_each_partition_once_in_offset_order(registry, storage, monkeypatch, run_bytes):
+    """The flush lines up each partition's runs of every ack, by slicing them (large runs) or by a
+    stable sort (many small ones): files in offset order either way."""
+    monkeypatch.setattr("delta_log.log.write_ahead._SLICED_RUN_BYTES", run_bytes)
     topic = log_topic(registry, partitions=3, lag_ms=60_000)
     committer = registry.committer(topic)
     for _ in range(6):

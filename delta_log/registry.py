@@ -214,6 +214,13 @@ class TopicRegistry:
                 )
             return self._write_ahead
 
+    def write_ahead_syncs(self) -> tuple[list[int], float, int] | None:
+        """This gateway's write-ahead durable writes (`WriteAheadLog.sync_histogram`); None before
+        a `log` topic opened the log."""
+        with self._lock:
+            write_ahead = self._write_ahead
+        return None if write_ahead is None else write_ahead.wal.sync_histogram()
+
     def replay_write_ahead(self, *, live: Callable[[str], bool] = lambda owner: False) -> tuple[dict[str, int], bool]:
         """Write into their tables the write-ahead records of gateways that died before flushing
         them (at start, and when a gateway leaves); returns the records written per topic, and

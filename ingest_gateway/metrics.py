@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from broker.fetch import SERVED
 from delta_log.log.group_commit import FlushStats
+from delta_log.log.wal import SYNC_BUCKETS
 
 V = TypeVar("V")
 
@@ -68,6 +69,7 @@ class Metrics:
         visible: Callable[[str], bool] = lambda topic: True,
         table_lag: dict[str, float] | None = None,
         upsert_lag: dict[str, int] | None = None,
+        write_ahead_syncs: tuple[list[int], float, int] | None = None,
     ) -> str:
         """The Prometheus text; per-topic series only for the topics `visible` lets through."""
         lines: list[str] = []
@@ -136,6 +138,18 @@ class Metrics:
         )
         for t, lag in mine(table_lag or {}):
             lines.append(f"topiclake_table_lag_seconds{_labels(topic=t)} {lag:.3f}")
+        family(
+            "topiclake_write_ahead_sync_seconds",
+            "histogram",
+            "`log` topics: time per durable write-ahead write (pwritev and fdatasync, or one PUT); every ack waits for one.",
+        )
+        if write_ahead_syncs is not None:
+            counts, seconds, writes = write_ahead_syncs
+            for bound, count in zip(SYNC_BUCKETS, counts, strict=True):
+                lines.append(f'topiclake_write_ahead_sync_seconds_bucket{{le="{bound}"}} {count}')
+            lines.append(f'topiclake_write_ahead_sync_seconds_bucket{{le="+Inf"}} {writes}')
+            lines.append(f"topiclake_write_ahead_sync_seconds_sum {seconds:.6f}")
+            lines.append(f"topiclake_write_ahead_sync_seconds_count {writes}")
         family(
             "topiclake_upsert_lag_records",
             "gauge",

@@ -36,6 +36,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ _OLD_HEADER = struct.Struct(">4sII")
 _RECYCLED = 2
 #: the largest frame a reader accepts (a write is bounded by the writer's batch long before this)
 MAX_FRAME_BYTES = 1 << 31
+#: upper bounds (seconds) of the durable-write histogram (`WriteAheadLog.sync_histogram`)
+SYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,10 @@ class WriteAheadLog:
         self._freed = 0
         self.writes = 0
         self.bytes_written = 0
+        #: per SYNC_BUCKETS bound, the writes made durable within it; and their seconds in all.
+        #: Every ack of a `log` topic waits for one: a disk's stalls show here first.
+        self._sync_buckets = [0] * len(SYNC_BUCKETS)
+        self._sync_seconds = 0.0
 
     # -- writing --------------------------------------------------------------------------------
     def append(self, payload: pa.Buffer, ends: Mapping[tuple[str, int], int]) -> None:
@@ -182,6 +189,7 @@ class WriteAheadLog:
         with self._lock:
             seg = self._current(size)
         pieces = [frame_header(payload, seg.salt), payload]
+        start = time.perf_counter()
         if self.local:
             assert self._fd is not None
             if os.pwritev(self._fd, [memoryview(p) for p in pieces], seg.nbytes) != size:
@@ -191,12 +199,23 @@ class WriteAheadLog:
             with self.fs.open_output_stream(seg.path) as out:
                 for p in pieces:
                     out.write(p)
+        seconds = time.perf_counter() - start
         with self._lock:
             seg.nbytes += size
             for key, end in ends.items():
                 seg.ends[key] = max(seg.ends.get(key, 0), end)
-        self.writes += 1
+            for i, bound in enumerate(SYNC_BUCKETS):
+                if seconds <= bound:
+                    self._sync_buckets[i] += 1
+            self._sync_seconds += seconds
+            self.writes += 1
         self.bytes_written += size
+
+    def sync_histogram(self) -> tuple[list[int], float, int]:
+        """The durable writes so far: per SYNC_BUCKETS bound how many took at most that long
+        (each write's `pwritev` and `fdatasync`, or its PUT), their seconds in all, and how many."""
+        with self._lock:
+            return list(self._sync_buckets), self._sync_seconds, self.writes
 
     def _current(self, size: int) -> _Segment:
         """The segment the next frame goes to (a new one per write on an object store)."""

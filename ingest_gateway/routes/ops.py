@@ -61,6 +61,7 @@ def metrics(registry: RegistryDep, m: MetricsDep, principal: OptionalPrincipalDe
         {t: c.writer.conflicts for t, c in committers.items()},
         table_lag={t: lag for t in committers if (lag := registry.table_lag_s(t)) is not None},
         upsert_lag=registry.upsert_lags(),
+        write_ahead_syncs=registry.write_ahead_syncs(),
         visible=(lambda t: True) if principal is None else (lambda t: principal.allows("describe", t)),
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

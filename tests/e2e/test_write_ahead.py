@@ -38,7 +38,17 @@ def test_acks_are_fetched_before_the_table_holds_them_then_the_table_catches_up(
     assert table_rows(root, "wal") == []  # acked and served, not yet in the table
     info = httpx.get(f"{server.url}/topics/wal").json()
     assert info["config"]["topiclake.ack.mode"] == "log" and info["table_lag_ms"] >= 0
-    assert 'topiclake_table_lag_seconds{topic="wal"}' in httpx.get(f"{server.url}/metrics").text
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'topiclake_table_lag_seconds{topic="wal"}' in metrics
+    # every ack waited for a durable write: the histogram of their times counts them
+    syncs = {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("topiclake_write_ahead_sync_seconds")
+    }
+    buckets = [v for k, v in syncs.items() if "_bucket" in k]
+    assert syncs["topiclake_write_ahead_sync_seconds_count"] >= 1 and syncs["topiclake_write_ahead_sync_seconds_sum"] > 0
+    assert buckets == sorted(buckets) and buckets[-1] == syncs["topiclake_write_ahead_sync_seconds_count"]
 
     # a Kafka producer's acks=all is the write-ahead ack too; a Kafka consumer reads at once
     producer = Producer({"bootstrap.servers": server.kafka, "enable.idempotence": True, "acks": "all"})

@@ -134,7 +134,6 @@ def test_log_topics_flush_at_wal_flush_bytes_not_at_the_group_commits_batch(tmp_
         registry.close()
 
 
-
 def test_acks_that_come_during_a_flush_wait_for_their_own_window(registry, storage):
     """What is acked while a flush commits is flushed half a lag after it was acked, not at once:
     one Delta commit a window, not a second of the few requests one flush takes to run."""

@@ -47,7 +47,9 @@ def test_acks_are_fetched_before_the_table_holds_them_then_the_table_catches_up(
         if line.startswith("topiclake_write_ahead_sync_seconds")
     }
     buckets = [v for k, v in syncs.items() if "_bucket" in k]
-    assert syncs["topiclake_write_ahead_sync_seconds_count"] >= 1 and syncs["topiclake_write_ahead_sync_seconds_sum"] > 0
+    assert (
+        syncs["topiclake_write_ahead_sync_seconds_count"] >= 1 and syncs["topiclake_write_ahead_sync_seconds_sum"] > 0
+    )
     assert buckets == sorted(buckets) and buckets[-1] == syncs["topiclake_write_ahead_sync_seconds_count"]
 
     # a Kafka producer's acks=all is the write-ahead ack too; a Kafka consumer reads at once

@@ -55,7 +55,13 @@ def settle(pid: int, *, busy: float = 0.1, at_most_s: float = 20.0) -> None:
     """Wait until the server uses under `busy` of a core (its roll-ups and flushes of the run
     before are done), at most `at_most_s`: every run shares one server, and a run measured while
     the one before was still being flushed and merged got its figures too (a `log` topic's
-    send -> received p99 of 134-280 ms after the Arrow runs, 21-39 ms on a quiet server)."""
+    send -> received p99 of 134-280 ms after the Arrow runs, 21-39 ms on a quiet server).
+
+    First, everything written so far goes to disk (`sync`): Kafka's broker writes its runs'
+    gigabytes without fsync, and the kernel writes them back up to 30 s later, into the next runs'
+    fsyncs (a `log` topic's send -> received p99 was 136 ms right after the broker's 600 MB and 15
+    ms after a `sync` in one round; 24 and 25 ms in another)."""
+    os.sync()
     deadline = time.monotonic() + at_most_s
     while time.monotonic() < deadline:
         c0 = cpu_seconds(pid)

@@ -162,10 +162,6 @@ class TopicRegistry:
             writer = TopicWriter(self.storage, topic, w, on_commit=lambda info: maintenance.notify_commit())
             reader.hold_tail()
 
-            def flushed(hws: dict[int, int]) -> None:
-                reader.flushed(hws)
-                self.write_ahead().flushed(topic, hws)
-
             committer = LogTopic(
                 writer,
                 self.write_ahead(),
@@ -173,7 +169,7 @@ class TopicRegistry:
                 batch_bytes=min(w.wal_flush_bytes, w.max_queue_bytes // 2),  # flushed before back-pressure
                 max_queue_bytes=w.max_queue_bytes,
                 on_ack=self._fanout(reader, None),
-                on_flushed=flushed,
+                on_flushed=reader.flushed,
                 on_flush=self._on_flush,
                 holder=holder_number(self.wal_owner),
                 lease_s=w.wal_lease_ms / 1000,

@@ -12,7 +12,10 @@ object store every write is one object (one PUT), durable when the PUT returns.
 
 Reading (`decode_frames`) stops at the first torn or corrupt frame, or at a frame with another salt
 than the file's first: a write that did not complete was never acked. A segment is released
-once every record in it is in its topic's table (`release`). On local disk a released file is kept
+once every record in it is in its topic's table durably (`in_tables`: on local disk after a `syncfs`
+of the root that began once the table's commit was visible; delta-rs does not fsync a local table's
+files). Local segment files are zero-filled to `segment_bytes` before frames go in (the next one on
+a thread of its own, paced), so that no write's fdatasync extends a file. On local disk a released file is kept
 (up to `_RECYCLED` of them, renamed `free-<n>` once its first header is zeroed: a crash before the
 next segment's first frame leaves a file with no frame) and written over by a later segment, as
 databases recycle their WAL files: writing into pages the page cache holds costs a tenth of the CPU of new
@@ -25,12 +28,16 @@ Whoever replays a log (a restarted gateway, a gateway taking partitions over) re
 of every gateway directory and keeps the records at or past each partition's table high watermark,
 so a replay writes nothing twice.
 
-Concurrency contract: one writer thread per WriteAheadLog (`append`); `release` may be called
-from another thread (a lock guards the segment bookkeeping).
+Concurrency contract: one writer thread per WriteAheadLog (`append`); `in_tables` and `release` may
+be called from other threads (a lock guards the segment bookkeeping). Segments are keyed by
+(topic key, partition), the key naming one topic handle (`LogTopic.key`): a topic made again under
+its name starts its offsets again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -64,6 +71,15 @@ _OLD_MAGIC = b"TLW1"  # before recycling: no salt (such files are never recycled
 _OLD_HEADER = struct.Struct(">4sII")
 #: released segment files kept for reuse per log (each up to segment_bytes on disk)
 _RECYCLED = 2
+#: the first segment file of a log is zero-filled up to this size before its first frame (later
+#: ones are written ahead, paced, by the spare thread: `WriteAheadLog._spare_loop`)
+_FIRST_FILE_BYTES = 4 * 1024 * 1024
+#: a spare file is zero-filled in chunks this large, each fdatasynced, with a pause as long as the
+#: chunk took after each: a burst of tens of MB queued on the disk would stall the acks' fdatasync
+_SPARE_CHUNK = 1024 * 1024
+#: on local disk, the records the tables hold are made durable (one `syncfs`) at most this often
+#: before the segments that held them are released (`WriteAheadLog.in_tables`)
+RELEASE_SYNC_S = 1.0
 #: the largest frame a reader accepts (a write is bounded by the writer's batch long before this)
 MAX_FRAME_BYTES = 1 << 31
 #: upper bounds (seconds) of the durable-write histogram (`WriteAheadLog.sync_histogram`)
@@ -149,14 +165,24 @@ class _Segment:
     path: str
     salt: bytes = field(default_factory=lambda: os.urandom(8))
     nbytes: int = 0
-    #: (topic, partition) -> one past the highest offset the segment holds
+    #: (topic key, partition) -> one past the highest offset the segment holds
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: the file's zero-filled size: frames within it change no file size (0: a growing file)
+    capacity: int = 0
 
 
 class WriteAheadLog:
-    """One gateway's write-ahead log under the storage root."""
+    """One gateway's write-ahead log under the storage root.
 
-    def __init__(self, storage: StorageRoot, owner: str, *, segment_bytes: int = 64 * 1024 * 1024) -> None:
+    Threads: the writer's (`append`); on local disk two of its own, started with it. `_sync_loop`
+    releases segments once what their records' tables hold is on disk (`in_tables`); `_spare_loop`
+    writes a zero-filled file ahead of the segment being written, so that a roll finds one and no
+    ack's fdatasync extends a file."""
+
+    def __init__(
+        self, storage: StorageRoot, owner: str, *, segment_bytes: int = 64 * 1024 * 1024, spares: bool = True
+    ) -> None:
+        """`spares`: write files ahead of the segment (False: only released files are written over)."""
         self.storage = storage
         self.owner = owner
         self.segment_bytes = segment_bytes
@@ -172,7 +198,7 @@ class WriteAheadLog:
         #: frame came since, the next write starts the segment again over the same file
         self._reuse_at: int | None = None
         self._fd: int | None = None
-        self._free: list[str] = []  # released segment files to write over (local disk)
+        self._free: list[str] = []  # zero-filled or released files to write over (local disk)
         self._freed = 0
         self.writes = 0
         self.bytes_written = 0
@@ -180,11 +206,30 @@ class WriteAheadLog:
         #: Every ack of a `log` topic waits for one: a disk's stalls show here first.
         self._sync_buckets = [0] * len(SYNC_BUCKETS)
         self._sync_seconds = 0.0
+        #: (topic key, partition) -> the table's high watermark, durable: what `release` is given
+        self._durable: dict[tuple[str, int], int] = {}
+        #: the same, visible in the tables but maybe not on disk yet (local disk): the next sync's
+        self._visible: dict[tuple[str, int], int] = {}
+        self._wake = threading.Condition()
+        self._spare_wanted = False
+        self._reports = self._settled = 0  # `in_tables` calls so far; of them, released
+        self._closing = threading.Event()
+        self.release_syncs = 0
+        self._threads = (
+            [
+                threading.Thread(target=self._sync_loop, name="write-ahead-sync", daemon=True),
+                threading.Thread(target=self._spare_loop, name="write-ahead-spare", daemon=True),
+            ][: 2 if spares else 1]
+            if self.local
+            else []
+        )
+        for t in self._threads:
+            t.start()
 
     # -- writing --------------------------------------------------------------------------------
     def append(self, payload: pa.Buffer, ends: Mapping[tuple[str, int], int]) -> None:
         """Write one frame (`encode_frame`'s payload) durably (fsynced, or PUT); `ends` says which
-        offsets it holds, per (topic, partition): one past the highest. Raises: OSError."""
+        offsets it holds, per (topic key, partition): one past the highest. Raises: OSError."""
         size = _HEADER.size + payload.size
         with self._lock:
             seg = self._current(size)
@@ -209,7 +254,13 @@ class WriteAheadLog:
                     self._sync_buckets[i] += 1
             self._sync_seconds += seconds
             self.writes += 1
+            # half way through the segment and no file to roll to: the spare thread writes one
+            want = len(self._threads) > 1 and not self._free and seg.nbytes * 2 >= (seg.capacity or self.segment_bytes)
         self.bytes_written += size
+        if want and not self._spare_wanted:
+            with self._wake:
+                self._spare_wanted = True
+                self._wake.notify_all()
 
     def sync_histogram(self) -> tuple[list[int], float, int]:
         """The durable writes so far: per SYNC_BUCKETS bound how many took at most that long
@@ -231,22 +282,25 @@ class WriteAheadLog:
                 # file's did, at 500 small acks/s: tens to hundreds of ms, docs/BENCHMARKS.md).
                 seg.salt, seg.nbytes, seg.ends = os.urandom(8), 0, {}
                 return seg
-            if seg.nbytes + size <= self.segment_bytes:
-                return seg
+            end = seg.nbytes + size
+            if seg.nbytes == 0 or end <= seg.capacity or (end <= self.segment_bytes and not self._free):
+                return seg  # within its zero-filled bytes; or it grows, with no file written ahead
         seq, self._next = self._next, self._next + 1
         seg = _Segment(sequence=seq, path=f"{self.dir}/{seq:020d}.wal")
         if self.local:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None  # until the next file is open: a failure here leaves no stale fd
-            self._fd = self._open_segment(seg.path)
+            self._fd = self._open_segment(seg.path, first=seq == 0)
+            seg.capacity = os.fstat(self._fd).st_size
             _fsync_dir(self.dir)  # the new file's name is durable too
         self._segments.append(seg)
         return seg
 
-    def _open_segment(self, path: str) -> int:
-        """A released file renamed to `path` and written over from its start (no O_APPEND, no
-        truncation), or a new file. Raises: OSError."""
+    def _open_segment(self, path: str, *, first: bool) -> int:
+        """A zero-filled or released file renamed to `path`, written over from its start (no
+        O_APPEND, no truncation); else a new file, zero-filled first when it is the log's first.
+        Raises: OSError."""
         while self._free:
             free = self._free.pop()
             try:
@@ -254,13 +308,80 @@ class WriteAheadLog:
                 return os.open(path, os.O_WRONLY)
             except OSError as exc:  # gone meanwhile: the next one, or a new file
                 log.debug("write-ahead: cannot reuse %s: %s", free, exc)
-        return os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)  # written at each frame's position
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)  # written at each frame's position
+        if first:
+            try:
+                _zero_fill(fd, min(self.segment_bytes, _FIRST_FILE_BYTES))
+            except OSError:
+                os.close(fd)
+                raise
+        return fd
 
     # -- releasing ------------------------------------------------------------------------------
+    def in_tables(self, high_watermarks: Mapping[tuple[str, int], int]) -> None:
+        """The tables now hold these records (per (topic key, partition): below the offset), as
+        a reader sees them. On an object store that is durable (each commit is a PUT): the
+        segments that held only them are released at once. On local disk the table's new files
+        and log entry may still be in the page cache: they are released after the next `syncfs`
+        of the root, at most `RELEASE_SYNC_S` from now (a power loss would otherwise take acked
+        records from both the table and the log)."""
+        if not self.local:
+            with self._lock:
+                _merge(self._durable, high_watermarks)
+                durable = dict(self._durable)
+            self.release(durable)
+            return
+        with self._wake:
+            _merge(self._visible, high_watermarks)
+            self._reports += 1
+            self._wake.notify_all()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until what `in_tables` was told so far is released (or kept, when a segment holds
+        records not yet in their tables); False at the timeout."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            target = self._reports
+            while self._settled < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(left)
+        return True
+
+    def _sync_loop(self) -> None:
+        last = float("-inf")
+        while True:
+            with self._wake:
+                while not self._visible and not self._closing.is_set():
+                    self._wake.wait()
+                while not self._closing.is_set() and (left := last + RELEASE_SYNC_S - time.monotonic()) > 0:
+                    self._wake.wait(left)
+                if self._closing.is_set():
+                    return
+                visible, self._visible = self._visible, {}
+                reports = self._reports
+            last = time.monotonic()
+            try:
+                sync_filesystem(self.dir)  # everything committed before this call is on disk after it
+            except OSError as exc:
+                log.warning("write-ahead: syncing the root failed (%s); its segments are kept", exc)
+                with self._wake:
+                    _merge(self._visible, visible)
+                continue
+            self.release_syncs += 1
+            with self._lock:
+                _merge(self._durable, visible)
+                durable = dict(self._durable)
+            self.release(durable)
+            with self._wake:
+                self._settled = reports
+                self._wake.notify_all()
+
     def release(self, flushed: Mapping[tuple[str, int], int]) -> int:
-        """Delete the segments (but the one being written) whose every record is in its table:
-        `flushed` holds each (topic, partition)'s table high watermark (missing: nothing flushed
-        since this log began). Returns how many segments went."""
+        """Delete the segments (but the one being written) whose every record is in its table,
+        durably: `flushed` holds each (topic key, partition)'s table high watermark (missing:
+        nothing flushed since this log began). Returns how many segments went."""
         with self._lock:
             written = self._segments[:-1] if self.local else list(self._segments)
             gone = [s for s in written if all(flushed.get(k, -1) >= end for k, end in s.ends.items())]
@@ -269,6 +390,10 @@ class WriteAheadLog:
             current = self._segments[-1] if self.local and self._segments else None
             if current is not None and current.nbytes and all(flushed.get(k, -1) >= e for k, e in current.ends.items()):
                 self._reuse_at = current.nbytes  # so the log stays about as large as what its tables lack
+            # forget what no segment holds (a topic closed, or deleted and made again under its
+            # name: its next frames' offsets are released by its next flushes)
+            held = {k for s in self._segments for k in s.ends}
+            self._durable = {k: v for k, v in self._durable.items() if k in held}
         for s in gone:
             try:
                 if self.local and self._keep(s.path):
@@ -280,7 +405,8 @@ class WriteAheadLog:
 
     def _keep(self, path: str) -> bool:
         """Keep a released segment file for a later segment to write over (`free-<n>`: no reader
-        lists it); False when enough are kept. Raises: OSError."""
+        lists it); False when enough are kept, or the file is under half a segment (it would roll
+        early, or grow). Raises: OSError."""
         with self._lock:
             if len(self._free) >= _RECYCLED:
                 return False
@@ -288,6 +414,8 @@ class WriteAheadLog:
             free = f"{self.dir}/free-{self._freed}"
         fd = os.open(path, os.O_WRONLY)
         try:  # its first frame is no frame any more (its salt would be taken for the next segment's)
+            if os.fstat(fd).st_size * 2 < self.segment_bytes:
+                return False
             os.pwrite(fd, bytes(_HEADER.size), 0)
             os.fdatasync(fd)
         finally:
@@ -297,14 +425,89 @@ class WriteAheadLog:
             self._free.append(free)
         return True
 
+    def _spare_loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._spare_wanted and not self._closing.is_set():
+                    self._wake.wait()
+                if self._closing.is_set():
+                    return
+            with self._lock:
+                self._freed += 1
+                path = f"{self.dir}/free-{self._freed}"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    done = _zero_fill(fd, self.segment_bytes, paced=self._closing)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                log.warning("write-ahead: could not write a spare segment file (%s); segments grow instead", exc)
+                done = False
+            with self._lock:
+                if done:
+                    self._free.append(path)
+            if not done:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                self._closing.wait(1.0)  # (a full disk: not again at once)
+            with self._wake:
+                self._spare_wanted = False
+
     def pending_bytes(self) -> int:
         with self._lock:
             return sum(s.nbytes for s in self._segments)
 
     def close(self) -> None:
+        self._closing.set()
+        with self._wake:
+            self._wake.notify_all()
+        for t in self._threads:
+            t.join(10)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _merge(into: dict[tuple[str, int], int], high_watermarks: Mapping[tuple[str, int], int]) -> None:
+    for key, hw in high_watermarks.items():
+        into[key] = max(into.get(key, 0), hw)
+
+
+def _zero_fill(fd: int, size: int, *, paced: threading.Event | None = None) -> bool:
+    """Write zeros over the file's first `size` bytes and make them durable; `paced`: in
+    `_SPARE_CHUNK`s with a pause as long as each took, stopping (False) once the event is set."""
+    zeros = memoryview(bytes(min(size, _SPARE_CHUNK)))
+    pos = 0
+    while pos < size:
+        n = min(len(zeros), size - pos)
+        start = time.monotonic()
+        os.pwrite(fd, zeros[:n], pos)
+        pos += n
+        if paced is not None:
+            os.fdatasync(fd)
+            if paced.wait(time.monotonic() - start):
+                return False
+    os.fsync(fd)
+    return True
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syncfs = getattr(_libc, "syncfs", None)
+
+
+def sync_filesystem(path: str) -> None:
+    """Write the page cache of the filesystem that holds `path` to disk (Linux's `syncfs`; `sync`
+    elsewhere). Raises: OSError."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _syncfs is None:
+            os.sync()
+        elif _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:

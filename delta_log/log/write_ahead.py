@@ -56,7 +56,15 @@ from delta_log.errors import (
     WriterClosedError,
 )
 from delta_log.log.group_commit import FlushPool, FlushStats, resolve
-from delta_log.log.wal import ProducerRange, WriteAheadLog, collect, delete_dir, encode_frame, latest_per_offset
+from delta_log.log.wal import (
+    ProducerRange,
+    WriteAheadLog,
+    collect,
+    delete_dir,
+    encode_frame,
+    latest_per_offset,
+    sync_filesystem,
+)
 from delta_log.log.writer import AppendRequest, AppendResult, CommitInfo, Staged, TopicWriter, partitions_of, stage
 from delta_log.table.app_transactions import append_transactions, hw_app_id, partition_of
 from delta_log.table.storage import StorageRoot
@@ -99,6 +107,7 @@ _SLICED_RUN_BYTES = 64 * 1024
 _ABSENT = -1
 #: producer entries kept in a topic's view beyond those not yet flushed
 _MAX_VIEW_ENTRIES = 100_000
+_HANDLES = itertools.count()  # LogTopic.key
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +151,9 @@ class LogTopic:
     ) -> None:
         self.writer = writer
         self.topic = writer.topic
+        #: this handle's name in the log's bookkeeping: a topic deleted and made again under its
+        #: name starts its offsets again, and must not be taken for flushed up to the old ones
+        self.key = f"{self.topic}#{next(_HANDLES)}"
         self.write_ahead = write_ahead
         self.max_lag_s = max_lag_s
         self.batch_bytes = batch_bytes
@@ -455,7 +467,11 @@ class LogTopic:
                 taken = self.writer.leased_by_others(partitions_of(records), self.holder)
             self._handed_over(taken)
             return not taken
-        except TopiclakeError as exc:
+        except BaseException as exc:
+            if not isinstance(exc, TopiclakeError):  # a bug, or an interrupt: the next flush retries
+                with self._lock:
+                    self._flushing = self._flushing_bytes = 0
+                raise
             self.flush_failures += 1
             log.warning(
                 "topic %s: flushing %d acked records into the table failed (%s); retrying",
@@ -484,6 +500,7 @@ class LogTopic:
             self.last_lag_s = done - batch[0].at
             self._lock.notify_all()
         self.on_flushed(flushed)
+        self.write_ahead.flushed(self.key, flushed)
         if self.on_flush is not None:
             with contextlib.suppress(Exception):
                 self.on_flush(
@@ -522,6 +539,7 @@ class LogTopic:
             self._flushing = self._flushing_bytes = 0
             self._lock.notify_all()
         self.on_flushed(unpinned)  # the readers' tails need not hold them any longer
+        self.write_ahead.flushed(self.key, unpinned)  # (the new holder's commit)
 
     def _trim_view_locked(self) -> None:
         """Forget producer entries the table holds, beyond a bound (high watermarks stay)."""
@@ -563,7 +581,6 @@ class WriteAhead:
         self._ready: list[LogTopic] = []  # topics whose parked requests may be staged again
         self._due: list[tuple[float, int, LogTopic]] = []
         self._ids = itertools.count()
-        self._flushed: dict[tuple[str, int], int] = {}
         self._closed = False
         self.write_seconds = 0.0
         self._thread = threading.Thread(target=self._run, name="write-ahead", daemon=True)
@@ -685,7 +702,7 @@ class WriteAhead:
                 for t, _, s in staged
                 for pr, p, base in s.producer_ranges
             ]
-            ends = {(t.topic, p): hw for t, _, s in staged for p, hw in s.high_watermarks.items()}
+            ends = {(t.key, p): hw for t, _, s in staged for p, hw in s.high_watermarks.items()}
             start = time.perf_counter()
             try:
                 self.wal.append(encode_frame(pa.concat_tables(tables), producers), ends)
@@ -720,14 +737,10 @@ class WriteAhead:
             if due is not None:
                 self.schedule(topic, due)
 
-    def flushed(self, topic: str, high_watermarks: dict[int, int]) -> None:
-        """A topic's table now holds its records below these offsets: release what the log no
-        longer needs."""
-        with self._cond:
-            for p, hw in high_watermarks.items():
-                self._flushed[(topic, p)] = max(self._flushed.get((topic, p), 0), hw)
-            flushed = dict(self._flushed)
-        self.wal.release(flushed)
+    def flushed(self, key: str, high_watermarks: dict[int, int]) -> None:
+        """A topic's table now holds its records below these offsets (`key`: its LogTopic's):
+        the log releases what it no longer needs once that is durable."""
+        self.wal.in_tables({(key, p): hw for p, hw in high_watermarks.items()})
 
     def close(self) -> None:
         """Write what waits, then stop the writer thread (topics flush their tables on close)."""
@@ -769,7 +782,13 @@ def replay(
             written[topic] = n
             log.info("write-ahead replay: %d records of topic %s written", n, topic)
         complete = complete and writer.holds(batch)
-    if complete:
+    if complete and dirs:
+        if storage.is_local:  # the tables' new files and log entries reach the disk before the logs go
+            try:
+                sync_filesystem(dirs[0])
+            except OSError as exc:
+                log.warning("write-ahead replay: syncing the root failed (%s); the logs are kept", exc)
+                return written, complete
         for d in dirs:
             delete_dir(storage, d)
     return written, complete

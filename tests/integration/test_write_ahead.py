@@ -479,7 +479,7 @@ def test_a_recycled_segment_file_yields_only_its_own_frames(storage, tmp_path):
 
     payload = encode_frame(_wal_records("old", 50), [])
     frame = len(frame_header(payload, b"salt0000")) + payload.size
-    wal = WriteAheadLog(storage, "recycling", segment_bytes=5 * frame + 100)
+    wal = WriteAheadLog(storage, "recycling", segment_bytes=5 * frame + 100, spares=False)
     for _ in range(5):  # segment 0: five frames of an old topic, full
         wal.append(encode_frame(_wal_records("old", 50), []), {("old", 0): 50})
     for _ in range(5):  # segment 1: five of another
@@ -487,13 +487,14 @@ def test_a_recycled_segment_file_yields_only_its_own_frames(storage, tmp_path):
     assert wal.release({("old", 0): 50}) == 1  # segment 0 released: its file is kept to reuse
     assert not list(Path(wal.dir).glob("00000000000000000000.wal"))
     (free,) = Path(wal.dir).glob("free-*")
-    assert free.stat().st_size == 5 * frame and not list(decode_frames(free.read_bytes()))  # no frame left
+    # (the log's first file is zero-filled to a segment's size first: no write of it extends it)
+    assert free.stat().st_size == wal.segment_bytes and not list(decode_frames(free.read_bytes()))  # no frame left
     # segment 2, over segment 0's file (segment 1 is full): a frame of the same size as the old ones
     # ("odl" is as long as "old"), so the next bytes are exactly the old second frame's, whole and
     # with a valid CRC
     wal.append(encode_frame(_wal_records("odl", 50), []), {("odl", 0): 50})
     segment = Path(wal.dir) / f"{2:020d}.wal"
-    assert not list(Path(wal.dir).glob("free-*")) and segment.stat().st_size == 5 * frame  # the old frames stay
+    assert not list(Path(wal.dir).glob("free-*")) and segment.stat().st_size == wal.segment_bytes  # the old frames stay
     frames = [f for path, f in read_dir(storage, wal.dir) if path.endswith(segment.name)]
     assert [set(f.records.column("topic").to_pylist()) for f in frames] == [{"odl"}]
     wal.close()
@@ -531,3 +532,118 @@ def test_a_segment_all_in_its_tables_starts_again_over_its_own_file(storage, mon
     wal.append(encode_frame(_wal_records("odl", 50), []), {("odl", 0): 150})
     assert [f.records.num_rows for _, f in read_dir(storage, wal.dir)] == [50, 50, 50]
     wal.close()
+
+
+def _frame_bytes(topic: str, n: int) -> int:
+    from delta_log.log.wal import encode_frame, frame_header
+
+    payload = encode_frame(_wal_records(topic, n), [])
+    return len(frame_header(payload, b"salt0000")) + payload.size
+
+
+def test_a_segment_is_released_only_once_its_tables_are_on_disk(storage, monkeypatch):
+    """A flush's commit is visible before it is on disk (delta-rs writes a local table's files
+    and log entry without fsync): the log keeps the segments that hold its records until a
+    `syncfs` of the root that began after the commit has returned. Before, a power loss could
+    take acked records from both."""
+    import delta_log.log.wal as wal_mod
+    from delta_log.log.wal import WriteAheadLog, encode_frame
+
+    entered, go = threading.Event(), threading.Event()
+    calls: list[str] = []
+    real = wal_mod.sync_filesystem
+
+    def held_sync(path: str) -> None:
+        calls.append(path)
+        entered.set()
+        assert go.wait(10)
+        real(path)
+
+    monkeypatch.setattr(wal_mod, "sync_filesystem", held_sync)
+    wal = WriteAheadLog(storage, "synced", segment_bytes=3 * _frame_bytes("t#1", 50), spares=False)
+    try:
+        for _ in range(3):  # segment 0, full
+            wal.append(encode_frame(_wal_records("t#1", 50), []), {("t#1", 0): 50})
+        wal.append(encode_frame(_wal_records("u#2", 50), []), {("u#2", 0): 50})  # segment 1
+        first = Path(wal.dir) / f"{0:020d}.wal"
+        assert not calls  # nothing asked for a sync yet
+        wal.in_tables({("t#1", 0): 50})  # the table holds segment 0's records, visibly
+        assert entered.wait(10)
+        assert first.exists() and wal.release_syncs == 0  # not released while the sync runs
+        go.set()
+        deadline = time.monotonic() + 10
+        while first.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not first.exists() and wal.release_syncs == 1 and calls == [wal.dir]
+        assert (Path(wal.dir) / f"{1:020d}.wal").exists()  # the segment being written stays
+    finally:
+        go.set()
+        wal.close()
+
+
+def test_the_next_segment_file_is_written_ahead_so_no_write_extends_a_file(storage):
+    """Half way through a segment a zero-filled file of a segment's size is written ahead (on a
+    thread of its own, paced); the roll renames it, so no ack's fdatasync extends a file (which
+    commits ext4's journal: tens to hundreds of ms at 500 acks/s)."""
+    from delta_log.log.wal import WriteAheadLog, decode_frames, encode_frame, read_dir
+
+    wal = WriteAheadLog(storage, "ahead", segment_bytes=4 * _frame_bytes("t#1", 50))
+    wal_dir = Path(wal.dir)
+    try:
+        sizes: set[int] = set()
+        for i in range(2):  # half of segment 0 (the log's first file: zero-filled before its first frame)
+            wal.append(encode_frame(_wal_records("t#1", 50), []), {("t#1", 0): 50 * (i + 1)})
+            sizes |= {p.stat().st_size for p in wal_dir.glob("*.wal")}
+        deadline = time.monotonic() + 10
+        while not list(wal_dir.glob("free-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (spare,) = wal_dir.glob("free-*")
+        while spare.stat().st_size < wal.segment_bytes and time.monotonic() < deadline:
+            time.sleep(0.02)  # (written in chunks: the file shows before its last)
+        time.sleep(0.1)
+        assert spare.stat().st_size == wal.segment_bytes and not list(decode_frames(spare.read_bytes()))
+        for i in range(2, 6):  # the rest of segment 0, then half of segment 1: the spare, renamed
+            wal.append(encode_frame(_wal_records("t#1", 50), []), {("t#1", 0): 50 * (i + 1)})
+            sizes |= {p.stat().st_size for p in wal_dir.glob("*.wal")}
+        assert sorted(p.name for p in wal_dir.glob("*.wal")) == [f"{0:020d}.wal", f"{1:020d}.wal"]
+        assert sizes == {wal.segment_bytes}  # no write extended a file
+        offsets = [o for _, f in read_dir(storage, wal.dir) for o in f.records.column("offset").to_pylist()]
+        assert len(offsets) == 6 * 50  # every frame read back, none of the zeros taken for one
+    finally:
+        wal.close()
+
+
+def test_a_topic_made_again_under_its_name_keeps_its_acks_in_the_log(tmp_path):
+    """A deleted topic's flushes told the log its partitions were in the table up to high offsets.
+    Made again under its name, its offsets start at 0: its acked records stay in the log until its
+    own flushes (released on the old topic's word, a crash would lose them)."""
+    from delta_log.log.wal import read_dir
+
+    writer = {"wal_segment_bytes": 32 * 1024, "wal_lease_ms": 120_000}  # (no flush to renew a lease)
+    settings = load_settings(root=str(tmp_path / "root"), writer=writer)
+    registry = TopicRegistry(settings)
+    try:
+        topic = log_topic(registry, partitions=1, lag_ms=60_000)
+        old = registry.committer(topic)
+        for _ in range(20):  # 1,000 records, then flushed by the delete
+            old.submit(AppendRequest(batch=make_batch(50, value_size=100, topic=topic))).result(10)
+        registry.delete_topic(topic)
+        registry.catalog.create_topic(topic, partitions=1, config=LOG | {"topiclake.table.max.lag.ms": "60000"})
+        again = registry.committer(topic)
+        for _ in range(20):  # offsets 0-199 again, over several segments; not flushed (60 s lag)
+            again.submit(AppendRequest(batch=make_batch(10, value_size=100, topic=topic))).result(10)
+        # another topic's flush makes the log release what its tables hold
+        other = log_topic(registry, partitions=1, lag_ms=60_000)
+        registry.committer(other).submit(AppendRequest(batch=make_batch(5))).result(10)
+        registry.drop(other)
+        wal = registry.write_ahead().wal
+        assert wal.settle(10)
+        logged = [
+            o
+            for _, f in read_dir(registry.storage, wal.dir)
+            for t, o in zip(f.records.column("topic").to_pylist(), f.records.column("offset").to_pylist(), strict=True)
+            if t == topic and f.records.num_rows == 10
+        ]
+        assert sorted(logged) == list(range(200))
+    finally:
+        registry.close()

@@ -77,6 +77,8 @@ _FIRST_FILE_BYTES = 4 * 1024 * 1024
 #: a spare file is zero-filled in chunks this large, each fdatasynced, with a pause as long as the
 #: chunk took after each: a burst of tens of MB queued on the disk would stall the acks' fdatasync
 _SPARE_CHUNK = 1024 * 1024
+#: a spare is written only for a segment that took this long to fill half way (`append`)
+_SPARE_AFTER_S = 2.0
 #: on local disk, the records the tables hold are made durable (one `syncfs`) at most this often
 #: before the segments that held them are released (`WriteAheadLog.in_tables`)
 RELEASE_SYNC_S = 1.0
@@ -169,6 +171,7 @@ class _Segment:
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
     #: the file's zero-filled size: frames within it change no file size (0: a growing file)
     capacity: int = 0
+    started: float = field(default_factory=time.monotonic)  # when its first frame came
 
 
 class WriteAheadLog:
@@ -254,8 +257,16 @@ class WriteAheadLog:
                     self._sync_buckets[i] += 1
             self._sync_seconds += seconds
             self.writes += 1
-            # half way through the segment and no file to roll to: the spare thread writes one
-            want = len(self._threads) > 1 and not self._free and seg.nbytes * 2 >= (seg.capacity or self.segment_bytes)
+            # half way through the segment and no file to roll to: the spare thread writes one,
+            # unless the log fills segments fast (its writes are large: a file extended under them
+            # costs little beside them, and zero-filling spares would add a third of the log's
+            # disk writes at 100 MB/s)
+            want = (
+                len(self._threads) > 1
+                and not self._free
+                and seg.nbytes * 2 >= (seg.capacity or self.segment_bytes)
+                and time.monotonic() - seg.started >= _SPARE_AFTER_S
+            )
         self.bytes_written += size
         if want and not self._spare_wanted:
             with self._wake:
@@ -280,7 +291,7 @@ class WriteAheadLog:
                 # directory fsync; and the file grows only past its largest cycle, so the writes'
                 # fdatasync changes no file size and commits no filesystem journal (a growing
                 # file's did, at 500 small acks/s: tens to hundreds of ms, docs/BENCHMARKS.md).
-                seg.salt, seg.nbytes, seg.ends = os.urandom(8), 0, {}
+                seg.salt, seg.nbytes, seg.ends, seg.started = os.urandom(8), 0, {}, time.monotonic()
                 return seg
             end = seg.nbytes + size
             if seg.nbytes == 0 or end <= seg.capacity or (end <= self.segment_bytes and not self._free):

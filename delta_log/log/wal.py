@@ -302,9 +302,14 @@ class WriteAheadLog:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None  # until the next file is open: a failure here leaves no stale fd
-            self._fd = self._open_segment(seg.path, first=seq == 0)
-            seg.capacity = os.fstat(self._fd).st_size
-            _fsync_dir(self.dir)  # the new file's name is durable too
+            fd = self._open_segment(seg.path, first=seq == 0)
+            try:
+                seg.capacity = os.fstat(fd).st_size
+                _fsync_dir(self.dir)  # the new file's name is durable too
+            except OSError:
+                os.close(fd)  # no segment is written at another's position: the next write rolls again
+                raise
+            self._fd = fd
         self._segments.append(seg)
         return seg
 
@@ -336,6 +341,8 @@ class WriteAheadLog:
         and log entry may still be in the page cache: they are released after the next `syncfs`
         of the root, at most `RELEASE_SYNC_S` from now (a power loss would otherwise take acked
         records from both the table and the log)."""
+        if not high_watermarks:
+            return
         if not self.local:
             with self._lock:
                 _merge(self._durable, high_watermarks)
@@ -375,16 +382,16 @@ class WriteAheadLog:
             last = time.monotonic()
             try:
                 sync_filesystem(self.dir)  # everything committed before this call is on disk after it
-            except OSError as exc:
-                log.warning("write-ahead: syncing the root failed (%s); its segments are kept", exc)
+                self.release_syncs += 1
+                with self._lock:
+                    _merge(self._durable, visible)
+                    durable = dict(self._durable)
+                self.release(durable)
+            except Exception as exc:  # the thread must go on: what was not released is kept
+                log.warning("write-ahead: syncing the root or releasing segments failed (%s); they are kept", exc)
                 with self._wake:
                     _merge(self._visible, visible)
                 continue
-            self.release_syncs += 1
-            with self._lock:
-                _merge(self._durable, visible)
-                durable = dict(self._durable)
-            self.release(durable)
             with self._wake:
                 self._settled = reports
                 self._wake.notify_all()
@@ -394,7 +401,9 @@ class WriteAheadLog:
         durably: `flushed` holds each (topic key, partition)'s table high watermark (missing:
         nothing flushed since this log began). Returns how many segments went."""
         with self._lock:
-            written = self._segments[:-1] if self.local else list(self._segments)
+            # (a segment with no byte yet is being written: on an object store its PUT may be
+            # running, its `ends` not filled in yet)
+            written = [s for s in (self._segments[:-1] if self.local else self._segments) if s.nbytes]
             gone = [s for s in written if all(flushed.get(k, -1) >= end for k, end in s.ends.items())]
             for s in gone:
                 self._segments.remove(s)

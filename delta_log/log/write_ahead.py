@@ -661,7 +661,12 @@ class WriteAhead:
         def run() -> None:
             with self._cond:
                 topic._flush_queued = False
-            if not topic.flush_table():
+            try:
+                ok = topic.flush_table()
+            except Exception:  # a bug: say so, and retry as after a failed commit
+                log.exception("topic %s: flushing into the table failed", topic.topic)
+                ok = False
+            if not ok:
                 self.schedule(topic, time.monotonic() + min(1.0, topic.max_lag_s / 4))
             elif (again := topic.next_due()) is not None:
                 self.schedule(topic, again)

@@ -511,12 +511,13 @@ def test_a_segment_all_in_its_tables_starts_again_over_its_own_file(storage, mon
     for _ in range(5):
         wal.append(encode_frame(_wal_records("old", 50), []), {("old", 0): 50})
     (path,) = Path(wal.dir).glob("*.wal")
-    size = path.stat().st_size
+    inode, size, written = path.stat().st_ino, path.stat().st_size, wal.pending_bytes()
     assert wal.release({("old", 0): 50}) == 0  # the segment being written is never deleted...
     wal.append(encode_frame(_wal_records("odl", 50), []), {("odl", 0): 50})  # ...but starts again
-    assert list(Path(wal.dir).iterdir()) == [path] and path.stat().st_size == size
+    assert list(Path(wal.dir).iterdir()) == [path] and path.stat().st_ino == inode  # the same file
+    assert path.stat().st_size == size  # (zero-filled ahead: 4 MiB, or the log's segment size)
     assert [set(f.records.column("topic").to_pylist()) for _, f in read_dir(storage, wal.dir)] == [{"odl"}]
-    assert wal.pending_bytes() < size / 4
+    assert wal.pending_bytes() == written / 5
 
     # the tables catch up while a frame is being written (`release` runs on the flusher's thread):
     # that frame is not all in its table, so the next write keeps the segment as it is
@@ -549,14 +550,14 @@ def test_a_segment_is_released_only_once_its_tables_are_on_disk(storage, monkeyp
     import delta_log.log.wal as wal_mod
     from delta_log.log.wal import WriteAheadLog, encode_frame
 
-    entered, go = threading.Event(), threading.Event()
+    entered, go = threading.Event(), threading.Semaphore(0)
     calls: list[str] = []
     real = wal_mod.sync_filesystem
 
-    def held_sync(path: str) -> None:
+    def held_sync(path: str) -> None:  # each sync waits for the test's go
         calls.append(path)
         entered.set()
-        assert go.wait(10)
+        assert go.acquire(timeout=10)
         real(path)
 
     monkeypatch.setattr(wal_mod, "sync_filesystem", held_sync)
@@ -564,20 +565,29 @@ def test_a_segment_is_released_only_once_its_tables_are_on_disk(storage, monkeyp
     try:
         for _ in range(3):  # segment 0, full
             wal.append(encode_frame(_wal_records("t#1", 50), []), {("t#1", 0): 50})
-        wal.append(encode_frame(_wal_records("u#2", 50), []), {("u#2", 0): 50})  # segment 1
-        first = Path(wal.dir) / f"{0:020d}.wal"
+        wal.append(encode_frame(_wal_records("u#2", 50), []), {("u#2", 0): 50})
+        for _ in range(2):
+            wal.append(encode_frame(_wal_records("u#2", 50), []), {("u#2", 0): 50})  # segment 1, full
+        wal.append(encode_frame(_wal_records("v#3", 50), []), {("v#3", 0): 50})  # segment 2
+        first, second = (Path(wal.dir) / f"{n:020d}.wal" for n in (0, 1))
         assert not calls  # nothing asked for a sync yet
         wal.in_tables({("t#1", 0): 50})  # the table holds segment 0's records, visibly
         assert entered.wait(10)
         assert first.exists() and wal.release_syncs == 0  # not released while the sync runs
-        go.set()
+        # the table takes segment 1's records while that sync runs: they were not on disk when it
+        # began, so they wait for the next one
+        wal.in_tables({("u#2", 0): 50})
+        go.release()  # the first sync returns
         deadline = time.monotonic() + 10
         while first.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not first.exists() and wal.release_syncs == 1 and calls == [wal.dir]
-        assert (Path(wal.dir) / f"{1:020d}.wal").exists()  # the segment being written stays
+        assert not first.exists() and second.exists()  # (the second sync waits for its go)
+        go.release()
+        assert wal.settle(10)
+        assert not second.exists() and wal.release_syncs == 2 and calls == [wal.dir, wal.dir]
+        assert (Path(wal.dir) / f"{2:020d}.wal").exists()  # the segment being written stays
     finally:
-        go.set()
+        go.release(2)
         wal.close()
 
 
@@ -604,13 +614,10 @@ def test_the_next_segment_file_is_written_ahead_so_no_write_extends_a_file(stora
         for i in range(2):  # half of segment 0 (the log's first file: zero-filled before its first frame)
             wal.append(encode_frame(_wal_records("t#1", 50), []), {("t#1", 0): 50 * (i + 1)})
             sizes |= {p.stat().st_size for p in wal_dir.glob("*.wal")}
-        deadline = time.monotonic() + 10
-        while not list(wal_dir.glob("free-*")) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        deadline = time.monotonic() + 20
+        while not wal._free and time.monotonic() < deadline:
+            time.sleep(0.02)  # (written in chunks, each fdatasynced, paced)
         (spare,) = wal_dir.glob("free-*")
-        while spare.stat().st_size < wal.segment_bytes and time.monotonic() < deadline:
-            time.sleep(0.02)  # (written in chunks: the file shows before its last)
-        time.sleep(0.1)
         assert spare.stat().st_size == wal.segment_bytes and not list(decode_frames(spare.read_bytes()))
         for i in range(2, 6):  # the rest of segment 0, then half of segment 1: the spare, renamed
             wal.append(encode_frame(_wal_records("t#1", 50), []), {("t#1", 0): 50 * (i + 1)})
@@ -655,5 +662,6 @@ def test_a_topic_made_again_under_its_name_keeps_its_acks_in_the_log(tmp_path):
             if t == topic and f.records.num_rows == 10
         ]
         assert sorted(logged) == list(range(200))
+        assert not (Path(wal.dir) / f"{0:020d}.wal").exists()  # the old topic's first segment was released
     finally:
         registry.close()

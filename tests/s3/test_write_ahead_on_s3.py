@@ -41,3 +41,35 @@ def test_a_kill_between_ack_and_flush_on_s3_loses_and_duplicates_nothing(setting
         assert wal_objects(storage) == []  # replayed objects are deleted
     finally:
         registry.close()
+
+
+def test_a_release_during_a_put_keeps_the_object_being_written(storage):
+    """The flusher releases segments while the writer's PUT runs: the object being written (its
+    records' offsets not booked yet) is not among them. Before, it was deleted as it was written,
+    and its acked records were in no object."""
+    from delta_log.log.wal import WriteAheadLog, encode_frame, read_dir
+    from tests.integration.test_write_ahead import _wal_records
+
+    wal = WriteAheadLog(storage, "put-race")
+    put = wal.fs.open_output_stream
+
+    def open_then_release(path: str, *args: object, **kw: object) -> object:
+        stream = put(path, *args, **kw)
+        assert wal.release({}) == 0  # (the flush thread's, with nothing of this write flushed)
+        return stream
+
+    wal.fs = _Hooked(wal.fs, open_output_stream=open_then_release)
+    wal.append(encode_frame(_wal_records("t#1", 50), []), {("t#1", 0): 50})
+    assert [f.records.num_rows for _, f in read_dir(storage, wal.dir)] == [50]
+    assert len(wal_objects(storage)) == 1
+    wal.close()
+
+
+class _Hooked:
+    """A filesystem with some methods replaced (pyarrow's are not assignable)."""
+
+    def __init__(self, fs: object, **methods: object) -> None:
+        self._fs, self._methods = fs, methods
+
+    def __getattr__(self, name: str) -> object:
+        return self._methods.get(name) or getattr(self._fs, name)

@@ -41,12 +41,11 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from delta_log.core.producer import ProducerSequence
-from delta_log.core.records import partition_runs
+from delta_log.core.records import group_by_partition
 from delta_log.errors import (
     BackPressureError,
     OwnerNotAvailableError,
@@ -74,33 +73,14 @@ log = logging.getLogger(__name__)
 
 def _by_partition(tables: list[pa.Table]) -> pa.Table:
     """Acked records (each table sorted by partition then offset, and each partition's offsets
-    going on from one table to the next) as one table sorted by partition then offset.
-
-    The tables' partition column is read once, over all of them: read per table (its column, its
-    runs, its slices), a flush of 250 writes of 10 records took 3.4 ms on one thread and 16 ms under
-    load, each call waiting again for the GIL the acks need; now 0.5 ms. Rows already in partition
-    order are copied into whole columns as they are. Otherwise large runs are sliced and copied
-    once (40 writes of 4 MB over four partitions: 19 ms, against 100 ms by a sort's `take` on
-    fresh memory), and many small ones sorted (250 writes of 10 records over four partitions: 0.7
-    ms, against 6.4 ms by slicing 1,000 runs; 1,000 one-record writes of 1,000 partitions: 2.3
-    against 20 ms)."""
+    going on from one table to the next) as one table sorted by partition then offset, in one
+    chunk. The tables' partition column is read once, over all of them: read per table (its
+    column, its runs, its slices), a flush of 250 writes of 10 records took 3.4 ms on one thread
+    and 16 ms under load, each call waiting again for the GIL the acks need; now 0.5 ms."""
     if len(tables) == 1:
         return tables[0]
     combined = pa.concat_tables(tables)
-    parts = combined.column("partition").to_numpy()
-    if not (parts[1:] < parts[:-1]).any():
-        return combined.combine_chunks()  # in partition order already (one partition, say)
-    runs = partition_runs(parts)
-    if combined.get_total_buffer_size() < len(runs) * _SLICED_RUN_BYTES:
-        return combined.combine_chunks().take(pa.array(np.argsort(parts, kind="stable")))
-    by_partition: dict[int, list[pa.Table]] = {}
-    for p, s, e in runs:
-        by_partition.setdefault(p, []).append(combined.slice(s, e - s))
-    return pa.concat_tables([piece for p in sorted(by_partition) for piece in by_partition[p]]).combine_chunks()
-
-
-#: runs at least this large on average are sliced, smaller ones sorted (`_by_partition`)
-_SLICED_RUN_BYTES = 64 * 1024
+    return group_by_partition(combined, combined.column("partition").to_numpy()).combine_chunks()
 
 
 #: a txn the writer's table does not hold (a producer never seen on a partition)

@@ -53,6 +53,7 @@ from delta_log.core.records import (
     TOPIC_SCHEMA,
     PartitionRange,
     count_by_partition,
+    group_by_partition,
     offsets_for_rows,
     partition_runs,
     plan_offsets,
@@ -652,31 +653,12 @@ def _unflushed(records: pa.Table, high_watermarks: dict[int, int], topic: str) -
 
 
 def _assemble(batches: list[pa.Table], partitions: list[np.ndarray], hws: dict[int, int], topic: str) -> pa.Table:
-    """All requests' records in TOPIC_SCHEMA, sorted by (partition, offset).
-
-    Offsets come from numpy. Rows are grouped by partition either with zero-copy slices of each
-    request (few, large requests already sorted by partition: copying megabytes with `take` cost
-    more) or with one `take` over the concatenation (many small requests: per-slice calls, each
-    waiting for the GIL, cost more). Nothing is reordered when the rows are already grouped.
-    """
+    """All requests' records in TOPIC_SCHEMA, sorted by (partition, offset): offsets from numpy,
+    rows grouped by partition as `group_by_partition` finds cheaper (slices of large runs, one
+    `take` of many small ones; nothing reordered when the rows are grouped already)."""
     parts = np.concatenate(partitions) if len(partitions) > 1 else partitions[0]
     order, offsets = offsets_for_rows(parts, hws)
-    if len(order) < 2 or not (np.diff(order) != 1).any():
-        return _to_topic_table(pa.concat_tables(batches), offsets, topic)
-    groups = {int(p) for p in np.unique(parts)}
-    presorted = all(len(a) < 2 or (a[1:] >= a[:-1]).all() for a in partitions)
-    nbytes = sum(b.get_total_buffer_size() for b in batches)  # (`nbytes`: 30x the time, for the same figure)
-    if presorted and nbytes >= len(batches) * len(groups) * 256 * 1024:
-        pieces = []
-        for partition in sorted(groups):
-            slices = []
-            for batch, a in zip(batches, partitions, strict=True):
-                lo, hi = np.searchsorted(a, partition, side="left"), np.searchsorted(a, partition, side="right")
-                if hi > lo:
-                    slices.append(batch.slice(int(lo), int(hi - lo)))
-            pieces.append(pa.concat_tables(slices))
-        return _to_topic_table(pa.concat_tables(pieces), offsets, topic)
-    return _to_topic_table(pa.concat_tables(batches).take(pa.array(order)), offsets, topic)
+    return _to_topic_table(group_by_partition(pa.concat_tables(batches), parts, order), offsets, topic)
 
 
 def _to_topic_table(batch: pa.Table, offsets: np.ndarray, topic: str) -> pa.Table:

@@ -97,7 +97,7 @@ def test_idempotent_retries_are_answered_from_the_log_and_from_the_table(registr
 def test_a_flush_of_many_acks_writes_each_partition_once_in_offset_order(registry, storage, monkeypatch, run_bytes):
     """The flush lines up each partition's runs of every ack, by slicing them (large runs) or by a
     stable sort (many small ones): files in offset order either way."""
-    monkeypatch.setattr("delta_log.log.write_ahead._SLICED_RUN_BYTES", run_bytes)
+    monkeypatch.setattr("delta_log.core.records.SLICED_RUN_BYTES", run_bytes)
     topic = log_topic(registry, partitions=3, lag_ms=60_000)
     committer = registry.committer(topic)
     for _ in range(6):

@@ -134,3 +134,17 @@ def test_count_by_partition_counts_in_ascending_partition_order():
     assert list(count_by_partition(parts).items()) == [(0, 2), (3, 3), (7, 1)]
     assert count_by_partition(np.array([], dtype=np.int32)) == {}
     assert count_by_partition(np.array([9999], dtype=np.int32)) == {9999: 1}
+
+
+@pytest.mark.parametrize("run_bytes", [1, 1 << 40], ids=["runs sliced", "rows taken"])
+def test_group_by_partition_keeps_each_partitions_order_either_way(monkeypatch, run_bytes):
+    from delta_log.core import records
+
+    monkeypatch.setattr(records, "SLICED_RUN_BYTES", run_bytes)
+    parts = np.array([2, 2, 0, 1, 1, 0, 2, 0], np.int32)
+    table = pa.table({"partition": parts, "arrival": np.arange(len(parts))})
+    grouped = records.group_by_partition(pa.concat_tables([table.slice(0, 3), table.slice(3)]), parts)
+    assert grouped.column("partition").to_pylist() == [0, 0, 0, 1, 1, 2, 2, 2]
+    assert grouped.column("arrival").to_pylist() == [2, 5, 7, 3, 4, 0, 1, 6]
+    ordered = table.take(pa.array(np.argsort(parts, kind="stable")))
+    assert records.group_by_partition(ordered, np.sort(parts)) is ordered  # grouped already: as it is

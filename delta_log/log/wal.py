@@ -512,8 +512,10 @@ def _zero_fill(fd: int, size: int, *, paced: threading.Event | None = None) -> b
     return True
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syncfs = getattr(_libc, "syncfs", None)
+try:  # Linux's; elsewhere `sync_filesystem` syncs every filesystem
+    _syncfs: Any = ctypes.CDLL(None, use_errno=True).syncfs
+except (OSError, AttributeError, TypeError):
+    _syncfs = None
 
 
 def sync_filesystem(path: str) -> None:

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from conf import Settings
+from delta_log.core.histogram import Histogram
 from delta_log.core.lag import lowest_committed
 from delta_log.core.topic_config import validate_topic_name
 from delta_log.errors import WriterClosedError
@@ -210,7 +211,7 @@ class TopicRegistry:
                 )
             return self._write_ahead
 
-    def write_ahead_syncs(self) -> tuple[list[int], float, int] | None:
+    def write_ahead_syncs(self) -> Histogram | None:
         """This gateway's write-ahead durable writes (`WriteAheadLog.sync_histogram`); None before
         a `log` topic opened the log."""
         with self._lock:

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from broker.fetch import SERVED
+from delta_log.core.histogram import Histogram
 from delta_log.log.group_commit import FlushStats
-from delta_log.log.wal import SYNC_BUCKETS
 
 V = TypeVar("V")
 
@@ -30,9 +30,7 @@ class Metrics:
         self.errors: dict[str, int] = defaultdict(int)
         self.commits: dict[str, int] = defaultdict(int)
         self.forwarded: dict[tuple[str, str], int] = defaultdict(int)
-        self._buckets = [0] * len(LATENCY_BUCKETS)
-        self._latency_sum = 0.0
-        self._latency_count = 0
+        self._latency = Histogram(LATENCY_BUCKETS)
 
     def on_flush(self, stats: FlushStats) -> None:
         with self._lock:
@@ -40,11 +38,7 @@ class Metrics:
                 self.records_in[stats.topic] += stats.records
                 self.bytes_in[stats.topic] += stats.bytes
                 self.commits[stats.topic] += 1
-            for i, bound in enumerate(LATENCY_BUCKETS):
-                if stats.seconds <= bound:
-                    self._buckets[i] += 1
-            self._latency_sum += stats.seconds
-            self._latency_count += 1
+            self._latency.observe(stats.seconds)
 
     def on_forward(self, topic: str, *, appended_here: bool) -> None:
         """A produce request whose partitions another gateway owns: sent there, or (the owner
@@ -69,7 +63,7 @@ class Metrics:
         visible: Callable[[str], bool] = lambda topic: True,
         table_lag: dict[str, float] | None = None,
         upsert_lag: dict[str, int] | None = None,
-        write_ahead_syncs: tuple[list[int], float, int] | None = None,
+        write_ahead_syncs: Histogram | None = None,
     ) -> str:
         """The Prometheus text; per-topic series only for the topics `visible` lets through."""
         lines: list[str] = []
@@ -100,11 +94,7 @@ class Metrics:
                 if visible(t):
                     lines.append(f"topiclake_produce_forwarded_total{_labels(topic=t, appended=where)} {v}")
             family("topiclake_commit_latency_seconds", "histogram", "Time per group-commit flush.")
-            for bound, count in zip(LATENCY_BUCKETS, self._buckets, strict=True):
-                lines.append(f'topiclake_commit_latency_seconds_bucket{{le="{bound}"}} {count}')
-            lines.append(f'topiclake_commit_latency_seconds_bucket{{le="+Inf"}} {self._latency_count}')
-            lines.append(f"topiclake_commit_latency_seconds_sum {self._latency_sum}")
-            lines.append(f"topiclake_commit_latency_seconds_count {self._latency_count}")
+            lines.extend(self._latency.lines("topiclake_commit_latency_seconds"))
             family("topiclake_records_out_total", "counter", "Records served by fetches (HTTP, SSE, Kafka), per topic.")
             served = {t: v for t, v in SERVED.snapshot().items() if visible(t)}
             for t, (records, _) in sorted(served.items()):
@@ -144,12 +134,7 @@ class Metrics:
             "`log` topics: time per durable write-ahead write (pwritev and fdatasync, or one PUT); every ack waits for one.",
         )
         if write_ahead_syncs is not None:
-            counts, seconds, writes = write_ahead_syncs
-            for bound, count in zip(SYNC_BUCKETS, counts, strict=True):
-                lines.append(f'topiclake_write_ahead_sync_seconds_bucket{{le="{bound}"}} {count}')
-            lines.append(f'topiclake_write_ahead_sync_seconds_bucket{{le="+Inf"}} {writes}')
-            lines.append(f"topiclake_write_ahead_sync_seconds_sum {seconds:.6f}")
-            lines.append(f"topiclake_write_ahead_sync_seconds_count {writes}")
+            lines.extend(write_ahead_syncs.lines("topiclake_write_ahead_sync_seconds"))
         family(
             "topiclake_upsert_lag_records",
             "gauge",

@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from delta_log.core.histogram import Histogram
 from delta_log.core.producer import ProducerSequence
 from delta_log.table.storage import StorageRoot
 
@@ -205,10 +206,9 @@ class WriteAheadLog:
         self._freed = 0
         self.writes = 0
         self.bytes_written = 0
-        #: per SYNC_BUCKETS bound, the writes made durable within it; and their seconds in all.
-        #: Every ack of a `log` topic waits for one: a disk's stalls show here first.
-        self._sync_buckets = [0] * len(SYNC_BUCKETS)
-        self._sync_seconds = 0.0
+        #: the seconds each write took to be durable: every ack of a `log` topic waits for one, and
+        #: a disk's stalls show here first
+        self._syncs = Histogram(SYNC_BUCKETS)
         #: (topic key, partition) -> the table's high watermark, durable: what `release` is given
         self._durable: dict[tuple[str, int], int] = {}
         #: the same, visible in the tables but maybe not on disk yet (local disk): the next sync's
@@ -252,10 +252,7 @@ class WriteAheadLog:
             seg.nbytes += size
             for key, end in ends.items():
                 seg.ends[key] = max(seg.ends.get(key, 0), end)
-            for i, bound in enumerate(SYNC_BUCKETS):
-                if seconds <= bound:
-                    self._sync_buckets[i] += 1
-            self._sync_seconds += seconds
+            self._syncs.observe(seconds)
             self.writes += 1
             # half way through the segment and no file to roll to: the spare thread writes one,
             # unless the log fills segments fast (its writes are large: a file extended under them
@@ -273,11 +270,10 @@ class WriteAheadLog:
                 self._spare_wanted = True
                 self._wake.notify_all()
 
-    def sync_histogram(self) -> tuple[list[int], float, int]:
-        """The durable writes so far: per SYNC_BUCKETS bound how many took at most that long
-        (each write's `pwritev` and `fdatasync`, or its PUT), their seconds in all, and how many."""
+    def sync_histogram(self) -> Histogram:
+        """The seconds of each durable write so far (its `pwritev` and `fdatasync`, or its PUT)."""
         with self._lock:
-            return list(self._sync_buckets), self._sync_seconds, self.writes
+            return self._syncs.copy()
 
     def _current(self, size: int) -> _Segment:
         """The segment the next frame goes to (a new one per write on an object store)."""

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from delta_log.core.records import partition_runs
@@ -70,17 +71,15 @@ class TailCache:
         if not n or (self.max_bytes <= 0 and self._flushed is None):
             return
         offsets = records.column("offset").to_numpy()
-        # Each partition's share of the buffers by its rows: a slice's exact `nbytes` cost 21 us a
-        # partition on the write-ahead thread, and released the GIL it then waited for again.
-        total = records.get_total_buffer_size()
+        runs = partition_runs(parts)
+        sizes = _run_bytes(records, runs)
         with self._lock:
-            for p, s, e in partition_runs(parts):
+            for (p, s, e), nbytes in zip(runs, sizes, strict=True):
                 piece = records.slice(s, e - s)
                 base = int(offsets[s])
                 tail = self._tails.get(p)
                 if tail is None or tail.end_offset != base:
                     tail = self._tails[p] = _Tail(first_offset=base, end_offset=base)
-                nbytes = total * (e - s) // n
                 tail.tables.append((base, piece, nbytes))
                 tail.end_offset = base + piece.num_rows
                 tail.nbytes += nbytes
@@ -111,3 +110,20 @@ class TailCache:
             if limit <= 0:
                 break
         return pa.concat_tables(out) if out else None
+
+
+def _run_bytes(records: pa.Table, runs: list[tuple[int, int, int]]) -> list[int]:
+    """Each run's share of the records' buffers: its values' bytes (from the value column's
+    offsets, when it is one chunk), and of the rest a share by its rows. A slice's exact `nbytes`
+    cost 21 us a partition on the write-ahead thread, and released the GIL it then waited for
+    again; by rows alone, a partition of large values beside one of small ones was under-counted."""
+    n = records.num_rows
+    total = records.get_total_buffer_size()
+    values = records.column("value")
+    if values.num_chunks != 1 or values.type != pa.binary():
+        return [total * (e - s) // n for _, s, e in runs]
+    chunk = values.chunk(0)
+    ends = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset : chunk.offset + n + 1]
+    value_bytes = [int(ends[e] - ends[s]) for _, s, e in runs]
+    rest = max(total - int(ends[-1] - ends[0]), 0)
+    return [v + rest * (e - s) // n for v, (_, s, e) in zip(value_bytes, runs, strict=True)]

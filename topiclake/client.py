@@ -263,9 +263,11 @@ class _Batch:
         self.first = now
         self.values: list[bytes | None] = []
         self.keys: list[bytes | None] = []
-        self.partitions: list[int | None] = []
-        self.timestamps: list[int | None] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
+        # by record index, only the records that have one (most have none: a list of Nones a
+        # record cost a send() three appends, and to_arrow() three scans)
+        self.partitions: dict[int, int] = {}
+        self.timestamps: dict[int, int] = {}
+        self.headers: dict[int, list[dict[str, Any]]] = {}
         self.nbytes = 0
         self.result = _BatchResult(topic)
 
@@ -279,16 +281,24 @@ class _Batch:
         def column(name: str) -> list[Any]:
             return list(itertools.chain.from_iterable(getattr(b, name) for b in batches))
 
-        partitions, timestamps, headers = column("partitions"), column("timestamps"), column("headers")
+        def sparse(name: str) -> list[Any] | None:
+            if not any(getattr(b, name) for b in batches):
+                return None
+            out: list[Any] = []
+            for b in batches:
+                given = getattr(b, name)
+                out.extend(given.get(i) for i in range(len(b)))
+            return out
+
         cols: dict[str, pa.Array] = {
             "key": pa.array(column("keys"), pa.binary()),
             "value": pa.array(column("values"), pa.binary()),
         }
-        if any(p is not None for p in partitions):
+        if (partitions := sparse("partitions")) is not None:
             cols["partition"] = pa.array(partitions, pa.int64())
-        if any(t is not None for t in timestamps):
+        if (timestamps := sparse("timestamps")) is not None:
             cols["timestamp"] = pa.array(timestamps, pa.int64())  # epoch ms
-        if any(h is not None for h in headers):
+        if (headers := sparse("headers")) is not None:
             cols["headers"] = pa.array(headers, _HEADERS)
         table = pa.table(cols)
         sink = pa.BufferOutputStream()
@@ -302,6 +312,18 @@ class _Batch:
 _ROW_BYTES = 24
 
 log = logging.getLogger("topiclake.client")
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _text_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+#: how `send()` encodes keys and values, per format ("binary" takes bytes as they are, as "string" does)
+_ENCODERS: dict[str, Callable[[Any], bytes]] = {"json": _json_bytes, "string": _text_bytes, "binary": _text_bytes}
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> None:
@@ -391,9 +413,11 @@ class Producer:
         self._closed = False
         # answered requests, resolved (futures, callbacks) on their own thread while the next is sent
         self._answered: queue.SimpleQueue[tuple[list[_Batch], BaseException | None] | None] = queue.SimpleQueue()
-        self._sender = threading.Thread(target=self._run, name="topiclake-producer", daemon=True)
+        self._encode_value, self._encode_key = _ENCODERS[value_format], _ENCODERS[key_format]
+        self._stopped = False  # a thread of the producer's ended (set as it ends)
+        self._sender = threading.Thread(target=self._watched(self._run), name="topiclake-producer", daemon=True)
         self._resolver = threading.Thread(
-            target=self._resolve_answers, name="topiclake-producer-callbacks", daemon=True
+            target=self._watched(self._resolve_answers), name="topiclake-producer-callbacks", daemon=True
         )
         self._sender.start()
         self._resolver.start()
@@ -412,8 +436,8 @@ class Producer:
         """Queue one record; `value=None` is a tombstone (a null value: compaction and upsert tables
         delete the key), as with Kafka's producers. Raises: RuntimeError (closed), TypeError/ValueError
         (unencodable value)."""
-        v = None if value is None else self._encode(value, self.value_format)
-        k = None if key is None else self._encode(key, self.key_format)
+        v = None if value is None else self._encode_value(value)
+        k = None if key is None else self._encode_key(key)
         hs = None
         if headers:
             if not all(isinstance(hk, str) for hk in headers):
@@ -424,12 +448,13 @@ class Producer:
         size = (len(v) if v else 0) + (len(k) if k else 0) + _ROW_BYTES
         if hs:
             size += sum(len(h["key"]) + len(h["value"]) + _ROW_BYTES for h in hs)
-        if size > min(self.buffer_bytes, self.max_request_bytes):
+        if size > self.max_request_bytes:  # (at most buffer_bytes)
             raise ValueError(
                 f"A record of {size} bytes cannot fit buffer_bytes ({self.buffer_bytes}) or max_request_bytes "
                 f"({self.max_request_bytes}); send smaller records or raise both."
             )
-        self._check_running()
+        if self._stopped:
+            self._check_running()
         with self._lock:
             if self._closed:
                 raise RuntimeError("Producer is closed")
@@ -442,9 +467,12 @@ class Producer:
             index = len(batch.values)
             batch.values.append(v)
             batch.keys.append(k)
-            batch.partitions.append(partition)
-            batch.timestamps.append(timestamp_ms)
-            batch.headers.append(hs)
+            if partition is not None:
+                batch.partitions[index] = partition
+            if timestamp_ms is not None:
+                batch.timestamps[index] = timestamp_ms
+            if hs is not None:
+                batch.headers[index] = hs
             batch.nbytes += size
             if callback is not None:
                 batch.result.send_callbacks.append((index, callback))
@@ -459,8 +487,19 @@ class Producer:
     def _check_running(self) -> None:
         """Raises: RuntimeError when the sending or the callback thread is gone (nothing queued
         would be sent or answered any more)."""
-        if not self._closed and not (self._sender.is_alive() and self._resolver.is_alive()):
+        if not self._closed and self._stopped:
             raise RuntimeError("The producer's sending thread stopped (see the log); make a new Producer.")
+
+    def _watched(self, body: Callable[[], None]) -> Callable[[], None]:
+        """A thread's body that marks the producer stopped when it ends (`_check_running`)."""
+
+        def run() -> None:
+            try:
+                body()
+            finally:
+                self._stopped = True
+
+        return run
 
     def _wait_for_room(self, size: int) -> None:
         """Under the lock: wait until `size` more bytes fit the buffer (woken as acks free bytes).
@@ -485,14 +524,6 @@ class Producer:
         for batch in self._batches.values():
             batch.first = 0.0
         self._lock.notify_all()
-
-    @staticmethod
-    def _encode(value: Any, fmt: str) -> bytes:
-        if fmt == "json":
-            return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-        if isinstance(value, bytes):
-            return value
-        return str(value).encode()
 
     def _ready(self, now: float, force: bool) -> list[_Batch]:
         """Under the lock: the full batches, then those whose linger is over, oldest first."""

@@ -227,11 +227,9 @@ def test_a_merged_request_stays_under_max_request_bytes_with_headers(server):
     from topiclake.client import _ROW_BYTES, _Batch
 
     batch = _Batch("t", 0.0)
-    for _ in range(1000):
+    for i in range(1000):
         batch.values.append(b"v")
         batch.keys.append(None)
-        batch.partitions.append(None)
-        batch.timestamps.append(None)
-        batch.headers.append([{"key": "h", "value": b"x" * 200}])
+        batch.headers[i] = [{"key": "h", "value": b"x" * 200}]
     estimate = 1000 * (1 + _ROW_BYTES + 1 + 200 + _ROW_BYTES)
     assert len(_Batch.to_arrow([batch])) <= estimate

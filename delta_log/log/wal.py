@@ -5,7 +5,7 @@ Layout: `<root>/_wal/<gateway id>/<sequence>.wal`, one directory per gateway pro
 one frame: magic, payload length, CRC32C (of the segment file's salt and the payload) and the salt
 (8 random bytes drawn each time a file starts a segment), then an Arrow IPC stream of the records
 it acks (TOPIC_SCHEMA, every topic and partition of that write together, offsets already assigned)
-with the idempotent producers' ranges in its schema metadata. On local disk frames are written to a segment file and fsynced
+with the idempotent producers' ranges and each topic's Delta table id in its schema metadata. On local disk frames are written to a segment file and fsynced
 (`os.fdatasync`) before the write returns; the segment rolls at `segment_bytes`, and starts again
 over its own file (a new salt, from the first byte) once every record in it is in its table. On an
 object store every write is one object (one PUT), durable when the PUT returns.
@@ -104,16 +104,24 @@ class ProducerRange:
 class Frame:
     records: pa.Table  # TOPIC_SCHEMA, sorted by (topic, partition, offset)
     producers: tuple[ProducerRange, ...]
+    #: topic -> the id of the Delta table the records were acked for (frames written before
+    #: 2026-11-27 have none): a topic deleted and made again under its name has another
+    tables: Mapping[str, str] = field(default_factory=dict)
 
 
 #: given, so that a write does not read the environment for pyarrow's legacy-format default
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions()
 
 
-def encode_frame(records: pa.Table, producers: list[ProducerRange]) -> pa.Buffer:
-    """One write's payload (WriteAheadLog.append frames it for its segment)."""
+def encode_frame(
+    records: pa.Table, producers: list[ProducerRange], tables: Mapping[str, str] | None = None
+) -> pa.Buffer:
+    """One write's payload (WriteAheadLog.append frames it for its segment); `tables`: each
+    topic's table id (`Frame.tables`)."""
     ranges = [[p.topic, p.partition, p.producer_id, p.sequence, p.base_offset] for p in producers]
     meta = {b"producers": json.dumps(ranges).encode()}
+    if tables:
+        meta[b"tables"] = json.dumps(tables).encode()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, records.schema.with_metadata(meta), options=_IPC_OPTIONS) as w:
         w.write_table(records)
@@ -156,9 +164,11 @@ def decode_frames(data: bytes | pa.Buffer) -> Iterator[Frame]:
             return
         reader = pa.ipc.open_stream(pa.py_buffer(view[start:end]))
         records = reader.read_all()
-        raw = json.loads((reader.schema.metadata or {}).get(b"producers", b"[]"))
+        meta = reader.schema.metadata or {}
+        raw = json.loads(meta.get(b"producers", b"[]"))
         producers = tuple(ProducerRange(str(t), int(p), str(pid), int(s), int(b)) for t, p, pid, s, b in raw)
-        yield Frame(records=records.replace_schema_metadata(None), producers=producers)
+        tables = {str(t): str(i) for t, i in json.loads(meta.get(b"tables", b"{}")).items()}
+        yield Frame(records=records.replace_schema_metadata(None), producers=producers, tables=tables)
         pos = end
 
 
@@ -571,20 +581,41 @@ def delete_dir(storage: StorageRoot, path: str) -> None:
 
 
 def collect(
-    storage: StorageRoot, *, skip: Callable[[str], bool], topic: str | None = None
+    storage: StorageRoot,
+    *,
+    skip: Callable[[str], bool],
+    topic: str | None = None,
+    table_id: Callable[[str], str | None] = lambda topic: None,
 ) -> tuple[dict[str, list[pa.Table]], dict[str, list[tuple[ProducerSequence, int, int]]], list[str]]:
     """Every write-ahead record under the root (of `topic` only, if given), per topic in log order,
-    with the producers' ranges; and the directories read. `skip(name)`: a directory not to read."""
+    with the producers' ranges; and the directories read. `skip(name)`: a directory not to read.
+    `table_id(topic)`: the id of the topic's table now (None: unknown); records acked for another
+    table of that name (deleted since, and made again) are left out."""
     records: dict[str, list[pa.Table]] = {}
     producers: dict[str, list[tuple[ProducerSequence, int, int]]] = {}
+    ids: dict[str, str | None] = {}
+
+    def current(name: str, frame: Frame) -> bool:
+        if name not in frame.tables:
+            return True  # (a frame from before the ids)
+        if name not in ids:
+            ids[name] = table_id(name)
+        if ids[name] is None or ids[name] == frame.tables[name]:
+            return True
+        log.info("write-ahead replay: records of topic %s acked for a table deleted since are left out", name)
+        return False
+
     dirs = [d for d in log_dirs(storage) if not skip(d.rsplit("/", 1)[-1])]
     for d in dirs:
         for _path, frame in read_dir(storage, d):
             names = frame.records.column("topic").unique().to_pylist()
-            for name in names if topic is None else [topic] if topic in names else []:
+            kept = {
+                name for name in (names if topic is None else [topic] if topic in names else []) if current(name, frame)
+            }
+            for name in kept:
                 records.setdefault(name, []).append(frame.records.filter(pc.equal(frame.records["topic"], name)))
             for r in frame.producers:
-                if topic is None or r.topic == topic:
+                if r.topic in kept:
                     seq = ProducerSequence(producer_id=r.producer_id, sequence=r.sequence)
                     producers.setdefault(r.topic, []).append((seq, r.partition, r.base_offset))
     return records, producers, dirs
@@ -602,9 +633,10 @@ def latest_per_offset(tables: list[pa.Table]) -> pa.Table:
 
 
 def read_topic(
-    storage: StorageRoot, topic: str, *, skip: Callable[[str], bool]
+    storage: StorageRoot, topic: str, *, skip: Callable[[str], bool], table_id: str | None = None
 ) -> tuple[list[pa.Table], list[tuple[ProducerSequence, int, int]]]:
     """`topic`'s records in every write-ahead log under the root (but the directories `skip`
-    names), in log order, with its producers' ranges."""
-    records, producers, _ = collect(storage, skip=skip, topic=topic)
+    names), in log order, with its producers' ranges; only those acked for the table `table_id`
+    (when given)."""
+    records, producers, _ = collect(storage, skip=skip, topic=topic, table_id=lambda name: table_id)
     return records.get(topic, []), producers.get(topic, [])

@@ -134,6 +134,7 @@ class LogTopic:
         #: this handle's name in the log's bookkeeping: a topic deleted and made again under its
         #: name starts its offsets again, and must not be taken for flushed up to the old ones
         self.key = f"{self.topic}#{next(_HANDLES)}"
+        self.table_id = writer.table_id()  # in each frame: a replay skips what a deleted table acked
         self.write_ahead = write_ahead
         self.max_lag_s = max_lag_s
         self.batch_bytes = batch_bytes
@@ -688,9 +689,10 @@ class WriteAhead:
                 for pr, p, base in s.producer_ranges
             ]
             ends = {(t.key, p): hw for t, _, s in staged for p, hw in s.high_watermarks.items()}
+            ids = {t.topic: t.table_id for t, _, s in staged if s.records is not None}
             start = time.perf_counter()
             try:
-                self.wal.append(encode_frame(pa.concat_tables(tables), producers), ends)
+                self.wal.append(encode_frame(pa.concat_tables(tables), producers, ids), ends)
             except OSError as exc:
                 error = StorageUnavailableError(f"The write-ahead log could not be written: {exc}")
                 for topic, group, _ in staged:
@@ -752,7 +754,14 @@ def replay(
     own); the others are deleted once their tables hold all they held.
 
     Raises: StorageUnavailableError (the root cannot be read; nothing is deleted)."""
-    records, producers, dirs = collect(storage, skip=skip)
+
+    def table_id(topic: str) -> str | None:
+        try:
+            return writer_of(topic).table_id()
+        except TopicNotFoundError:
+            return None  # (its records are dropped below)
+
+    records, producers, dirs = collect(storage, skip=skip, table_id=table_id)
     written: dict[str, int] = {}
     complete = True
     for topic, tables in records.items():

@@ -212,6 +212,10 @@ class TopicWriter:
             self.refresh()
         return self._dt
 
+    def table_id(self) -> str:
+        """The id of the topic's Delta table (another, once the topic is deleted and made again)."""
+        return str(self.table.metadata().id)
+
     def refresh(self) -> None:
         """Bring the table object to the latest version."""
         try:
@@ -321,7 +325,7 @@ class TopicWriter:
         directories `skip` names) that the table does not hold; returns how many. Partitions another
         gateway holds the lease of are left to it. Before the table path appends to a partition of
         a `log` topic whose holder died, so no acked record is overwritten by a new offset."""
-        tables, producers = read_topic(self.storage, self.topic, skip=skip)
+        tables, producers = read_topic(self.storage, self.topic, skip=skip, table_id=self.table_id())
         if not tables:
             return 0
         n = self.commit_staged(latest_per_offset(tables), producers, skip_leased=True)

@@ -665,3 +665,25 @@ def test_a_topic_made_again_under_its_name_keeps_its_acks_in_the_log(tmp_path):
         assert not (Path(wal.dir) / f"{0:020d}.wal").exists()  # the old topic's first segment was released
     finally:
         registry.close()
+
+
+def test_a_replay_leaves_out_what_was_acked_for_a_table_deleted_since(registry, storage, settings):
+    """A dead gateway's log holds acks of a topic since deleted and made again under its name (the
+    new table starts its offsets at 0 again): a replay writes only what was acked for the table
+    there now. Each frame names the table its records were acked for."""
+    from delta_log.log.wal import WriteAheadLog, encode_frame
+
+    def dead_gateway_acked(owner: str, topic: str, n: int) -> None:
+        wal = WriteAheadLog(storage, owner, spares=False)
+        table_id = TopicWriter(storage, topic, settings.writer).table_id()
+        wal.append(encode_frame(_wal_records(topic, n), [], {topic: table_id}), {(topic, 0): n})
+        wal.close()
+
+    topic = log_topic(registry, partitions=1)
+    dead_gateway_acked("gone-1", topic, 50)  # acked, never flushed: then the topic is deleted
+    registry.delete_topic(topic)
+    registry.catalog.create_topic(topic, partitions=1, config=LOG)
+    dead_gateway_acked("gone-2", topic, 10)  # the new topic's acks
+    written, complete = registry.replay_write_ahead()
+    assert written == {topic: 10} and complete
+    assert table_offsets(storage, topic) == {0: list(range(10))}

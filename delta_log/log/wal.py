@@ -350,10 +350,7 @@ class WriteAheadLog:
         if not high_watermarks:
             return
         if not self.local:
-            with self._lock:
-                _merge(self._durable, high_watermarks)
-                durable = dict(self._durable)
-            self.release(durable)
+            self._release_durable(high_watermarks)
             return
         with self._wake:
             _merge(self._visible, high_watermarks)
@@ -389,10 +386,7 @@ class WriteAheadLog:
             try:
                 sync_filesystem(self.dir)  # everything committed before this call is on disk after it
                 self.release_syncs += 1
-                with self._lock:
-                    _merge(self._durable, visible)
-                    durable = dict(self._durable)
-                self.release(durable)
+                self._release_durable(visible)
             except Exception as exc:  # the thread must go on: what was not released is kept
                 log.warning("write-ahead: syncing the root or releasing segments failed (%s); they are kept", exc)
                 with self._wake:
@@ -401,6 +395,13 @@ class WriteAheadLog:
             with self._wake:
                 self._settled = reports
                 self._wake.notify_all()
+
+    def _release_durable(self, high_watermarks: Mapping[tuple[str, int], int]) -> None:
+        """The tables hold these records durably: release what no longer needs the log."""
+        with self._lock:
+            _merge(self._durable, high_watermarks)
+            durable = dict(self._durable)
+        self.release(durable)
 
     def release(self, flushed: Mapping[tuple[str, int], int]) -> int:
         """Delete the segments (but the one being written) whose every record is in its table,
@@ -436,8 +437,7 @@ class WriteAheadLog:
         with self._lock:
             if len(self._free) >= _RECYCLED:
                 return False
-            self._freed += 1
-            free = f"{self.dir}/free-{self._freed}"
+            free = self._free_path_locked()
         fd = os.open(path, os.O_WRONLY)
         try:  # its first frame is no frame any more (its salt would be taken for the next segment's)
             if os.fstat(fd).st_size * 2 < self.segment_bytes:
@@ -451,6 +451,11 @@ class WriteAheadLog:
             self._free.append(free)
         return True
 
+    def _free_path_locked(self) -> str:
+        """A new name for a file to be written over (`free-<n>`: no reader lists it)."""
+        self._freed += 1
+        return f"{self.dir}/free-{self._freed}"
+
     def _spare_loop(self) -> None:
         while True:
             with self._wake:
@@ -459,8 +464,7 @@ class WriteAheadLog:
                 if self._closing.is_set():
                     return
             with self._lock:
-                self._freed += 1
-                path = f"{self.dir}/free-{self._freed}"
+                path = self._free_path_locked()
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:

@@ -151,6 +151,12 @@ def record_sizes(table: pa.Table) -> np.ndarray:
     return sizes
 
 
+def binary_offsets(arr: pa.Array) -> np.ndarray:
+    """The offsets of a binary or string array's values into its data (len(arr) + 1 of them), read
+    from its offsets buffer without a copy."""
+    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset :]
+
+
 def _binary_lengths(arr: pa.Array) -> np.ndarray:
     """Each value's length (0 for a null) of a binary or string array, from its offsets buffer:
     the per-call cost of pyarrow compute (binary_length, fill_null, to_numpy) was most of a
@@ -160,8 +166,7 @@ def _binary_lengths(arr: pa.Array) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)):
         return pc.binary_length(arr).fill_null(0).to_numpy().astype(np.int64, copy=False)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset :]
-    lengths = np.diff(offsets).astype(np.int64)
+    lengths = np.diff(binary_offsets(arr)).astype(np.int64)
     if arr.null_count:
         lengths[~arr.is_valid().to_numpy(zero_copy_only=False)] = 0
     return lengths

@@ -15,10 +15,9 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 
-from delta_log.core.records import partition_runs
+from delta_log.core.records import binary_offsets, partition_runs
 
 
 @dataclass(slots=True)
@@ -122,8 +121,7 @@ def _run_bytes(records: pa.Table, runs: list[tuple[int, int, int]]) -> list[int]
     values = records.column("value")
     if values.num_chunks != 1 or values.type != pa.binary():
         return [total * (e - s) // n for _, s, e in runs]
-    chunk = values.chunk(0)
-    ends = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset : chunk.offset + n + 1]
+    ends = binary_offsets(values.chunk(0))
     value_bytes = [int(ends[e] - ends[s]) for _, s, e in runs]
     rest = max(total - int(ends[-1] - ends[0]), 0)
     return [v + rest * (e - s) // n for v, (_, s, e) in zip(value_bytes, runs, strict=True)]

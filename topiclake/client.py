@@ -386,7 +386,7 @@ class Producer:
         max_request_bytes = min(max_request_bytes, buffer_bytes)  # a request is at most what may wait
         batch_bytes = min(batch_bytes, max_request_bytes)
         for name, fmt in (("value_format", value_format), ("key_format", key_format)):
-            if fmt not in ("json", "string", "binary"):
+            if fmt not in _ENCODERS:
                 raise ValueError(f"{name} must be 'json', 'string' or 'binary'")
         self.url = url
         self.linger_s = linger_ms / 1000

@@ -21,7 +21,9 @@ reports medians and ratios:
   from the producer's ack to the consumer having the record;
 - baselines a user might write by hand, 1,000 records of 1 KB a batch: Spark
   `df.write.format("delta").mode("append")` per batch, delta-rs `write_deltalake` per request, and
-  the physical limit (raw parquet write and read of the same bytes).
+  the physical limit (raw parquet write and read of the same bytes);
+- the HTTP transport's ceiling: the same Arrow IPC load against a server that reads each body and
+  answers 200 (bench/http_sink.py), so the gateway's own work per record is what separates the two.
 Results: bench/results/kafka_bench.json (rows + medians + ratios), printed as markdown tables.
 """
 
@@ -32,7 +34,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -48,7 +53,7 @@ from bench.common import percentile, print_table, write_results
 from bench.consume_bench import e2e_latency, fetch_all, load
 from bench.kafka_broker import KAFKA_VERSION, KafkaBroker
 from bench.produce_bench import ARROW, random_values
-from tests.e2e.server import ServerProcess
+from tests.e2e.server import ServerProcess, free_port
 
 PARTITIONS = 4
 BATCH = 1000  # records per request / per batch, for every system that batches by hand
@@ -320,6 +325,31 @@ def baseline_batches(work: Path, size: int, batches: int, spark_batches: int) ->
     return rows
 
 
+def transport_ceiling(size: int, seconds: float) -> dict[str, float]:
+    """`topiclake_arrow`'s load against bench/http_sink.py (uvicorn as `topiclake serve` runs it)."""
+    port = free_port()
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "bench.http_sink:app", "--host", "127.0.0.1", "--port", str(port),
+         "--loop", "uvloop", "--http", "httptools", "--log-level", "warning"],
+        cwd=repo,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the HTTP sink did not start") from None
+                time.sleep(0.1)
+        return topiclake_arrow(f"http://127.0.0.1:{port}", "sink", size, seconds)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 # -- the run ------------------------------------------------------------------------------------------
 def med(rows: list[dict[str, Any]], workload: str, system: str, key: str = "records_s") -> float:
     vals = [r[key] for r in rows if r["workload"] == workload and r["system"] == system]
@@ -435,6 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     base = baseline_batches(work, 1024, 40 if args.quick else 100, 5 if args.quick else 10)
     for b in base:
         rows.append({"workload": "baseline 1 KB", "repeat": 0, **b})
+    for rep in range(repeats):
+        res = transport_ceiling(1024, seconds)
+        rows.append({"workload": "baseline 1 KB", "system": "HTTP transport alone (Arrow IPC load, body discarded)",
+                     "repeat": rep, **res})  # fmt: skip
+        print(f"HTTP transport alone #{rep}: {res['records_s']:,.0f} records/s", flush=True)
     shutil.rmtree(work, ignore_errors=True)
 
     medians = []
@@ -487,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         "Arrow IPC / write_deltalake per request (1 KB)": arrow_1k
         / med(rows, "baseline 1 KB", "delta-rs write_deltalake per request"),
         "Arrow IPC / raw parquet write (1 KB)": arrow_1k / med(rows, "baseline 1 KB", "raw parquet write (limit)"),
+        "Arrow IPC / HTTP transport alone (1 KB)": arrow_1k
+        / med(rows, "baseline 1 KB", "HTTP transport alone (Arrow IPC load, body discarded)"),
     }
     print(f"\nThroughput, medians of {repeats} alternating runs (Kafka {KAFKA_VERSION}, same machine)")
     print_table(medians, ["workload", "system", "records_s", "MB_s"])

@@ -187,6 +187,7 @@ class TopicRegistry:
                 max_queue_bytes=w.max_queue_bytes,
                 on_flush=self._on_flush,
                 pool=self._flush_pool,
+                max_gap_s=w.max_flush_gap_ms / 1000,
             )
         with self._lock:
             existing = self._committers.get(topic)

@@ -1,0 +1,85 @@
+"""The group commit's gap under load (delta_log.log.group_commit): a small flush right after another
+waits GAP_FACTOR times as long as that one took, and takes what came meanwhile in one commit."""
+
+import time
+
+import pytest
+
+from delta_log import AppendRequest, TopicWriter
+from delta_log.log.group_commit import GAP_BYTES, GAP_FACTOR, FlushStats, GroupCommitter
+from tests.integration.conftest import make_batch
+
+FLUSH_S = 0.2  # each flush made this slow, so its gap (3x) is long next to the test's own delays
+
+
+@pytest.fixture
+def slow_committer(storage, settings, topic_factory):
+    made: list[GroupCommitter] = []
+
+    def make(max_gap_s: float) -> tuple[GroupCommitter, list[FlushStats]]:
+        writer = TopicWriter(storage, topic_factory(), settings.writer)
+        append_many = writer.append_many
+
+        def slow(requests):  # a flush that takes FLUSH_S, as a large or contended one does
+            time.sleep(FLUSH_S)
+            return append_many(requests)
+
+        writer.append_many = slow  # type: ignore[method-assign]
+        flushes: list[FlushStats] = []
+        c = GroupCommitter(
+            writer,
+            linger_s=0.0,
+            batch_bytes=64 * 1024 * 1024,
+            max_queue_bytes=256 * 1024 * 1024,
+            on_flush=flushes.append,
+            max_gap_s=max_gap_s,
+        )
+        made.append(c)
+        return c, flushes
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def _request(n: int = 10, value_size: int = 10) -> AppendRequest:
+    return AppendRequest(batch=make_batch(n, value_size=value_size))
+
+
+@pytest.mark.parametrize("max_gap_s", [0.0, 2.0])
+def test_a_small_flush_right_after_another_waits_the_gap_and_takes_what_came_meanwhile(slow_committer, max_gap_s):
+    c, flushes = slow_committer(max_gap_s)
+    c.submit(_request()).result(10)  # the first flush: nothing before it, no gap
+    start = time.monotonic()
+    second = c.submit(_request())
+    if max_gap_s:
+        time.sleep(FLUSH_S / 2)  # well inside the gap
+    else:
+        while c.queue_depth:  # the second is being flushed
+            time.sleep(0.005)
+    third = c.submit(_request())
+    second.result(10)
+    third.result(10)
+    waited = time.monotonic() - start
+    if max_gap_s:  # waited 3 x the first flush, then one commit for both
+        assert [f.requests for f in flushes] == [1, 2]
+        assert waited >= GAP_FACTOR * FLUSH_S + FLUSH_S
+    else:  # the second flushed at once; the third came during its flush and went next
+        assert [f.requests for f in flushes] == [1, 1, 1]
+        assert waited < GAP_FACTOR * FLUSH_S + FLUSH_S
+    assert [r.ranges[0].base_offset for r in (second.result(), third.result())] == [10, 20]
+
+
+def test_a_flush_of_gap_bytes_does_not_wait_and_an_idle_topic_does_not_either(slow_committer):
+    c, flushes = slow_committer(2.0)
+    c.submit(_request()).result(10)
+    start = time.monotonic()
+    big = _request(n=GAP_BYTES // 1000 + 10, value_size=1000)
+    assert big.batch.nbytes >= GAP_BYTES
+    c.submit(big).result(10)
+    assert time.monotonic() - start < GAP_FACTOR * FLUSH_S  # at once: enough records to pay for a commit
+    time.sleep(GAP_FACTOR * (time.monotonic() - start) + 0.1)  # the gap after that flush is over: idle
+    start = time.monotonic()
+    c.submit(_request()).result(10)
+    assert time.monotonic() - start < GAP_FACTOR * FLUSH_S
+    assert [f.requests for f in flushes] == [1, 1, 1]

@@ -47,13 +47,16 @@ def _request(n: int = 10, value_size: int = 10) -> AppendRequest:
 
 
 @pytest.mark.parametrize("max_gap_s", [0.0, 2.0])
-def test_a_small_flush_right_after_another_waits_the_gap_and_takes_what_came_meanwhile(slow_committer, max_gap_s):
+def test_a_small_flush_after_a_busy_one_waits_the_gap_and_takes_what_came_meanwhile(slow_committer, max_gap_s):
     c, flushes = slow_committer(max_gap_s)
-    c.submit(_request()).result(10)  # the first flush: nothing before it, no gap
+    first = c.submit(_request())
+    while c.queue_depth:  # the first is being flushed
+        time.sleep(0.005)
     start = time.monotonic()
-    second = c.submit(_request())
+    second = c.submit(_request())  # came in during the first's flush: the topic is busy
+    first.result(10)
     if max_gap_s:
-        time.sleep(FLUSH_S / 2)  # well inside the gap
+        time.sleep(FLUSH_S / 2)  # well inside the gap after the first flush
     else:
         while c.queue_depth:  # the second is being flushed
             time.sleep(0.005)
@@ -61,7 +64,7 @@ def test_a_small_flush_right_after_another_waits_the_gap_and_takes_what_came_mea
     second.result(10)
     third.result(10)
     waited = time.monotonic() - start
-    if max_gap_s:  # waited 3 x the first flush, then one commit for both
+    if max_gap_s:  # waited 3 x the first flush after it, then one commit for both
         assert [f.requests for f in flushes] == [1, 2]
         assert waited >= GAP_FACTOR * FLUSH_S + FLUSH_S
     else:  # the second flushed at once; the third came during its flush and went next
@@ -70,16 +73,25 @@ def test_a_small_flush_right_after_another_waits_the_gap_and_takes_what_came_mea
     assert [r.ranges[0].base_offset for r in (second.result(), third.result())] == [10, 20]
 
 
-def test_a_flush_of_gap_bytes_does_not_wait_and_an_idle_topic_does_not_either(slow_committer):
+def test_a_producer_that_waits_for_each_answer_and_an_idle_topic_never_wait_the_gap(slow_committer):
     c, flushes = slow_committer(2.0)
-    c.submit(_request()).result(10)
+    for _ in range(3):  # nothing comes in during these flushes: each next request goes at once
+        start = time.monotonic()
+        c.submit(_request()).result(10)
+        assert time.monotonic() - start < GAP_FACTOR * FLUSH_S
+    assert [f.requests for f in flushes] == [1, 1, 1]
+
+
+def test_a_flush_of_gap_bytes_does_not_wait(slow_committer):
+    c, flushes = slow_committer(2.0)
+    first = c.submit(_request())
+    while c.queue_depth:
+        time.sleep(0.005)
+    c.submit(_request())  # during the first flush: the next waits the gap...
+    first.result(10)
     start = time.monotonic()
     big = _request(n=GAP_BYTES // 1000 + 10, value_size=1000)
     assert big.batch.nbytes >= GAP_BYTES
-    c.submit(big).result(10)
-    assert time.monotonic() - start < GAP_FACTOR * FLUSH_S  # at once: enough records to pay for a commit
-    time.sleep(GAP_FACTOR * (time.monotonic() - start) + 0.1)  # the gap after that flush is over: idle
-    start = time.monotonic()
-    c.submit(_request()).result(10)
+    c.submit(big).result(10)  # ...unless enough records wait to pay for a commit
     assert time.monotonic() - start < GAP_FACTOR * FLUSH_S
-    assert [f.requests for f in flushes] == [1, 1, 1]
+    assert [f.requests for f in flushes] == [1, 2]

@@ -212,8 +212,7 @@ class GroupCommitter:
     def _flush(self, taken: list[tuple[AppendRequest, int, Future[AppendResult], float]]) -> None:
         requests = [t[0] for t in taken]
         nbytes = sum(t[1] for t in taken)
-        start = time.perf_counter()
-        began = time.monotonic()
+        start = time.monotonic()  # one clock for the gap (compared in _take) and the report
         try:
             results = self.writer.append_many(requests)
         except BaseException as exc:  # resolve every future; the pool thread must survive
@@ -227,7 +226,7 @@ class GroupCommitter:
             # during the flush, or it held several): a producer that waits for each answer before
             # its next request would only be slowed
             stream = bool(self._queue) or len(taken) > 1
-        self._gap_until = ended + min(GAP_FACTOR * (ended - began), self.max_gap_s) if stream else 0.0
+        self._gap_until = ended + min(GAP_FACTOR * (ended - start), self.max_gap_s) if stream else 0.0
         for (_, _, fut, _), result in zip(taken, results, strict=True):
             resolve(fut, result=result)
         self._report(requests, nbytes, start, ok=True)
@@ -242,7 +241,7 @@ class GroupCommitter:
                     requests=len(requests),
                     records=sum(r.batch.num_rows for r in requests),
                     bytes=nbytes,
-                    seconds=time.perf_counter() - start,
+                    seconds=time.monotonic() - start,
                     ok=ok,
                 )
             )

@@ -149,7 +149,7 @@ def topiclake_json(url: str, topic: str, size: int, seconds: float) -> dict[str,
 def topiclake_producer(url: str, topic: str, size: int, seconds: float) -> dict[str, float]:
     from topiclake import Producer
 
-    values = [v.hex()[:size] for v in random_values(1000, size)]
+    values = random_values(1000, size)  # the same bytes as confluent-kafka's producer sends
     acked = [0]
 
     def cb(md: Any, err: Any) -> None:
@@ -157,7 +157,7 @@ def topiclake_producer(url: str, topic: str, size: int, seconds: float) -> dict[
             acked[0] += 1
 
     start = time.perf_counter()
-    with Producer(url, linger_ms=5, value_format="string") as p:
+    with Producer(url, linger_ms=5, value_format="binary") as p:
         i = 0
         while time.perf_counter() - start < seconds:
             p.send(topic, values[i % 1000], callback=cb)  # blocks while its buffer_bytes are full
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                         confluent_produce,
                         (listener, topic, size, seconds),
                     ),
-                    ("topiclake.Producer (JSON)", topiclake_producer, (srv.url, topic, size, seconds)),
+                    ("topiclake.Producer", topiclake_producer, (srv.url, topic, size, seconds)),
                     ("topiclake JSON over HTTP", topiclake_json, (srv.url, topic, size, seconds)),
                 ]
                 for system, fn, fn_args in runs:
@@ -505,9 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         / med(rows, "produce 1024 B", "Kafka ProducerPerformance (Java)"),
         "Arrow IPC / Kafka producer tool (100 B)": med(rows, "produce 100 B", "topiclake Arrow IPC")
         / med(rows, "produce 100 B", "Kafka ProducerPerformance (Java)"),
-        "topiclake.Producer / confluent-kafka (100 B)": med(rows, "produce 100 B", "topiclake.Producer (JSON)")
+        "topiclake.Producer / confluent-kafka (100 B)": med(rows, "produce 100 B", "topiclake.Producer")
         / med(rows, "produce 100 B", "confluent-kafka Python producer"),
-        "topiclake.Producer / confluent-kafka (1 KB)": med(rows, "produce 1024 B", "topiclake.Producer (JSON)")
+        "topiclake.Producer / confluent-kafka (1 KB)": med(rows, "produce 1024 B", "topiclake.Producer")
         / med(rows, "produce 1024 B", "confluent-kafka Python producer"),
         "Arrow fetch (http.client) / Kafka consumer tool (1 KB)": med(
             rows, "consume 1 KB", "topiclake Arrow fetch (http.client)", "mb_s"

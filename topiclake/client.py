@@ -1,4 +1,6 @@
-"""Python clients for a topiclake server. Imports only httpx and pyarrow (and the standard library).
+"""Python clients for a topiclake server. Imports httpx and pyarrow (and the standard library); the
+Producer also takes the gateway's own key partitioner (delta_log.core.partitioner, Kafka's murmur2)
+once it places keyed records itself.
 
 from topiclake import Producer, AdminClient
 admin = AdminClient("http://127.0.0.1:8080")
@@ -13,6 +15,7 @@ to one and moves to the next when a connection fails.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import json
@@ -23,9 +26,8 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import httpx
 import pyarrow as pa
@@ -188,8 +190,10 @@ class AdminClient:
         self.close()
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
+    """Where a record went (a named tuple: made once per acked record, at half a frozen
+    dataclass's cost)."""
+
     topic: str
     partition: int
     offset: int
@@ -275,8 +279,10 @@ class _Batch:
         return len(self.values)
 
     @staticmethod
-    def to_arrow(batches: Sequence[_Batch]) -> bytes:
-        """The records of `batches` (one topic's, in order) as one Arrow IPC stream."""
+    def to_arrow(batches: Sequence[_Batch], partition: int | None = None) -> bytes:
+        """The records of `batches` (one lane's, in order) as one Arrow IPC stream; `partition`:
+        the lane's, every record's (None: each record's own where it gave one, else the gateway's
+        choice)."""
 
         def column(name: str) -> list[Any]:
             return list(itertools.chain.from_iterable(getattr(b, name) for b in batches))
@@ -294,7 +300,9 @@ class _Batch:
             "key": pa.array(column("keys"), pa.binary()),
             "value": pa.array(column("values"), pa.binary()),
         }
-        if (partitions := sparse("partitions")) is not None:
+        if partition is not None:
+            cols["partition"] = pa.repeat(pa.scalar(partition, pa.int64()), len(cols["value"]))
+        elif (partitions := sparse("partitions")) is not None:
             cols["partition"] = pa.array(partitions, pa.int64())
         if (timestamps := sparse("timestamps")) is not None:
             cols["timestamp"] = pa.array(timestamps, pa.int64())  # epoch ms
@@ -338,22 +346,99 @@ _HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", p
 _ARROW = "application/vnd.apache.arrow.stream"
 
 
+#: how long a topic's partition count is trusted (Kafka's metadata.max.age.ms), and how soon one
+#: that could not be read (no such topic yet, the gateway unreachable) is asked again
+METADATA_MAX_AGE_S = 300.0
+UNKNOWN_RETRY_S = 1.0
+#: keys whose partition a topic remembers (murmur2 in Python costs a few microseconds a key)
+_KEY_CACHE = 100_000
+#: the longest producer id that leaves room for a lane's ".<partition>" (the gateway takes 128)
+_MAX_PRODUCER_ID = 116
+
+
+class _Lane:
+    """Where one topic partition's records queue (or a topic's whose partition count is unknown:
+    the gateway partitions those): the batch being filled, the full batches behind it, the next
+    request's sequence, and whether a request of it is in flight. A lane has at most one request
+    in flight, so its records are written in send order (Kafka's order is per partition); lanes go
+    in parallel, up to `max_in_flight`. Each lane is its own idempotent producer on the gateway
+    (`<producer id>.<partition>`), so its sequences are checked against its partition alone."""
+
+    __slots__ = ("batch", "busy", "full", "partition", "producer_id", "sequence", "topic")
+
+    def __init__(self, topic: str, partition: int | None, producer_id: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = producer_id if partition is None else f"{producer_id}.{partition}"
+        self.batch: _Batch | None = None  # being filled
+        self.full: list[_Batch] = []  # full, in order, waiting for the lane's turn
+        self.sequence = 0
+        self.busy = False
+
+
+@functools.cache
+def _partitioner() -> Callable[[bytes, int], int]:
+    """The gateway's own key partitioner (Kafka's murmur2), imported when a producer first learns
+    a topic's partition count (it loads the server's packages: never under the producer's lock)."""
+    from delta_log.core.partitioner import partition_for_key
+
+    return partition_for_key
+
+
+class _Topic:
+    """What the producer knows of a topic: its partition count (None: unknown), until when, the
+    sticky partition of records with neither key nor partition (Kafka's: one partition until its
+    batch leaves), each key's partition (murmur2, as the gateway and Kafka's clients place it),
+    and its lanes."""
+
+    __slots__ = ("keys", "lanes", "partitions", "refresh_at", "sticky")
+
+    def __init__(self, partitions: int | None, refresh_at: float) -> None:
+        self.partitions = partitions
+        self.refresh_at = refresh_at
+        self.sticky = random.randrange(partitions) if partitions else 0
+        self.keys: dict[bytes, int] = {}
+        self.lanes: dict[int | None, _Lane] = {}
+
+    def key_partition(self, key: bytes) -> int:
+        part = self.keys.get(key)
+        if part is None:
+            assert self.partitions is not None
+            if len(self.keys) >= _KEY_CACHE:
+                self.keys.clear()
+            part = self.keys[key] = _partitioner()(key, self.partitions)
+        return part
+
+    def moved_on(self, lane: _Lane) -> None:
+        """`lane`'s batch left (full, or taken by a request): records without key or partition go
+        to the next partition, so that the next request can go beside this one."""
+        if self.partitions and lane.partition == self.sticky:
+            self.sticky = (self.sticky + 1) % self.partitions
+
+
 class Producer:
-    """Batches records per topic and sends them with idempotence and retries.
+    """Batches records per partition and sends them with idempotence and retries.
 
     - `linger_ms` / `batch_size` (records) / `batch_bytes`: when a batch is sent.
+    - Partitions are chosen here, as Kafka's clients choose them: a record's own `partition`; else
+      its key's murmur2 over the topic's partition count (read from the gateway when the topic is
+      first sent to, and every `metadata_max_age_ms`); else one sticky partition until its batch
+      leaves. A topic whose partition count cannot be read is partitioned by the gateway.
+    - Each partition is a lane: one request of it in flight at a time, so its records keep their
+      order; up to `max_in_flight` requests of different lanes go at once (Kafka's
+      max.in.flight.requests.per.connection, 5 with idempotence). Batches of a lane that filled
+      meanwhile go together in its next request, up to `max_request_bytes` (the gateway's
+      `max_request_bytes` is 64 MiB).
     - `buffer_bytes` (Kafka's buffer.memory): what may wait to be sent or acknowledged. A `send()`
       that does not fit blocks until acks make room, at most `max_block_ms` (then TimeoutError),
       as Kafka's `send()` does; a `send()` from a callback (they run on one thread of their own,
-      while the next request is sent) never blocks.
-    - One request is in flight at a time (so a producer's records keep their order); batches that
-      filled meanwhile go together in the next one, up to `max_request_bytes` (the gateway's
-      `max_request_bytes` is 64 MiB).
+      while the next requests are sent) never blocks on the buffer.
     - Batches travel as Arrow IPC (the gateway's fastest decoder); keys and values are encoded on
       `send()` by `key_format` / `value_format` ("json", "string", "binary": raw bytes), exactly as
       the JSON API would store them.
-    - Idempotent: each batch carries Producer-Id and a Producer-Sequence; a retry after a timeout
-      or a 429/503 re-sends the same sequence, so the server never writes it twice.
+    - Idempotent: each request carries Producer-Id (the lane's: `<producer_id>.<partition>`) and
+      its Producer-Sequence; a retry after a timeout or a 429/503 re-sends the same sequence, so
+      the gateway never writes it twice.
     - `compression="gzip"` compresses request bodies (Content-Encoding: gzip).
     - `send()` returns a RecordFuture; `callback(metadata, error)` runs when it resolves.
     """
@@ -369,6 +454,8 @@ class Producer:
         buffer_bytes: int = 32 * 1024 * 1024,
         max_request_bytes: int = 16 * 1024 * 1024,
         max_block_ms: float = 60_000.0,
+        max_in_flight: int = 5,
+        metadata_max_age_ms: float = METADATA_MAX_AGE_S * 1000,
         retries: int = 10,
         retry_backoff_ms: float = 100.0,
         request_timeout: float = 30.0,
@@ -383,6 +470,13 @@ class Producer:
             raise ValueError("compression must be None or 'gzip'")
         if min(batch_bytes, max_request_bytes, buffer_bytes) <= 0:
             raise ValueError("batch_bytes, max_request_bytes and buffer_bytes must be positive.")
+        if not 1 <= max_in_flight <= 64:
+            raise ValueError("max_in_flight must be between 1 and 64.")
+        if producer_id is not None and len(producer_id) > _MAX_PRODUCER_ID:
+            raise ValueError(
+                f"producer_id must be at most {_MAX_PRODUCER_ID} characters (each partition's lane adds "
+                "'.<partition>', and the gateway takes 128)."
+            )
         max_request_bytes = min(max_request_bytes, buffer_bytes)  # a request is at most what may wait
         batch_bytes = min(batch_bytes, max_request_bytes)
         for name, fmt in (("value_format", value_format), ("key_format", key_format)):
@@ -395,32 +489,44 @@ class Producer:
         self.buffer_bytes = buffer_bytes
         self.max_request_bytes = max_request_bytes
         self.max_block_s = max_block_ms / 1000
+        self.max_in_flight = max_in_flight
+        self.metadata_max_age_s = metadata_max_age_ms / 1000
         self.retries = retries
         self.retry_backoff_s = retry_backoff_ms / 1000
+        self.request_timeout = request_timeout
         self.compression = compression
         self.value_format = value_format
         self.key_format = key_format
         self.producer_id = producer_id or f"py-{uuid.uuid4().hex[:20]}"
-        self._sequence = 0
         self._http = http_client(
             url, api_key=api_key, timeout=request_timeout, ca_file=ca_file, client_cert=client_cert
         )
-        self._lock = threading.Condition()
-        self._batches: dict[str, _Batch] = {}  # each topic's batch being filled
-        self._full: list[_Batch] = []  # batches full before the sender took them, in order
-        self._in_flight = 0
+        self._lock = threading.Condition(threading.Lock())
+        self._topics: dict[str, _Topic] = {}
+        self._pending: dict[_Lane, None] = {}  # lanes with a batch to send, oldest first
+        self._in_flight = 0  # batches in requests not yet answered
         self._buffered = 0  # bytes of records queued or in flight (bounded by buffer_bytes)
         self._closed = False
-        # answered requests, resolved (futures, callbacks) on their own thread while the next is sent
+        # answered requests, resolved (futures, callbacks) on their own thread while others are sent
         self._answered: queue.SimpleQueue[tuple[list[_Batch], BaseException | None] | None] = queue.SimpleQueue()
         self._encode_value, self._encode_key = _ENCODERS[value_format], _ENCODERS[key_format]
         self._stopped = False  # a thread of the producer's ended (set as it ends)
-        self._sender = threading.Thread(target=self._watched(self._run), name="topiclake-producer", daemon=True)
+        # the dispatcher takes requests off the lanes (under the lock, woken by sends, answers and
+        # lingers), and `max_in_flight` senders each send one at a time (woken by the queue alone)
+        self._requests: queue.SimpleQueue[tuple[_Lane, list[_Batch], int] | None] = queue.SimpleQueue()
+        self._senders_left = max_in_flight
+        self._senders = [
+            threading.Thread(target=self._watched(self._send_loop), name=f"topiclake-producer-{i}", daemon=True)
+            for i in range(max_in_flight)
+        ]
+        self._dispatcher = threading.Thread(
+            target=self._watched(self._dispatch), name="topiclake-producer", daemon=True
+        )
         self._resolver = threading.Thread(
             target=self._watched(self._resolve_answers), name="topiclake-producer-callbacks", daemon=True
         )
-        self._sender.start()
-        self._resolver.start()
+        for thread in (self._dispatcher, *self._senders, self._resolver):
+            thread.start()
 
     def send(
         self,
@@ -434,7 +540,8 @@ class Producer:
         callback: Callable[[RecordMetadata | None, Exception | None], None] | None = None,
     ) -> RecordFuture:
         """Queue one record; `value=None` is a tombstone (a null value: compaction and upsert tables
-        delete the key), as with Kafka's producers. Raises: RuntimeError (closed), TypeError/ValueError
+        delete the key), as with Kafka's producers. The first send to a topic reads its partition
+        count (at most max_block_ms). Raises: RuntimeError (closed), TypeError/ValueError
         (unencodable value)."""
         v = None if value is None else self._encode_value(value)
         k = None if key is None else self._encode_key(key)
@@ -455,19 +562,34 @@ class Producer:
             )
         if self._stopped:
             self._check_running()
+        state = self._topics.get(topic)
+        if state is None or time.monotonic() >= state.refresh_at:
+            state = self._refresh(topic)
         with self._lock:
             if self._closed:
                 raise RuntimeError("Producer is closed")
             if self._buffered + size > self.buffer_bytes and threading.current_thread() is not self._resolver:
                 self._wait_for_room(size)
             self._buffered += size
-            batch = self._batches.get(topic)
+            lane_partition: int | None = None  # the gateway's choice
+            if state.partitions is not None:
+                if partition is not None:
+                    lane_partition = partition
+                elif k is not None:
+                    lane_partition = state.key_partition(k)
+                else:
+                    lane_partition = state.sticky
+            lane = state.lanes.get(lane_partition)
+            if lane is None:
+                lane = state.lanes[lane_partition] = _Lane(topic, lane_partition, self.producer_id)
+            batch = lane.batch
             if batch is None:
-                batch = self._batches[topic] = _Batch(topic, time.monotonic())
+                batch = lane.batch = _Batch(topic, time.monotonic())
+                self._pending[lane] = None
             index = len(batch.values)
             batch.values.append(v)
             batch.keys.append(k)
-            if partition is not None:
+            if partition is not None and lane.partition is None:
                 batch.partitions[index] = partition
             if timestamp_ms is not None:
                 batch.timestamps[index] = timestamp_ms
@@ -477,16 +599,44 @@ class Producer:
             if callback is not None:
                 batch.result.send_callbacks.append((index, callback))
             if len(batch.values) >= self.batch_size or batch.nbytes >= self.batch_bytes:
-                del self._batches[topic]  # full: it goes as it is, the next send starts another
-                self._full.append(batch)
-                self._lock.notify_all()  # the sender (a flush or a blocked send may wait here too)
+                lane.batch = None  # full: it goes as it is, the next send starts another
+                lane.full.append(batch)
+                state.moved_on(lane)
+                self._lock.notify_all()  # the senders (a flush or a blocked send may wait here too)
             elif index == 0:
                 self._lock.notify_all()
         return RecordFuture(batch.result, index)
 
+    def _refresh(self, topic: str) -> _Topic:
+        """Read `topic`'s partition count from the gateway (at most max_block_ms; any failure
+        leaves it unknown, and the gateway partitions the topic's records until it is read)."""
+        partitions: int | None = None
+        try:
+            resp = self._http.get(f"/topics/{topic}", timeout=min(self.request_timeout, self.max_block_s))
+            if resp.status_code == 200:
+                partitions = int(resp.json()["partitions"]) or None
+                _partitioner()
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            pass
+        now = time.monotonic()
+        with self._lock:
+            state = self._topics.get(topic)
+            if state is None:
+                state = self._topics[topic] = _Topic(partitions, now)
+            elif partitions is not None and partitions != state.partitions:
+                unplaced = state.lanes.get(None)
+                if unplaced is None or not (unplaced.busy or unplaced in self._pending):
+                    # (records the gateway places go first: a key's records keep their order)
+                    state.partitions = partitions
+                    state.keys.clear()
+                    state.sticky %= partitions
+            known = state.partitions is not None
+            state.refresh_at = now + (self.metadata_max_age_s if known else UNKNOWN_RETRY_S)
+        return state
+
     def _check_running(self) -> None:
-        """Raises: RuntimeError when the sending or the callback thread is gone (nothing queued
-        would be sent or answered any more)."""
+        """Raises: RuntimeError when a sending or the callback thread is gone (what is queued
+        would not all be sent or answered any more)."""
         if not self._closed and self._stopped:
             raise RuntimeError("The producer's sending thread stopped (see the log); make a new Producer.")
 
@@ -520,44 +670,84 @@ class Producer:
             self._lock.wait(remaining)
 
     def _due_now(self) -> None:
-        """Under the lock: every batch being filled goes with the sender's next request."""
-        for batch in self._batches.values():
-            batch.first = 0.0
+        """Under the lock: every batch being filled goes with its lane's next request."""
+        for lane in self._pending:
+            if lane.batch is not None:
+                lane.batch.first = 0.0
         self._lock.notify_all()
 
-    def _ready(self, now: float, force: bool) -> list[_Batch]:
-        """Under the lock: the full batches, then those whose linger is over, oldest first."""
-        out = list(self._full)
-        self._full.clear()
-        for topic, batch in list(self._batches.items()):
-            if force or now - batch.first >= self.linger_s:
-                del self._batches[topic]
-                out.append(batch)
-        return out
+    def _take(self, now: float) -> tuple[_Lane, list[_Batch]] | None:
+        """Under the lock: the next request, from the oldest lane that has none in flight and a
+        batch to send (full, or lingered): its full batches in order, then the one being filled
+        if it is due, up to max_request_bytes. None: nothing to send yet."""
+        for lane in self._pending:
+            if lane.busy:
+                continue
+            batch = lane.batch
+            due = batch is not None and (self._closed or now - batch.first >= self.linger_s)
+            if not lane.full and not due:
+                continue
+            request: list[_Batch] = []
+            size = 0
+            while lane.full and (not request or size + lane.full[0].nbytes <= self.max_request_bytes):
+                size += lane.full[0].nbytes
+                request.append(lane.full.pop(0))
+            if (
+                due
+                and not lane.full
+                and batch is not None
+                and (not request or size + batch.nbytes <= self.max_request_bytes)
+            ):
+                request.append(batch)
+                lane.batch = None
+                self._topics[lane.topic].moved_on(lane)
+            if not lane.full and lane.batch is None:
+                del self._pending[lane]
+            return lane, request
+        return None
 
-    def _run(self) -> None:
-        while True:
+    def _wait_s(self, now: float) -> float | None:
+        """Under the lock: how long until a lane that could send has a batch due (None: until
+        woken: a send, a lane's answer, a flush, close)."""
+        waits = [
+            lane.batch.first + self.linger_s - now for lane in self._pending if not lane.busy and lane.batch is not None
+        ]
+        return max(0.0005, min(waits)) if waits else None
+
+    def _dispatch(self) -> None:
+        """Take each request as its lane can go (its batch full or lingered, none of its own in
+        flight), and hand it to the senders; when closed and nothing is left, stop them."""
+        with self._lock:
+            while True:
+                while (taken := self._take(time.monotonic())) is not None:
+                    lane, request = taken
+                    lane.busy = True
+                    self._in_flight += len(request)
+                    self._requests.put((lane, request, lane.sequence))
+                    lane.sequence += 1
+                if self._closed and not self._pending:
+                    break
+                self._lock.wait(self._wait_s(time.monotonic()))
+        for _ in self._senders:
+            self._requests.put(None)
+
+    def _send_loop(self) -> None:
+        while (item := self._requests.get()) is not None:
+            lane, request, sequence = item
+            try:
+                error = self._send_batches(lane, request, sequence)
+            except BaseException as exc:  # the request fails; the producer goes on
+                log.exception("producing to %s failed", lane.topic)
+                error = exc
+            self._answered.put((request, error))  # before the lane's next request: answers in order
             with self._lock:
-                while True:
-                    ready = self._ready(time.monotonic(), force=self._closed)
-                    if ready or (self._closed and not self._batches and not self._full):
-                        break
-                    waits = [b.first + self.linger_s - time.monotonic() for b in self._batches.values()]
-                    self._lock.wait(max(0.0005, min(waits)) if waits else None)
-                if not ready and self._closed:
-                    self._answered.put(None)  # after every answer: the callback thread ends
-                    return
-                self._in_flight += len(ready)
-            for request in self._requests(ready):
-                with self._lock:
-                    seq = self._sequence
-                    self._sequence += 1
-                try:
-                    error = self._send_batches(request, seq)
-                except BaseException as exc:  # the request fails; the producer goes on
-                    log.exception("producing to %s failed", request[0].result.topic)
-                    error = exc
-                self._answered.put((request, error))
+                lane.busy = False
+                if lane in self._pending:
+                    self._lock.notify_all()  # the dispatcher: the lane may go again
+        with self._lock:
+            self._senders_left -= 1
+            if self._senders_left == 0:
+                self._answered.put(None)  # after every answer: the callback thread ends
 
     def _resolve_answers(self) -> None:
         while (answered := self._answered.get()) is not None:
@@ -569,26 +759,11 @@ class Producer:
                 self._buffered -= sum(b.nbytes for b in request)
                 self._lock.notify_all()
 
-    def _requests(self, ready: list[_Batch]) -> Iterator[list[_Batch]]:
-        """`ready` (in order) as requests: a topic's batches next to each other go together, up to
-        `max_request_bytes` (a full batch waited while the request before was in flight)."""
-        group: list[_Batch] = []
-        size = 0
-        for batch in ready:
-            if group and (batch.result.topic != group[0].result.topic or size + batch.nbytes > self.max_request_bytes):
-                yield group
-                group, size = [], 0
-            group.append(batch)
-            size += batch.nbytes
-        if group:
-            yield group
-
-    def _send_batches(self, batches: list[_Batch], sequence: int) -> BaseException | None:
-        """One produce request of `batches` (one topic's), retried with the same sequence; the
+    def _send_batches(self, lane: _Lane, batches: list[_Batch], sequence: int) -> BaseException | None:
+        """One produce request of `batches` (one lane's), retried with the same sequence; the
         batches' results are set, and the last error returned."""
-        topic = batches[0].result.topic
-        body = _Batch.to_arrow(batches)
-        headers = {"Content-Type": _ARROW, "Producer-Id": self.producer_id, "Producer-Sequence": str(sequence)}
+        body = _Batch.to_arrow(batches, lane.partition)
+        headers = {"Content-Type": _ARROW, "Producer-Id": lane.producer_id, "Producer-Sequence": str(sequence)}
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
@@ -596,7 +771,7 @@ class Producer:
         for attempt in range(self.retries + 1):
             try:
                 resp = self._http.post(
-                    f"/topics/{topic}/records", params={"record_offsets": "true"}, content=body, headers=headers
+                    f"/topics/{lane.topic}/records", params={"record_offsets": "true"}, content=body, headers=headers
                 )
                 raise_for_error(resp)
                 data = resp.json()
@@ -627,12 +802,19 @@ class Producer:
             callbacks, result.callbacks = result.callbacks, []
         for index, fn in callbacks:
             _call(fn, RecordFuture(result, index))
-        failure = None if error is None else error if isinstance(error, Exception) else RuntimeError(str(error))
-        for index, send_cb in result.send_callbacks:
-            if failure is None:
-                _call(send_cb, result.metadata(index), None)
-            else:
+        if error is not None:
+            failure = error if isinstance(error, Exception) else RuntimeError(str(error))
+            for _, send_cb in result.send_callbacks:
                 _call(send_cb, None, failure)
+            return
+        # (one loop without helpers: a callback per record is the common case, as with Kafka's)
+        topic, partitions, offsets, dead = result.topic, result.partitions, result.offsets, result.dead_letters
+        for index, send_cb in result.send_callbacks:
+            metadata = RecordMetadata(dead.get(index, topic) if dead else topic, partitions[index], offsets[index])
+            try:
+                send_cb(metadata, None)
+            except Exception:
+                log.exception("a send callback raised")
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for the answers (and their callbacks). Raises:
@@ -642,7 +824,7 @@ class Producer:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._due_now()
-            while self._batches or self._full or self._in_flight:  # woken when a request is answered
+            while self._pending or self._in_flight:  # woken when a request is answered
                 self._check_running()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -654,9 +836,9 @@ class Producer:
         with self._lock:
             self._closed = True
             self._lock.notify_all()
-        self._sender.join(timeout)
-        self._resolver.join(timeout)
-        if not self._sender.is_alive():  # else a request is still out: the client stays open for it
+        for thread in (self._dispatcher, *self._senders, self._resolver):
+            thread.join(timeout)
+        if not any(t.is_alive() for t in self._senders):  # else a request is still out: the client stays open for it
             self._http.close()
 
     def __enter__(self) -> Producer:

@@ -233,3 +233,120 @@ def test_a_merged_request_stays_under_max_request_bytes_with_headers(server):
         batch.headers[i] = [{"key": "h", "value": b"x" * 200}]
     estimate = 1000 * (1 + _ROW_BYTES + 1 + 200 + _ROW_BYTES)
     assert len(_Batch.to_arrow([batch])) <= estimate
+
+
+class _Watching:
+    """An httpx transport around the real one that records the produce requests in flight at once
+    (by lane: their Producer-Id), to see what the Producer sends concurrently."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import httpx
+
+        self._inner = httpx.HTTPTransport()
+        self._lock = threading.Lock()
+        self.now: list[str] = []
+        self.peak = 0
+        self.overlaps: list[tuple[str, ...]] = []  # lanes in flight together, when one lane was there twice
+
+    def handle_request(self, request):
+        lane = request.headers.get("producer-id")
+        if lane is None:  # metadata reads
+            return self._inner.handle_request(request)
+        with self._lock:
+            self.now.append(lane)
+            self.peak = max(self.peak, len(self.now))
+            if self.now.count(lane) > 1:
+                self.overlaps.append(tuple(self.now))
+        try:
+            return self._inner.handle_request(request)
+        finally:
+            with self._lock:
+                self.now.remove(lane)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _watched_producer(url: str, **kw):
+    import httpx
+
+    p = Producer(url, **kw)
+    watching = _Watching()
+    p._http.close()
+    p._http = httpx.Client(base_url=url, timeout=30, transport=watching)  # type: ignore[arg-type]
+    return p, watching
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 4])
+def test_producer_sends_partitions_side_by_side_and_each_partition_in_order(server, max_in_flight):
+    """Kafka's max.in.flight with idempotence: requests of different partitions go at once (up to
+    max_in_flight), never two of one partition, and each partition's records land in send order;
+    keyed records land where the gateway (and Kafka) put the key: murmur2 over the partitions."""
+    import httpx
+
+    from delta_log.core.partitioner import partition_for_key
+
+    topic = f"prod-lanes-{max_in_flight}"
+    AdminClient(server.url).create_topic(topic, partitions=4)
+    p, watching = _watched_producer(server.url, value_format="binary", linger_ms=2, max_in_flight=max_in_flight)
+    keyed, keyless = [], []
+    with p:
+        for i in range(6000):
+            key = f"k{i % 50}"
+            keyed.append((key, i, p.send(topic, b"v%d" % i, key=key)))
+            keyless.append((i, p.send(topic, b"n%d" % i)))
+        p.flush(60)
+    assert watching.overlaps == []  # a partition never had two requests out
+    assert (watching.peak > 1) == (max_in_flight > 1) and watching.peak <= max_in_flight
+    for key, _, fut in keyed:
+        assert fut.result(10).partition == partition_for_key(key.encode(), 4)
+    stored = {}
+    for part in range(4):
+        got = httpx.get(
+            f"{server.url}/topics/{topic}/partitions/{part}/records",
+            params={"offset": 0, "max_records": 20_000, "value_format": "binary"},
+        ).json()["records"]
+        assert [r["offset"] for r in got] == list(range(len(got)))
+        stored[part] = [base64_text(r["value"]) for r in got]
+    assert sum(map(len, stored.values())) == 12_000
+    spread = {part for part, values in stored.items() if any(v.startswith("n") for v in values)}
+    assert len(spread) > 1  # keyless records: one sticky partition at a time, not one for good
+    for part, values in stored.items():  # each partition holds its records in send order
+        assert [int(v[1:]) for v in values if v.startswith("v")] == sorted(
+            i for key, i, f in keyed if f.result().partition == part
+        )
+        assert [int(v[1:]) for v in values if v.startswith("n")] == sorted(
+            i for i, f in keyless if f.result().partition == part
+        )
+
+
+def base64_text(value: str) -> str:
+    import base64
+
+    return base64.b64decode(value).decode()
+
+
+def test_producer_reads_a_grown_partition_count_and_a_topic_made_later(server):
+    """The partition count is read when a topic is first sent to, and again after
+    metadata_max_age_ms: keys then spread over the new partitions. A topic that does not exist yet
+    is partitioned by the gateway (its sends fail as UNKNOWN_TOPIC) and read again once made."""
+    import time
+
+    from delta_log.core.partitioner import partition_for_key
+
+    admin = AdminClient(server.url)
+    admin.create_topic("prod-grow", partitions=1)
+    with Producer(server.url, metadata_max_age_ms=300, retries=0) as p:
+        assert {p.send("prod-grow", i, key=f"k{i}").result(10).partition for i in range(40)} == {0}
+        admin.add_partitions("prod-grow", 4)
+        time.sleep(0.4)
+        mds = [(f"k{i}", p.send("prod-grow", i, key=f"k{i}")) for i in range(40)]
+        assert all(f.result(10).partition == partition_for_key(k.encode(), 4) for k, f in mds)
+        assert {f.result().partition for _, f in mds} == {0, 1, 2, 3}
+        with pytest.raises(TopiclakeClientError, match="UNKNOWN_TOPIC"):
+            p.send("prod-later", 1).result(10)
+        admin.create_topic("prod-later", partitions=2)
+        time.sleep(1.1)  # an unknown topic is asked about again after a second
+        assert p.send("prod-later", 2, key="a").result(10).partition == partition_for_key(b"a", 2)

@@ -687,3 +687,49 @@ def test_a_replay_leaves_out_what_was_acked_for_a_table_deleted_since(registry, 
     written, complete = registry.replay_write_ahead()
     assert written == {topic: 10} and complete
     assert table_offsets(storage, topic) == {0: list(range(10))}
+
+
+def test_a_claim_never_takes_a_partition_whose_holders_acks_its_replay_left_out(settings, storage):
+    """The first gateway acks records it cannot flush yet; the second wants the partition while
+    the first's lease runs, and that lease ends between the second's replay (which leaves a leased
+    partition to its holder) and its claim. The claim must not take the partition then: it would
+    append from offset 0 over acked records. It is refused, and a later claim replays them first."""
+    quick = quick_leases(settings)
+    first, second = TopicRegistry(quick), TopicRegistry(quick)
+    try:
+        topic = log_topic(first, partitions=1, lag_ms=200)
+        holder = first.committer(topic)
+        healthy = holder.writer.commit_staged
+
+        def failing(*args, **kwargs):
+            raise StorageUnavailableError("the storage is down (injected)")
+
+        holder.writer.commit_staged = failing  # acked, in the first's log only
+        a = holder.submit(AppendRequest(batch=make_batch(5))).result(10)
+        claimer = second.committer(topic)
+        replay = claimer.replay_others
+
+        def replay_then_wait_out_the_lease(writer):
+            n = replay(writer)
+            deadline = time.monotonic() + 5
+            while writer.leased_by_others([0], claimer.holder) and time.monotonic() < deadline:
+                time.sleep(0.05)  # a lease the replay saw held ends here, before the claim
+            return n
+
+        claimer.replay_others = replay_then_wait_out_the_lease
+        refused = 0
+        while True:
+            try:
+                b = claimer.submit(AppendRequest(batch=make_batch(5))).result(20)
+                break
+            except OwnerNotAvailableError:
+                refused += 1
+                assert refused < 20
+                time.sleep(0.2)
+        assert a.ranges[0].base_offset == 0 and b.ranges[0].base_offset == 5
+        holder.writer.commit_staged = healthy
+        claimer.close()
+        assert table_offsets(storage, topic) == {0: list(range(10))}
+    finally:
+        second.close()
+        first.close()

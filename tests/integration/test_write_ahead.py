@@ -327,6 +327,17 @@ def test_a_lapsed_lease_taken_over_by_another_gateway_fences_the_first(settings,
         first.close()
 
 
+def storage_down(writer):
+    """Make `writer`'s table commits fail (storage trouble); returns the healthy commit to put back."""
+    healthy = writer.commit_staged
+
+    def failing(*args, **kwargs):
+        raise StorageUnavailableError("the storage is down (injected)")
+
+    writer.commit_staged = failing
+    return healthy
+
+
 # -- the jobs on `log` topics: they work on the table, beside a flusher appending what was acked ------
 def test_retention_beside_a_log_topics_acks_and_flushes(registry, storage, settings):
     topic = log_topic(registry, partitions=1, lag_ms=100, retention_ms="60000")
@@ -408,12 +419,7 @@ def test_a_lease_renewed_while_acks_wait_for_the_table_keeps_their_offsets(setti
     try:
         topic = log_topic(registry, partitions=1, lag_ms=200)
         committer = registry.committer(topic)
-        healthy = committer.writer.commit_staged
-
-        def failing(*args, **kwargs):
-            raise StorageUnavailableError("the storage is down (injected)")
-
-        committer.writer.commit_staged = failing
+        healthy = storage_down(committer.writer)
         bases = []
         for _ in range(8):  # 2 s: past a lease's renewal point, with nothing flushed
             bases.append(committer.submit(AppendRequest(batch=make_batch(5))).result(10).ranges[0].base_offset)
@@ -699,12 +705,7 @@ def test_a_claim_never_takes_a_partition_whose_holders_acks_its_replay_left_out(
     try:
         topic = log_topic(first, partitions=1, lag_ms=200)
         holder = first.committer(topic)
-        healthy = holder.writer.commit_staged
-
-        def failing(*args, **kwargs):
-            raise StorageUnavailableError("the storage is down (injected)")
-
-        holder.writer.commit_staged = failing  # acked, in the first's log only
+        healthy = storage_down(holder.writer)  # acked, in the first's log only
         a = holder.submit(AppendRequest(batch=make_batch(5))).result(10)
         claimer = second.committer(topic)
         replay = claimer.replay_others

@@ -802,19 +802,12 @@ class Producer:
             callbacks, result.callbacks = result.callbacks, []
         for index, fn in callbacks:
             _call(fn, RecordFuture(result, index))
-        if error is not None:
-            failure = error if isinstance(error, Exception) else RuntimeError(str(error))
-            for _, send_cb in result.send_callbacks:
-                _call(send_cb, None, failure)
-            return
-        # (one loop without helpers: a callback per record is the common case, as with Kafka's)
-        topic, partitions, offsets, dead = result.topic, result.partitions, result.offsets, result.dead_letters
+        failure = None if error is None else error if isinstance(error, Exception) else RuntimeError(str(error))
         for index, send_cb in result.send_callbacks:
-            metadata = RecordMetadata(dead.get(index, topic) if dead else topic, partitions[index], offsets[index])
-            try:
-                send_cb(metadata, None)
-            except Exception:
-                log.exception("a send callback raised")
+            if failure is None:
+                _call(send_cb, result.metadata(index), None)
+            else:
+                _call(send_cb, None, failure)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for the answers (and their callbacks). Raises:

@@ -295,14 +295,17 @@ class TopicWriter:
         staged = stage(requests, self._txns, self.topic, tick=self._tick)
         if staged.records is None:
             return staged.results
-        lapsed = self._lapsed_leases(staged.high_watermarks)
+        # one clock reading for both lease decisions below: a lease that ends between them was
+        # neither lapsed (replayed) nor held (refused), and its holder's acks were appended over
+        now_ms = int(time.time() * 1000)
+        lapsed = self._lapsed_leases(staged.high_watermarks, now_ms)
         if lapsed:  # the dead holder's acks first; then the offsets (and duplicates) are planned again
             self.replay_write_ahead()
             self._planned = self._version
             staged = stage(requests, self._txns, self.topic, tick=self._tick)
             if staged.records is None:
                 return staged.results
-        self._refuse_leased(staged.high_watermarks, holder=None)
+        self._refuse_leased(staged.high_watermarks, holder=None, now_ms=now_ms)
         txns = append_transactions(staged.high_watermarks, staged.producer_ranges)
         self._commit(staged.records, txns + [Transaction(lease_app_id(p), 0) for p in lapsed])
         version = self._version
@@ -313,11 +316,10 @@ class TopicWriter:
         )
         return [dataclasses.replace(r, table_version=version) if r.error is None else r for r in staged.results]
 
-    def _lapsed_leases(self, partitions: Iterable[int]) -> list[int]:
-        """Which of `partitions` have a write-ahead lease that lapsed instead of being ended: their
-        holder died (or stalled) and its log may hold acked records the table lacks."""
+    def _lapsed_leases(self, partitions: Iterable[int], now_ms: int) -> list[int]:
+        """Which of `partitions` have a write-ahead lease that lapsed (by `now_ms`) instead of being
+        ended: their holder died (or stalled) and its log may hold acked records the table lacks."""
         leases = [(p, read_lease(self._txns, p)) for p in partitions]
-        now_ms = int(time.time() * 1000)
         return [p for p, lease in leases if lease is not None and 0 < lease.expires_ms <= now_ms]
 
     def replay_write_ahead(self, *, skip: Callable[[str], bool] = lambda name: False) -> int:
@@ -333,10 +335,12 @@ class TopicWriter:
             log.info("write-ahead replay: %d records of topic %s written", n, self.topic)
         return n
 
-    def _refuse_leased(self, partitions: Iterable[int], holder: int | None) -> None:
+    def _refuse_leased(self, partitions: Iterable[int], holder: int | None, now_ms: int | None = None) -> None:
         """Raises: OwnerNotAvailableError if another gateway holds a write-ahead lease on one of
-        `partitions` (a `log` topic's partition is appended to by its lease holder alone)."""
-        now_ms = int(time.time() * 1000)
+        `partitions` (a `log` topic's partition is appended to by its lease holder alone), as of
+        `now_ms` (default: now)."""
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
         for p in partitions:
             lease = read_lease(self._txns, p)
             if lease is not None and lease.held_by_other(-1 if holder is None else holder, now_ms):

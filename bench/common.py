@@ -12,6 +12,12 @@ from pathlib import Path
 RESULTS = Path(__file__).with_name("results")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

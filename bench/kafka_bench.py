@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from bench.common import percentile, print_table, write_results
+from bench.common import cpu_seconds, percentile, print_table, write_results
 from bench.consume_bench import e2e_latency, fetch_all, load
 from bench.kafka_broker import KAFKA_VERSION, KafkaBroker
 from bench.produce_bench import ARROW, random_values
@@ -61,17 +63,35 @@ BATCH = 1000  # records per request / per batch, for every system that batches b
 
 # -- produce ------------------------------------------------------------------------------------------
 def kafka_perf_tool(
-    kafka: KafkaBroker, topic: str, size: int, records: int, bootstrap: str | None = None
+    kafka: KafkaBroker,
+    topic: str,
+    size: int,
+    records: int,
+    bootstrap: str | None = None,
+    *,
+    server_pid: int | None = None,
 ) -> dict[str, float]:
-    """Kafka's ProducerPerformance against `bootstrap` (default: the Kafka broker)."""
+    """Kafka's ProducerPerformance against `bootstrap` (default: the Kafka broker).
+
+    With `server_pid` (the broker's or the gateway's process), also the CPU a record of the server
+    and of the tool: on these two cores the two fill the machine, so the ratio between two servers
+    is about (tool + one server) / (tool + the other), per record."""
+    server0 = cpu_seconds(server_pid) if server_pid else 0.0
+    tool0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = kafka.tool(
         "org.apache.kafka.tools.ProducerPerformance",
         "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
         "--producer-props", f"bootstrap.servers={bootstrap or kafka.bootstrap}", "acks=all", "linger.ms=5",
         "batch.size=1048576",
     )  # fmt: skip
+    tool1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = re.findall(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)", out)[-1]
-    return {"records_s": float(m[1]), "mb_s": float(m[1]) * size / 1e6}
+    res = {"records_s": float(m[1]), "mb_s": float(m[1]) * size / 1e6}
+    if server_pid:  # the tool's JVM start and the server's work in those seconds included
+        tool_s = tool1.ru_utime + tool1.ru_stime - tool0.ru_utime - tool0.ru_stime
+        res["server_us"] = (cpu_seconds(server_pid) - server0) / records * 1e6
+        res["tool_us"] = tool_s / records * 1e6
+    return res
 
 
 def confluent_produce(bootstrap: str, topic: str, size: int, seconds: float) -> dict[str, float]:
@@ -373,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     kafka = KafkaBroker(work / "kafka").start()
     srv = ServerProcess(work / "topiclake" / "data").start()
     listener = srv.kafka  # topiclake's Kafka listener
+    assert kafka.proc is not None and srv.proc is not None
+    kafka_pid, srv_pid = kafka.proc.pid, srv.proc.pid
     try:
         admin = httpx.Client(base_url=srv.url, timeout=60)
         for size in (100, 1024):
@@ -382,10 +404,14 @@ def main(argv: list[str] | None = None) -> int:
             tool_records = int((400_000 if size == 100 else 150_000) * seconds)
             for rep in range(repeats):
                 runs: list[tuple[str, Any, tuple[Any, ...]]] = [
-                    ("Kafka ProducerPerformance (Java)", kafka_perf_tool, (kafka, topic, size, tool_records)),
+                    (
+                        "Kafka ProducerPerformance (Java)",
+                        partial(kafka_perf_tool, server_pid=kafka_pid),
+                        (kafka, topic, size, tool_records),
+                    ),
                     (
                         "topiclake listener: ProducerPerformance (Java)",
-                        kafka_perf_tool,
+                        partial(kafka_perf_tool, server_pid=srv_pid),
                         (kafka, topic, size, tool_records, listener),
                     ),
                     ("topiclake Arrow IPC", topiclake_arrow, (srv.url, topic, size, seconds)),
@@ -527,6 +553,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"\nThroughput, medians of {repeats} alternating runs (Kafka {KAFKA_VERSION}, same machine)")
     print_table(medians, ["workload", "system", "records_s", "MB_s"])
+    cpu_rows = [
+        {
+            "workload": wl,
+            "system": system,
+            "server_us_per_record": med(rows, wl, system, "server_us"),
+            "tool_us_per_record": med(rows, wl, system, "tool_us"),
+        }
+        for wl in ("produce 100 B", "produce 1024 B")
+        for system in ("Kafka ProducerPerformance (Java)", "topiclake listener: ProducerPerformance (Java)")
+    ]
+    print("\nCPU a record under ProducerPerformance (the server: broker or gateway; the tool: its JVM)")
+    print_table(cpu_rows, ["workload", "system", "server_us_per_record", "tool_us_per_record"])
     print("\nEnd-to-end latency at 500 records/s")
     print_table([{"system": k, **v} for k, v in latency.items()], ["system", "p50_ms", "p99_ms", "max_ms", "records"])
     print("\nRatios (topiclake / peer; > 1 means topiclake is faster)")
@@ -534,7 +572,14 @@ def main(argv: list[str] | None = None) -> int:
     path = write_results(
         "kafka_bench",
         rows,
-        {"kafka_version": KAFKA_VERSION, "repeats": repeats, "medians": medians, "latency": latency, "ratios": ratios},
+        {
+            "kafka_version": KAFKA_VERSION,
+            "repeats": repeats,
+            "medians": medians,
+            "cpu_per_record": cpu_rows,
+            "latency": latency,
+            "ratios": ratios,
+        },
     )
     print(f"\nresults: {path}")
     return 0

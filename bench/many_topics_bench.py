@@ -36,8 +36,7 @@ from typing import Any
 import httpx
 from confluent_kafka import Producer
 
-from bench.common import metric_total, percentile, print_table, write_results
-from bench.write_ahead_bench import cpu_seconds
+from bench.common import cpu_seconds, metric_total, percentile, print_table, write_results
 from tests.e2e.server import ServerProcess
 
 MODES = ("table", "log")

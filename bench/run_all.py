@@ -36,6 +36,7 @@ BENCHES = [
     "schema_bench",
     "jobs_bench",
     "kafka_bench",
+    "produce_floor_bench",
     "write_ahead_bench",
     "many_topics_bench",
     "console_bench",
@@ -51,6 +52,7 @@ QUICK_ARGS = {
     "schema_bench": ["--records", "20000", "--repeats", "1"],
     "jobs_bench": ["--quick"],
     "kafka_bench": ["--quick"],
+    "produce_floor_bench": ["--quick"],
     "write_ahead_bench": ["--quick"],
     "many_topics_bench": ["--quick"],
     "console_bench": ["--quick"],
@@ -100,6 +102,11 @@ def summary_markdown() -> str:
             "",
         ]
         lines += _table(meta["medians"], ["workload", "system", "records_s", "MB_s"])
+        if meta.get("cpu_per_record"):
+            lines += ["", "#### CPU a record under ProducerPerformance (server; the tool's JVM)", ""]
+            lines += _table(
+                meta["cpu_per_record"], ["workload", "system", "server_us_per_record", "tool_us_per_record"]
+            )
         lines += ["", "#### End-to-end latency at 500 records/s", ""]
         lines += _table(
             [{"system": k, **v} for k, v in meta["latency"].items()], ["system", "p50_ms", "p99_ms", "max_ms"]
@@ -126,6 +133,7 @@ def summary_markdown() -> str:
         ("schema_bench", None),
         ("consume_bench", None),
         ("produce_bench", None),
+        ("produce_floor_bench", None),
         ("log_bench", None),
     ):
         data = _load(name)

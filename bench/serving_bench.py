@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import tempfile
 import threading
 import time
@@ -26,15 +25,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import percentile, print_table, write_results
+from bench.common import cpu_seconds, percentile, print_table, write_results
 from tests.e2e.server import REPO, ServerProcess
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def peak_rss_mb(pid: int) -> float:

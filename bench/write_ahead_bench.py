@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 from deltalake import DeltaTable
 
-from bench.common import percentile, print_table, write_results
+from bench.common import cpu_seconds, percentile, print_table, write_results
 from bench.kafka_bench import PARTITIONS, kafka_latency, kafka_perf_tool, topiclake_arrow
 from bench.kafka_broker import KafkaBroker
 from tests.e2e.server import ServerProcess
@@ -43,12 +43,6 @@ from tests.e2e.server import ServerProcess
 MODES = ("table", "log")
 CONNECTIONS = 32
 ACK_RATES = (100, 250, 500)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its threads (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def settle(pid: int, *, busy: float = 0.1, at_most_s: float = 20.0) -> None:

@@ -742,7 +742,8 @@ class TopicReader:
         encoder: Encoder | None = None,
     ) -> FetchResult | None:
         """The fetch answered from memory alone (records this process committed recently, or read
-        ahead, as `fetch` would return them), or None when that needs the log or the storage.
+        ahead, as `fetch` would return them), or None when that needs the log or the storage: also
+        when the limits want records past this process's tail that another writer appended.
         Never blocks on I/O: callers on an event loop try this before handing `fetch` to a thread."""
         snap = self._snap
         if not (0 <= partition < snap.config.partitions and 1 <= max_records <= self.settings.max_fetch_records):
@@ -759,6 +760,10 @@ class TopicReader:
         budget = min(max_bytes, self.settings.max_fetch_bytes)
         sizes = record_sizes(piece)
         fits = max(1, int(np.searchsorted(np.cumsum(sizes), budget, side="right")))
+        if fits == piece.num_rows < max_records and self._tail.end_offset(partition) < snap.high_watermark(partition):
+            # the limits want more and the log goes on past this process's tail (another gateway
+            # appended after it): `fetch` reads on from the segments instead of answering short
+            return None
         piece = piece.slice(0, fits)
         result = FetchResult(
             records=piece,

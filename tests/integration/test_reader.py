@@ -88,6 +88,24 @@ def test_tail_cache_serves_and_survives_gaps(storage, settings, topic_factory):
     assert res.records.column("offset").to_pylist() == list(range(15))
 
 
+def test_a_tail_that_another_writer_went_past_answers_no_fetch_short(storage, settings, topic_factory):
+    """This process appended the start of a partition, then another gateway appended on (its
+    partitions moved). A fetch from memory must not stop at this process's tail while the log goes
+    on: the fetch reads on from the segments, as far as the limits allow (a cluster test once read
+    a partition's first records only, for as long as it asked)."""
+    topic = topic_factory()
+    r = TopicReader(storage, topic, ReaderSettings(refresh_interval_s=0))
+    TopicWriter(storage, topic, settings.writer, on_commit=r.on_commit).append(make_batch(5))
+    TopicWriter(storage, topic, settings.writer).append(make_batch(5))  # another gateway, past our tail
+    r.refresh()
+    assert r.high_watermark(0) == 10
+    assert r.fetch_cached(0, 0, max_records=100) is None  # memory alone cannot answer it whole
+    assert r.fetch(0, 0, max_records=100).records.column("offset").to_pylist() == list(range(10))
+    # what the tail holds still answers from memory when the limits end inside it
+    assert r.fetch_cached(0, 0, max_records=3).records.column("offset").to_pylist() == [0, 1, 2]
+    assert r.fetch_cached(0, 0, max_records=100, max_bytes=1).records.num_rows == 1
+
+
 def test_offset_for_timestamp(storage, settings, topic_factory):
     topic = topic_factory()
     w = TopicWriter(storage, topic, settings.writer)

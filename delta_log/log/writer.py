@@ -69,6 +69,7 @@ from delta_log.errors import (
 from delta_log.log.wal import latest_per_offset, read_topic
 from delta_log.table import log_entries
 from delta_log.table.app_transactions import (
+    Lease,
     TransactionCache,
     TxnSource,
     append_transactions,
@@ -341,21 +342,28 @@ class TopicWriter:
         `now_ms` (default: now)."""
         if now_ms is None:
             now_ms = int(time.time() * 1000)
-        for p in partitions:
-            lease = read_lease(self._txns, p)
-            if lease is not None and lease.held_by_other(-1 if holder is None else holder, now_ms):
-                raise OwnerNotAvailableError(
-                    f"Partition {p} of topic {self.topic!r} is written through another gateway's write-ahead log "
-                    f"for {(lease.expires_ms - now_ms) / 1000:.1f} s more; retry through its owner.",
-                    topic=self.topic,
-                    partition=p,
-                )
+        if held := self._leases_of_others(partitions, -1 if holder is None else holder, now_ms):
+            p, lease = held[0]
+            raise OwnerNotAvailableError(
+                f"Partition {p} of topic {self.topic!r} is written through another gateway's write-ahead log "
+                f"for {(lease.expires_ms - now_ms) / 1000:.1f} s more; retry through its owner.",
+                topic=self.topic,
+                partition=p,
+            )
 
     def leased_by_others(self, partitions: Iterable[int], holder: int) -> set[int]:
         """Which of `partitions` another gateway holds the write-ahead lease of (as of a refresh)."""
         self.refresh()
-        now_ms = int(time.time() * 1000)
-        return {p for p in partitions if (lease := read_lease(self._txns, p)) and lease.held_by_other(holder, now_ms)}
+        return {p for p, _ in self._leases_of_others(partitions, holder, int(time.time() * 1000))}
+
+    def _leases_of_others(self, partitions: Iterable[int], holder: int, now_ms: int) -> list[tuple[int, Lease]]:
+        """The partitions of `partitions` whose write-ahead lease a holder other than `holder` has
+        at `now_ms`, with that lease: the one rule a claim's check and an append's refusal share."""
+        return [
+            (p, lease)
+            for p in partitions
+            if (lease := read_lease(self._txns, p)) and lease.held_by_other(holder, now_ms)
+        ]
 
     def holds(self, records: pa.Table) -> bool:
         """Whether the table (as this writer last read it) holds every offset of `records`."""

@@ -133,7 +133,11 @@ def partitioned_batch(
     # Grouped by partition here, in the producer's own thread: the single flusher thread then needs
     # no per-request Arrow work (measured: per-request calls there, each waiting for the GIL, took
     # half of every flush under load).
-    order = np.argsort(parts, kind="stable")
-    if len(order) > 1 and (np.diff(order) != 1).any():
-        batch = batch.take(pa.array(order))
-    return PartitionedBatch(batch.combine_chunks(), parts, parts[order])
+    if len(parts) > 1 and (parts[1:] < parts[:-1]).any():
+        order = np.argsort(parts, kind="stable")
+        batch, sorted_parts = batch.take(pa.array(order)), parts[order]
+    else:  # in partition order already (one partition, say): nothing to move
+        sorted_parts = parts
+    if any(column.num_chunks > 1 for column in batch.columns):
+        batch = batch.combine_chunks()
+    return PartitionedBatch(batch, parts, sorted_parts)

@@ -285,6 +285,8 @@ def partition_runs(partitions: np.ndarray) -> list[tuple[int, int, int]]:
     by partition: one run each), in order."""
     if not len(partitions):
         return []
+    if partitions[0] == partitions[-1] and (partitions == partitions[0]).all():  # one run (4 against 2 us)
+        return [(int(partitions[0]), 0, len(partitions))]
     starts = np.flatnonzero(np.concatenate([[True], partitions[1:] != partitions[:-1]])).tolist()
     ends = [*starts[1:], len(partitions)]
     return [(int(partitions[s]), s, e) for s, e in zip(starts, ends, strict=True)]
@@ -354,9 +356,12 @@ def offsets_for_rows(partitions: np.ndarray, high_watermarks: Mapping[int, int])
     Returns (order, offsets): `order` sorts rows by (partition, arrival) and `offsets[i]` is the
     offset of row `order[i]`: high watermark of its partition + its rank within the partition.
     """
+    n = len(partitions)
+    if n and partitions[0] == partitions[-1] and (partitions == partitions[0]).all():  # one partition
+        first = high_watermarks.get(int(partitions[0]), 0)
+        return np.arange(n), np.arange(first, first + n, dtype=np.int64)
     order = np.argsort(partitions, kind="stable")
     sorted_parts = partitions[order]
-    n = len(sorted_parts)
     if n == 0:
         return order, np.zeros(0, dtype=np.int64)
     starts = np.flatnonzero(np.concatenate([[True], sorted_parts[1:] != sorted_parts[:-1]]))

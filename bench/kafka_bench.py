@@ -11,8 +11,9 @@ and a `topiclake serve` on 127.0.0.1, then runs the same workloads against both,
 reports medians and ratios:
 - produce throughput, 100 B and 1 KB records, acks=all: Kafka's ProducerPerformance tool (linger.ms=5
   and batch.size=1 MiB, librdkafka's default; Java's 16 KiB default capped it at ~55 MB/s here) and
-  the confluent-kafka Python producer vs topiclake Arrow IPC (4 clients x 4 requests in flight, 1,000
-  records a request), JSON over HTTP, and `topiclake.Producer`;
+  the confluent-kafka Python producer vs topiclake Arrow IPC (4 clients x 4 requests in flight, about
+  1 MB a request as the tool's batches: 1,000 records of 1 KB, 10,000 of 100 B; and 1,000 of 100 B),
+  JSON over HTTP (1,000 records a request), and `topiclake.Producer`;
 - consume throughput from the beginning of a 1 GB topic (1 KB records): Kafka's
   ConsumerPerformance tool (its fetch rate, without the group join) vs topiclake Arrow fetch (one
   thread per partition, 10,000 records a fetch) with the standard library's http.client and with httpx;
@@ -59,6 +60,10 @@ from tests.e2e.server import ServerProcess, free_port
 
 PARTITIONS = 4
 BATCH = 1000  # records per request / per batch, for every system that batches by hand
+#: an Arrow IPC request's record bytes: about what Kafka's tool puts in a batch here (batch.size=1 MiB,
+#: max.request.size 1 MB), and under `topiclake.Producer`'s 4 MiB batches. 1,000 records of 1 KB,
+#: 10,000 of 100 B (1,000 of 100 B, 100 KB a request, is measured beside it).
+ARROW_REQUEST_BYTES = 1_000_000
 
 
 # -- produce ------------------------------------------------------------------------------------------
@@ -147,15 +152,21 @@ def _http_clients(
     return {"records_s": sent[0] / elapsed}
 
 
-def topiclake_arrow(url: str, topic: str, size: int, seconds: float) -> dict[str, float]:
+def topiclake_arrow(url: str, topic: str, size: int, seconds: float, records: int | None = None) -> dict[str, float]:
+    """Arrow IPC requests of `records` each (default: ARROW_REQUEST_BYTES of records, at least
+    BATCH), their rows' partitions interleaved (the gateway groups them)."""
+    n = records or max(BATCH, ARROW_REQUEST_BYTES // size)
     t = pa.table(
-        {"value": random_values(BATCH, size), "partition": pa.array([i % PARTITIONS for i in range(BATCH)], pa.int32())}
+        {"value": random_values(n, size), "partition": pa.array([i % PARTITIONS for i in range(n)], pa.int32())}
     )
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, t.schema) as w:
         w.write_table(t)
-    res = _http_clients(url, topic, sink.getvalue().to_pybytes(), {"Content-Type": ARROW}, BATCH, seconds)
+    res = _http_clients(url, topic, sink.getvalue().to_pybytes(), {"Content-Type": ARROW}, n, seconds)
     return {**res, "mb_s": res["records_s"] * size / 1e6}
+
+
+SMALL_ARROW = "topiclake Arrow IPC, 1,000 records a request"
 
 
 def topiclake_json(url: str, topic: str, size: int, seconds: float) -> dict[str, float]:
@@ -415,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
                         (kafka, topic, size, tool_records, listener),
                     ),
                     ("topiclake Arrow IPC", topiclake_arrow, (srv.url, topic, size, seconds)),
+                    *(
+                        [(SMALL_ARROW, topiclake_arrow, (srv.url, topic, size, seconds, BATCH))]
+                        if size * BATCH < ARROW_REQUEST_BYTES
+                        else []
+                    ),
                     ("confluent-kafka Python producer", confluent_produce, (kafka.bootstrap, topic, size, seconds)),
                     (
                         "topiclake listener: confluent-kafka producer",
@@ -530,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         "Arrow IPC / Kafka producer tool (1 KB)": arrow_1k
         / med(rows, "produce 1024 B", "Kafka ProducerPerformance (Java)"),
         "Arrow IPC / Kafka producer tool (100 B)": med(rows, "produce 100 B", "topiclake Arrow IPC")
+        / med(rows, "produce 100 B", "Kafka ProducerPerformance (Java)"),
+        "Arrow IPC, 1,000 records a request / Kafka producer tool (100 B)": med(rows, "produce 100 B", SMALL_ARROW)
         / med(rows, "produce 100 B", "Kafka ProducerPerformance (Java)"),
         "topiclake.Producer / confluent-kafka (100 B)": med(rows, "produce 100 B", "topiclake.Producer")
         / med(rows, "produce 100 B", "confluent-kafka Python producer"),

@@ -7,7 +7,8 @@ Starts a real Kafka 4.x broker (bench/kafka_broker.py) and one `topiclake serve`
 for each mode (`topiclake.ack.mode` table, the default; log, the write-ahead tier) measures:
 - throughput: Kafka's ProducerPerformance tool against the broker and against the listener (100 B
   and 1 KB, acks=all, linger.ms=5, batch.size=1 MiB), and Arrow IPC over HTTP (16 requests in
-  flight, 1,000 records a request); the server's CPU seconds per million records;
+  flight, about 1 MB a request: 1,000 records of 1 KB, 10,000 of 100 B); the server's CPU seconds
+  per million records;
 - ack latency: HTTP produce requests of 10 records at 100, 250 and 500 requests/s, p50/p99 of the
   answer;
 - send -> received: confluent-kafka producer (acks=all, linger.ms=5) and consumer at 500 records/s;

@@ -23,7 +23,9 @@ Concurrency contract
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -75,11 +77,25 @@ def resolve(
         pass
 
 
+def _lower_priority(nice: int) -> None:
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+    except (OSError, AttributeError):  # (not Linux: the threads keep the process's priority)
+        log.debug("could not lower a flush thread's priority", exc_info=True)
+
+
 class FlushPool:
     """Threads shared by the group committers of many topics."""
 
-    def __init__(self, threads: int, *, name: str = "flush") -> None:
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+    def __init__(self, threads: int, *, name: str = "flush", nice: int = 0) -> None:
+        """`nice`: how much lower the threads' CPU priority is than the process's (Linux: per thread),
+        for work nobody waits on, so that it yields the cores to the threads answering requests."""
+        self._executor = ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix=name,
+            initializer=functools.partial(_lower_priority, nice) if nice else None,
+        )
 
     def submit(self, fn: Callable[[], None]) -> None:
         self._executor.submit(fn)

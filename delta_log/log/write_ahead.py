@@ -88,6 +88,10 @@ _ABSENT = -1
 #: producer entries kept in a topic's view beyond those not yet flushed
 _MAX_VIEW_ENTRIES = 100_000
 _HANDLES = itertools.count()  # LogTopic.key
+#: the table flushes run this much below the threads that ack (Linux `nice`): a flush's burst of
+#: parquet and Delta work otherwise takes a core from the event loop and the log's writer, and the
+#: acks of the next tens of ms wait (docs/BENCHMARKS.md, sixteenth session)
+FLUSH_NICE = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,7 +575,7 @@ class WriteAhead:
         #: parallel, many topics' flushes took every core and the acks waited (1 record a flush);
         #: one at a time, the oldest due first, they take at most about a core, and under more
         #: topics than commits a second can serve the lag grows instead, each flush carrying more.
-        self.pool = FlushPool(1, name="write-ahead-flush")
+        self.pool = FlushPool(1, name="write-ahead-flush", nice=FLUSH_NICE)
         #: claims and renewals of leases, on threads of their own: queued behind the flushes of
         #: many topics (a backlog when commits are short), the leases they renew lapsed meanwhile
         self.leases = FlushPool(2, name="write-ahead-lease")

@@ -734,3 +734,25 @@ def test_a_claim_never_takes_a_partition_whose_holders_acks_its_replay_left_out(
     finally:
         second.close()
         first.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own priority is Linux's")
+def test_table_flushes_run_below_the_threads_that_ack(registry):
+    """The flush's burst of parquet and Delta work yields the cores to the event loop and the log's
+    writer (docs/BENCHMARKS.md, sixteenth session): its thread runs FLUSH_NICE below the process."""
+    from delta_log.log.write_ahead import FLUSH_NICE
+
+    topic = log_topic(registry, lag_ms=200)
+    registry.committer(topic).submit(AppendRequest(batch=make_batch(4, partitions=2))).result(10)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen: list[int] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        done.set()
+
+    registry.write_ahead().pool.submit(probe)
+    assert done.wait(10)
+    assert FLUSH_NICE > 0 and seen == [min(mine + FLUSH_NICE, 19)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the caller's is its own

@@ -501,7 +501,10 @@ class Producer:
         self._http = http_client(
             url, api_key=api_key, timeout=request_timeout, ca_file=ca_file, client_cert=client_cert
         )
-        self._lock = threading.Condition(threading.Lock())
+        # `send()` takes the condition's lock itself: `with` on the Condition is a Python-level call
+        # on every record
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
         self._topics: dict[str, _Topic] = {}
         self._pending: dict[_Lane, None] = {}  # lanes with a batch to send, oldest first
         self._in_flight = 0  # batches in requests not yet answered
@@ -565,7 +568,7 @@ class Producer:
         state = self._topics.get(topic)
         if state is None or time.monotonic() >= state.refresh_at:
             state = self._refresh(topic)
-        with self._lock:
+        with self._mutex:
             if self._closed:
                 raise RuntimeError("Producer is closed")
             if self._buffered + size > self.buffer_bytes and threading.current_thread() is not self._resolver:

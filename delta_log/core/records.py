@@ -226,7 +226,7 @@ def normalize_batch(
     if partition.null_count:
         idx = _first_index(pc.is_null(partition))
         raise InvalidRecordError(f"Record {idx} has no partition.", index=idx)
-    part_numbers = partition.to_numpy()  # (no nulls: a copy-free view of one chunk)
+    part_numbers = partition.to_numpy()  # (no nulls: one chunk is viewed, not copied)
     if part_numbers.min() < 0 or part_numbers.max() >= partitions:
         idx = _first_index(pc.or_(pc.less(partition, 0), pc.greater_equal(partition, partitions)))
         exc = PartitionNotFoundError(topic, int(partition[idx].as_py()), partitions)
@@ -285,7 +285,7 @@ def partition_runs(partitions: np.ndarray) -> list[tuple[int, int, int]]:
     by partition: one run each), in order."""
     if not len(partitions):
         return []
-    if partitions[0] == partitions[-1] and (partitions == partitions[0]).all():  # one run (4 against 2 us)
+    if partitions[0] == partitions[-1] and (partitions == partitions[0]).all():  # one run: 2 against 4 us
         return [(int(partitions[0]), 0, len(partitions))]
     starts = np.flatnonzero(np.concatenate([[True], partitions[1:] != partitions[:-1]])).tolist()
     ends = [*starts[1:], len(partitions)]

@@ -115,9 +115,6 @@ class PreparedRequest:
 def record_offset_columns(request: PreparedRequest, result: AppendResult) -> tuple[list[int], list[int]]:
     """Partition and offset of every record, in the client's order (stable sort keeps ranks)."""
     parts = request.partitions
-    if len(result.ranges) == 1 and result.ranges[0].count == len(parts):  # one partition: no sort to undo
-        only = result.ranges[0]
-        return [only.partition] * only.count, list(range(only.base_offset, only.base_offset + only.count))
     bases = {r.partition: r.base_offset for r in result.ranges}
     order, offsets = offsets_for_rows(parts, bases)
     out = np.empty(len(parts), dtype=np.int64)

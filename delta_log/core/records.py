@@ -280,12 +280,17 @@ class PartitionRange:
         return self.base_offset + self.count - 1
 
 
+def _one_partition(partitions: np.ndarray) -> bool:
+    """Whether every row of a non-empty `partitions` is in one partition (the ends first: cheap)."""
+    return bool(partitions[0] == partitions[-1] and (partitions == partitions[0]).all())
+
+
 def partition_runs(partitions: np.ndarray) -> list[tuple[int, int, int]]:
     """(partition, start, end) of each run of equal adjacent values in `partitions` (rows sorted
     by partition: one run each), in order."""
     if not len(partitions):
         return []
-    if partitions[0] == partitions[-1] and (partitions == partitions[0]).all():  # one run: 2 against 4 us
+    if _one_partition(partitions):  # one run: 2 against 4 us
         return [(int(partitions[0]), 0, len(partitions))]
     starts = np.flatnonzero(np.concatenate([[True], partitions[1:] != partitions[:-1]])).tolist()
     ends = [*starts[1:], len(partitions)]
@@ -357,7 +362,7 @@ def offsets_for_rows(partitions: np.ndarray, high_watermarks: Mapping[int, int])
     offset of row `order[i]`: high watermark of its partition + its rank within the partition.
     """
     n = len(partitions)
-    if n and partitions[0] == partitions[-1] and (partitions == partitions[0]).all():  # one partition
+    if n and _one_partition(partitions):
         first = high_watermarks.get(int(partitions[0]), 0)
         return np.arange(n), np.arange(first, first + n, dtype=np.int64)
     order = np.argsort(partitions, kind="stable")

@@ -15,7 +15,6 @@ to one and moves to the next when a connection fails.
 
 from __future__ import annotations
 
-import functools
 import gzip
 import itertools
 import json
@@ -30,8 +29,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import httpx
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+
+from delta_log.core.murmur2 import partition_for_key  # the gateway's own (Kafka's murmur2)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -296,23 +298,61 @@ class _Batch:
                 out.extend(given.get(i) for i in range(len(b)))
             return out
 
-        cols: dict[str, pa.Array] = {
-            "key": pa.array(column("keys"), pa.binary()),
-            "value": pa.array(column("values"), pa.binary()),
-        }
+        cols: dict[str, pa.Array] = {"key": _binary_array(column("keys")), "value": _binary_array(column("values"))}
         if partition is not None:
-            cols["partition"] = pa.repeat(pa.scalar(partition, pa.int64()), len(cols["value"]))
+            cols["partition"] = _int64_array(np.full(len(cols["value"]), partition, np.int64))
         elif (partitions := sparse("partitions")) is not None:
-            cols["partition"] = pa.array(partitions, pa.int64())
+            cols["partition"] = _int64_array(partitions)
         if (timestamps := sparse("timestamps")) is not None:
-            cols["timestamp"] = pa.array(timestamps, pa.int64())  # epoch ms
+            cols["timestamp"] = _int64_array(timestamps)  # epoch ms
         if (headers := sparse("headers")) is not None:
-            cols["headers"] = pa.array(headers, _HEADERS)
+            cols["headers"] = pa.array(headers, _HEADERS)  # (the one column built from Python objects)
         table = pa.table(cols)
         sink = pa.BufferOutputStream()
         with ipc.new_stream(sink, table.schema) as w:
             w.write_table(table)
         return bytes(sink.getvalue())
+
+
+# The request's columns are built from buffers: `pa.array` on Python objects imports pandas the
+# first time a process calls it (0.2-0.5 s measured here), which stalled a new producer's first
+# request by that much. Headers, rarer, still take that path.
+def _binary_array(items: list[bytes | None]) -> pa.Array:
+    """`items` as one Arrow binary column (None: null)."""
+    n = len(items)
+    nulls = items.count(None)
+    if nulls == n:
+        return pa.nulls(n, pa.binary())
+    validity = None
+    present: list[bytes] = items  # type: ignore[assignment]  # (no None left below)
+    if nulls:
+        validity = pa.py_buffer(
+            np.packbits(np.fromiter((x is not None for x in items), np.bool_, n), bitorder="little")
+        )
+        present = [b"" if x is None else x for x in items]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, present), np.int64, n), out=offsets[1:])
+    large = offsets[-1] > np.iinfo(np.int32).max  # (past 2 GiB: 64-bit offsets)
+    return pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        n,
+        [validity, pa.py_buffer(offsets if large else offsets.astype(np.int32)), pa.py_buffer(b"".join(present))],
+        null_count=nulls,
+    )
+
+
+def _int64_array(items: Sequence[int | None] | np.ndarray) -> pa.Array:
+    """`items` as one Arrow int64 column (None: null)."""
+    n = len(items)
+    validity = None
+    nulls = 0
+    if not isinstance(items, np.ndarray):
+        valid = np.fromiter((x is not None for x in items), np.bool_, n)
+        nulls = n - int(valid.sum())
+        if nulls:
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        items = np.fromiter((0 if x is None else x for x in items), np.int64, n)
+    return pa.Array.from_buffers(pa.int64(), n, [validity, pa.py_buffer(items)], null_count=nulls)
 
 
 #: what a record takes in a request beyond its key, value and headers (Arrow offsets, validity,
@@ -376,15 +416,6 @@ class _Lane:
         self.busy = False
 
 
-@functools.cache
-def _partitioner() -> Callable[[bytes, int], int]:
-    """The gateway's own key partitioner (Kafka's murmur2), imported when a producer first learns
-    a topic's partition count (it loads the server's packages: never under the producer's lock)."""
-    from delta_log.core.partitioner import partition_for_key
-
-    return partition_for_key
-
-
 class _Topic:
     """What the producer knows of a topic: its partition count (None: unknown), until when, the
     sticky partition of records with neither key nor partition (Kafka's: one partition until its
@@ -406,7 +437,7 @@ class _Topic:
             assert self.partitions is not None
             if len(self.keys) >= _KEY_CACHE:
                 self.keys.clear()
-            part = self.keys[key] = _partitioner()(key, self.partitions)
+            part = self.keys[key] = partition_for_key(key, self.partitions)
         return part
 
     def moved_on(self, lane: _Lane) -> None:
@@ -618,7 +649,6 @@ class Producer:
             resp = self._http.get(f"/topics/{topic}", timeout=min(self.request_timeout, self.max_block_s))
             if resp.status_code == 200:
                 partitions = int(resp.json()["partitions"]) or None
-                _partitioner()
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             pass
         now = time.monotonic()

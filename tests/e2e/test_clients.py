@@ -66,6 +66,44 @@ def test_producer_arrow_batches_keep_every_field_and_the_keyed_partition(server)
     assert base64.b64decode(get(mj)["value"]) == b'{"n":1,"s":"\xc3\xa9"}'
 
 
+def test_a_new_producer_sends_without_loading_pandas_or_the_server(server):
+    """A fresh process's first requests: `pa.array` on Python objects imports pandas on first use
+    (0.2-0.5 s here), and the server's package is the whole log; neither may stall them. Keys,
+    nulls, a tombstone, explicit partitions and timestamps all travel as sent."""
+    import httpx
+
+    AdminClient(server.url).create_topic("prod-fresh", partitions=3)
+    script = f"""
+import sys
+from topiclake import Producer
+with Producer({server.url!r}, value_format="binary") as p:
+    futs = [p.send("prod-fresh", b"v%d" % i, key=None if i % 3 else "k%d" % i) for i in range(30)]
+    futs.append(p.send("prod-fresh", None, key="gone"))
+    futs.append(p.send("prod-fresh", b"late", partition=1, timestamp_ms=1_700_000_000_000))
+    for f in futs:
+        md = f.result(30)
+        print(md.partition, md.offset)
+print(sorted(m for m in ("pandas", "delta_log.log", "delta_log.core.records", "deltalake") if m in sys.modules))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()
+    assert out[-1] == "[]", out[-1]
+    placed = [tuple(map(int, line.split())) for line in out[:-1]]
+    assert len(set(placed)) == 32 and placed[-1][0] == 1
+
+    def record(partition, offset):
+        return httpx.get(
+            f"{server.url}/topics/prod-fresh/partitions/{partition}/records",
+            params={"offset": offset, "value_format": "binary", "max_records": 1},
+        ).json()["records"][0]
+
+    first, tombstone, late = record(*placed[0]), record(*placed[30]), record(*placed[31])
+    assert first["key"] == "k0" and first["value"] == "djA="  # b"v0"
+    assert tombstone["key"] == "gone" and tombstone["value"] is None
+    assert late["key"] is None and late["timestamp"] == 1_700_000_000_000
+
+
 def test_producer_reports_errors(server):
     with Producer(server.url, retries=0) as p:
         fut = p.send("does-not-exist", 1)

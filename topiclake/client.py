@@ -374,6 +374,14 @@ def _text_bytes(value: Any) -> bytes:
 _ENCODERS: dict[str, Callable[[Any], bytes]] = {"json": _json_bytes, "string": _text_bytes, "binary": _text_bytes}
 
 
+def _check_int64(**numbers: int | None) -> None:
+    """Raises: TypeError unless each of `numbers` is None or an int of 64 bits (what the request's
+    columns hold: checked at `send()`, not where its batch is built)."""
+    for name, number in numbers.items():
+        if number is not None and (not isinstance(number, int) or not -(2**63) <= number < 2**63):
+            raise TypeError(f"{name} must be an int of 64 bits or None; got {number!r}.")
+
+
 def _call(fn: Callable[..., Any], *args: Any) -> None:
     """A user's callback: what it raises is logged, as Kafka's producer does, never fatal."""
     try:
@@ -576,7 +584,9 @@ class Producer:
         """Queue one record; `value=None` is a tombstone (a null value: compaction and upsert tables
         delete the key), as with Kafka's producers. The first send to a topic reads its partition
         count (at most max_block_ms). Raises: RuntimeError (closed), TypeError/ValueError
-        (unencodable value)."""
+        (unencodable value; a partition or timestamp that is not a 64-bit int)."""
+        if partition is not None or timestamp_ms is not None:  # (most records give neither)
+            _check_int64(partition=partition, timestamp_ms=timestamp_ms)
         v = None if value is None else self._encode_value(value)
         k = None if key is None else self._encode_key(key)
         hs = None

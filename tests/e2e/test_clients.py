@@ -240,12 +240,16 @@ def test_producer_flush_from_a_callback_is_refused(server):
 
 def test_a_raising_callback_or_a_bad_header_does_not_stop_the_producer(server):
     """What a callback raises is logged (as Kafka's producer does); a header key that is not a
-    string is refused at send(); records sent afterwards still go and resolve."""
+    string, or a partition or timestamp that is not a 64-bit int, is refused at send(); records
+    sent afterwards still go and resolve."""
     AdminClient(server.url).create_topic("prod-robust", partitions=1)
     with Producer(server.url, value_format="string") as p:
         p.send("prod-robust", "a", callback=lambda md, err: 1 / 0)
         with pytest.raises(TypeError, match="Header keys"):
             p.send("prod-robust", "b", headers={1: "x"})
+        for bad in ({"timestamp_ms": 1.5e12}, {"timestamp_ms": 2**63}, {"partition": "0"}):
+            with pytest.raises(TypeError, match="an int of 64 bits"):
+                p.send("prod-robust", "b", **bad)
         p.flush(10)
         md = p.send("prod-robust", "c").result(10)
     assert md.offset == 1

@@ -66,10 +66,18 @@ class UpsertReport:
     without_key: int = 0
     skipped_by_retention: int = 0  # records retention removed before they were merged
     lag: int = 0  # records not merged yet, after this run
-    conflict: str = ""
+    conflict: str = ""  # a lost race: nothing written, the counts above are 0 and `lag` is the next run's
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def lost_race(self, why: str) -> UpsertReport:
+        """This run's MERGE did not commit because another run's came first: nothing it read counts
+        as merged; the next run starts where the other ended."""
+        self.merged = self.upserted_keys = self.deleted = self.without_key = 0
+        why = f"another upsert run committed first; nothing written, the next run merges these records ({why})"
+        self.conflict = why[:300]
+        return self
 
 
 def latest_per_key(records: pa.Table) -> pa.Table:
@@ -189,13 +197,11 @@ def upsert_topic(
     try:
         source = _aligned(target, _typed(latest_per_key(keyed.cast(LATEST_SCHEMA)), parse))
     except CommitFailedError as exc:  # another run's MERGE came between: the next run adds them
-        report.conflict = str(exc)[:300]
-        return report
+        return report.lost_race(f"delta-rs: {exc}")
     if any(int(target.transaction_version(txn_id(p)) or 0) != o for p, o in start.items()):
         # adding columns refreshed the table past a MERGE another run committed since `start` was
         # read: this run's records are older than the table's, so it writes nothing
-        report.conflict = "another run merged meanwhile"
-        return report
+        return report.lost_race("its MERGE is in the table this run read")
     report.upserted_keys = source.num_rows
     report.deleted = (
         source.num_rows - pc.sum(pc.is_valid(source["value"]).cast(pa.int64())).as_py() if source.num_rows else 0
@@ -226,8 +232,7 @@ def upsert_topic(
             .execute()
         )
     except CommitFailedError as exc:
-        report.conflict = str(exc)[:300]
-        return report
+        return report.lost_race(f"delta-rs: {exc}")
     if offsets is not None:
         offsets.commit(
             [OffsetCommit(group=UPSERT_GROUP, topic=topic, partition=p, offset=o) for p, o in new_offsets.items()]

@@ -68,34 +68,48 @@ def test_concurrent_produce_and_runs_end_with_the_latest_value_per_key(storage, 
     rng = random.Random(7)
     logs: dict[int, list] = {0: [], 1: [], 2: []}
     done = threading.Event()
+    ran = threading.Condition()
+    runs: list = []
+    errors: list[BaseException] = []
+
+    def a_run_ends() -> None:
+        with ran:
+            seen = len(runs)
+            if not ran.wait_for(lambda: len(runs) > seen, timeout=120):
+                raise TimeoutError("no upsert run ended in 120 s")
 
     def produce():
-        for _ in range(40):
-            recs = []
-            for _ in range(50):
-                key = b"k%d" % rng.randrange(60)
-                p = int.from_bytes(key, "big") % 3  # a key stays in its partition
-                value = None if rng.random() < 0.15 else b"v%d" % rng.randrange(10**6)
-                recs.append((p, key, value))
-            recs.append((0, None, b"no key"))
-            writer.append(batch(topic, 3, recs))
-            for p, k, v in recs:
-                logs[p].append((k, v))
-        done.set()
+        try:
+            for i in range(40):
+                if i and i % 10 == 0:  # interleave: a run ends between each quarter of the log
+                    a_run_ends()
+                recs = []
+                for _ in range(50):
+                    key = b"k%d" % rng.randrange(60)
+                    p = int.from_bytes(key, "big") % 3  # a key stays in its partition
+                    value = None if rng.random() < 0.15 else b"v%d" % rng.randrange(10**6)
+                    recs.append((p, key, value))
+                recs.append((0, None, b"no key"))
+                writer.append(batch(topic, 3, recs))
+                for p, k, v in recs:
+                    logs[p].append((k, v))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
 
     t = threading.Thread(target=produce)
     t.start()
     offsets = OffsetStore(storage)
-    runs = []
     conflicts = []
-
-    errors = []
 
     def run() -> None:  # two runs at once: a lost race commits nothing and is reported
         try:
             while not done.is_set() or not runs:
                 report = upsert_topic(storage, topic, max_records=700, offsets=offsets)
-                runs.append(report)
+                with ran:
+                    runs.append(report)
+                    ran.notify_all()
                 if report.conflict:
                     conflicts.append(report.conflict)
         except Exception as exc:
@@ -107,13 +121,14 @@ def test_concurrent_produce_and_runs_end_with_the_latest_value_per_key(storage, 
     for r in runners:
         r.join()
     t.join()
+    assert not errors, errors
+    assert len(runs) > 3  # one before each wait of the producer's, one at least after it
     while upsert_topic(storage, topic, offsets=offsets).merged:
         pass
     expected = {}
     for p in range(3):
         expected |= model(logs[p])
     assert latest(storage, topic) == expected
-    assert len(runs) > 2 and not errors, errors
     print(f"{len(runs)} runs, {len(conflicts)} lost races")
     committed = offsets.committed(UPSERT_GROUP, topic)
     assert {p: c.offset for (_, p), c in committed.items()} == {p: len(logs[p]) for p in range(3)}
@@ -198,7 +213,8 @@ def test_a_run_that_adds_columns_after_another_run_merged_writes_nothing_older(
 
     monkeypatch.setattr(upsert, "_aligned", aligned_after_another_run)
     late = upsert_topic(storage, topic, parse=parser(["x", "y"]))  # a new version: columns added
-    assert late.conflict and other_ran
+    assert late.conflict.startswith("another upsert run committed first") and other_ran
+    assert late.merged == late.upserted_keys == 0  # nothing it read was written
     dt = DeltaTable(latest_uri(storage, topic))
     assert dt.transaction_version("upsert-0") == 3  # not moved back to 2
     rows = sorted(pa.table(dt.to_pyarrow_table(columns=["key", "x"])).to_pylist(), key=lambda r: r["key"])

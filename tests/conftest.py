@@ -7,8 +7,15 @@ import os
 import pathlib
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from conf import load_settings
+
+# Property tests check what is true, not how fast: the default 200 ms deadline per example fails
+# them on a loaded 2-core machine (and Hypothesis then reports the test as flaky).
+hypothesis_settings.register_profile("topiclake", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("topiclake")
 
 # Every server a test starts (apps in-process, `topiclake serve` processes) serves Kafka on a free
 # port: the default 9092 would collide between servers (tests that speak Kafka ask for the port).

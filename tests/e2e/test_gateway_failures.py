@@ -35,7 +35,7 @@ def test_sigkill_under_load_loses_no_acked_record(tmp_path):
 def test_back_pressure_429_with_retry_after(tmp_path):
     env = {
         "TOPICLAKE_WRITER__MAX_QUEUE_BYTES": "2000",
-        "TOPICLAKE_WRITER__LINGER_MS": "300",
+        "TOPICLAKE_WRITER__LINGER_MS": "1000",  # the first waits; those sent with it are refused
         "TOPICLAKE_WRITER__BATCH_BYTES": "100000000",
         "TOPICLAKE_SERVER__MAX_REQUEST_BYTES": "20000",
     }
@@ -43,8 +43,10 @@ def test_back_pressure_429_with_retry_after(tmp_path):
     try:
         httpx.post(srv.url + "/topics", json={"name": "bp"}).raise_for_status()
         results = []
+        together = threading.Barrier(8)
 
         def go() -> None:
+            together.wait(30)
             r = httpx.post(srv.url + "/topics/bp/records", json={"records": [{"value": "x" * 500}] * 3}, timeout=30)
             results.append(r)
 

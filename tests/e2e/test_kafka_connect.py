@@ -154,7 +154,24 @@ def test_two_connect_workers_move_lines_through_a_topic_and_carry_on_after_a_kil
             fetched += [r["value"] for r in got["records"]]
         assert sorted(fetched) == sorted(f"line-{i}" for i in range(20))
 
-        time.sleep(2)  # past a few offset flushes: the sink's and the source's positions are committed
+        # before the kill, both positions are committed (Connect flushes them every 500 ms): the
+        # sink group's offsets past the 20 lines, the source's file position in its offsets topic
+        def committed(topic: str) -> list[str]:
+            info = httpx.get(f"{gateway.url}/topics/{topic}", timeout=30).json()
+            values = []
+            for p in range(len(info["partition_offsets"])):
+                url = f"{gateway.url}/topics/{topic}/partitions/{p}/records?offset=0&value_format=string"
+                values += [r["value"] for r in httpx.get(url, timeout=30).json()["records"]]
+            return values
+
+        def both_positions_committed() -> bool:
+            sink_at = httpx.get(f"{gateway.url}/groups/connect-file-sink/offsets", timeout=30).json()["offsets"]
+            position = f'"position":{source.stat().st_size}'
+            return sum(o["offset"] for o in sink_at if o["topic"] == "connect-lines") == 20 and any(
+                position in (v or "").replace(" ", "") for v in committed(f"{group}-offsets")
+            )
+
+        _wait_for("the sink's and the source's positions committed", both_positions_committed, logs=logs)
         status = httpx.get(f"{rest}/connectors?expand=status", timeout=30).json()
         sink_worker = status["file-sink"]["status"]["tasks"][0]["worker_id"]
         doomed = next(w for w in workers if w.rest.endswith(sink_worker.rsplit(":", 1)[1]))

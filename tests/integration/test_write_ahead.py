@@ -57,15 +57,23 @@ def log_topic(registry: TopicRegistry, partitions: int = 2, lag_ms: int = 60_000
 def test_acks_come_from_the_log_readers_see_them_at_once_and_the_table_within_the_lag(registry, storage):
     topic = log_topic(registry, lag_ms=1500)
     committer = registry.committer(topic)
+    commit, flushing, go_on = committer.writer.commit_staged, threading.Event(), threading.Event()
+
+    def held_commit(*args, **kwargs):  # the flush waits until the acks and reads below are checked
+        flushing.set()
+        assert go_on.wait(30)
+        return commit(*args, **kwargs)
+
+    committer.writer.commit_staged = held_commit
     start = time.monotonic()
     results = [committer.submit(AppendRequest(batch=make_batch(10, partitions=2))).result(10) for _ in range(5)]
-    acked = time.monotonic() - start
     assert [r.ranges[0].base_offset for r in results] == [0, 5, 10, 15, 20]
-    assert acked < 1.0  # five acks, no Delta commit among them (a commit alone is ~30 ms; the lag 1.5 s)
     reader = registry.reader(topic)
     fetched = reader.fetch(0, 0, max_records=100)
     assert fetched.records.column("offset").to_pylist() == list(range(25)) and fetched.high_watermark == 25
-    assert table_offsets(storage, topic) == {}  # the table has none of them yet
+    assert table_offsets(storage, topic) == {}  # acked and read, no commit of the table among them
+    assert flushing.wait(10)  # the flush is due within half the lag of the first ack
+    go_on.set()
     deadline = time.monotonic() + 10
     while table_offsets(storage, topic) != {0: list(range(25)), 1: list(range(25))} and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -177,6 +185,9 @@ from delta_log.errors import OwnerNotAvailableError
 root, topic, acks = sys.argv[1:4]
 registry = TopicRegistry(load_settings(root=root))
 committer = registry.committer(topic)
+if os.environ.get("WORKER_TABLE_DOWN"):  # every ack stays in the log alone, however slow the acks
+    from tests.integration.test_write_ahead import storage_down
+    storage_down(committer.writer)
 with open(acks, "a", buffering=1) as out:
     for i in range(10_000):
         try:
@@ -188,13 +199,18 @@ with open(acks, "a", buffering=1) as out:
 """
 
 
-def _run_worker(settings, topic: str, tmp_path: Path, acks_wanted: int, env: dict[str, str] | None = None) -> dict:
+def _run_worker(
+    settings, topic: str, tmp_path: Path, acks_wanted: int, env: dict[str, str] | None = None, table_down: bool = False
+) -> dict:
     """Start WORKER acking into `topic`, kill -9 it once it has `acks_wanted` acks; what it acked
-    (partition -> offsets)."""
+    (partition -> offsets). `table_down`: its table commits fail, so nothing it acks is flushed
+    (with short leases a flush is due 0.35 s after the first ack, which a loaded machine outlasts)."""
     acks = tmp_path / "acks.txt"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **(env or {})}
+    if table_down:
+        env["WORKER_TABLE_DOWN"] = "1"
     proc = subprocess.Popen([sys.executable, str(script), settings.root, topic, str(acks)], env=env)
     deadline = time.monotonic() + 60
     while (not acks.exists() or len(acks.read_text().splitlines()) < acks_wanted) and time.monotonic() < deadline:
@@ -246,13 +262,7 @@ def test_a_torn_frame_at_the_end_of_a_segment_is_ignored(registry, settings, sto
     """The dead worker's log ends with a write cut short: the complete frames are replayed, the
     torn one is not (it was never acked)."""
     topic = log_topic(registry, partitions=3, lag_ms=60_000)
-    acked = _run_worker(
-        settings,
-        topic,
-        tmp_path,
-        5,
-        env=QUICK_LEASES,
-    )
+    acked = _run_worker(settings, topic, tmp_path, 5, env=QUICK_LEASES, table_down=True)
     (dead,) = [Path(d) for d in log_dirs(storage)]
     segment = max(dead.glob("*.wal"))
     data = segment.read_bytes()
@@ -273,7 +283,7 @@ def test_the_table_path_replays_a_dead_holders_log_before_it_appends(registry, s
     back to `table` (or a direct writer, as the Spark sink without a gateway, appends): the first
     append after the lease lapsed writes the dead gateway's acks first, then its own after them."""
     topic = log_topic(registry, partitions=3, lag_ms=60_000)
-    acked = _run_worker(settings, topic, tmp_path, 20, env=QUICK_LEASES)
+    acked = _run_worker(settings, topic, tmp_path, 20, env=QUICK_LEASES, table_down=True)
     assert table_offsets(storage, topic) == {}  # every ack is in the dead worker's log alone
     time.sleep(1.2)  # its leases lapse
     batch = make_batch(9, partitions=3, key_prefix="after-")
@@ -316,7 +326,7 @@ def test_a_lapsed_lease_taken_over_by_another_gateway_fences_the_first(settings,
         topic = log_topic(first, partitions=1, lag_ms=200)
         a = first.committer(topic).submit(AppendRequest(batch=make_batch(5))).result(10)
         time.sleep(1.5)  # flushed, then idle past its lease
-        b = second.committer(topic).submit(AppendRequest(batch=make_batch(5))).result(10)
+        b = _submit_once_the_lease_lapsed(second, topic, make_batch(5))
         assert (a.ranges[0].base_offset, b.ranges[0].base_offset) == (0, 5)
         with pytest.raises(OwnerNotAvailableError):
             first.committer(topic).submit(AppendRequest(batch=make_batch(5))).result(10)
@@ -325,6 +335,19 @@ def test_a_lapsed_lease_taken_over_by_another_gateway_fences_the_first(settings,
     finally:
         second.close()
         first.close()
+
+
+def _submit_once_the_lease_lapsed(registry: TopicRegistry, topic: str, batch, timeout: float = 20):
+    """Submit, retrying while another gateway's lease still holds the partition (its last renewal,
+    by a flush on a niced thread, may come late on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return registry.committer(topic).submit(AppendRequest(batch=batch)).result(10)
+        except OwnerNotAvailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def storage_down(writer):

@@ -24,7 +24,7 @@ def test_a_kill_between_ack_and_flush_on_s3_loses_and_duplicates_nothing(setting
     registry = TopicRegistry(settings)
     try:
         topic = log_topic(registry, partitions=2, lag_ms=60_000)
-        acked = _run_worker(settings, topic, tmp_path, 20, env=QUICK_LEASE)
+        acked = _run_worker(settings, topic, tmp_path, 20, env=QUICK_LEASE, table_down=True)
         objects = wal_objects(storage)
         assert len(objects) >= 20  # one object per durable write
         assert DeltaTable(storage.topic_uri(topic), storage_options=storage.options()).to_pyarrow_table().num_rows == 0

@@ -171,7 +171,9 @@ def test_a_reader_that_lags_pauses_the_socket_and_loses_nothing(loop):
     got: list[bytes] = []
 
     async def serve(reader: _Wire, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + 10  # the client's 300 KB arrive while this does not read
+        while not reader._paused and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         assert len(reader._buf) == 64 * 1024 and reader._paused  # bounded, and the socket paused
         for n in sizes:
             assert struct.unpack(">i", await reader.readexactly(4, 10))[0] == n

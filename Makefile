@@ -89,7 +89,7 @@ run: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}
 
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 	$(PY) -m pytest -q -m "not spark and not slow" $(PYTEST_ARGS)

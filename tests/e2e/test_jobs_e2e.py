@@ -55,20 +55,26 @@ def stop_all(procs):
 
 
 def fetch_all(url, topic, partition):
-    """Every record of a partition from its log start: [(offset, value)]."""
-    info = httpx.get(f"{url}/topics/{topic}").json()
-    po = next(p for p in info["partition_offsets"] if p["partition"] == partition)
-    rows, offset = [], po["log_start_offset"]
-    while offset < po["high_watermark"]:
-        r = httpx.get(
-            f"{url}/topics/{topic}/partitions/{partition}/records",
-            params={"offset": offset, "max_records": 5000, "value_format": "string"},
-        )
-        assert r.status_code == 200, r.text
-        body = r.json()
-        rows += [(rec["offset"], rec["value"]) for rec in body["records"]]
-        offset = body["next_offset"]
-    return po["log_start_offset"], rows
+    """Every record of a partition from its log start: (log start, [(offset, value)]). The server's
+    own retention may move the log start while this reads: then it reads again from the new one."""
+    for _ in range(10):
+        info = httpx.get(f"{url}/topics/{topic}").json()
+        po = next(p for p in info["partition_offsets"] if p["partition"] == partition)
+        rows, offset = [], po["log_start_offset"]
+        while offset < po["high_watermark"]:
+            r = httpx.get(
+                f"{url}/topics/{topic}/partitions/{partition}/records",
+                params={"offset": offset, "max_records": 5000, "value_format": "string"},
+            )
+            if r.status_code == 416 and r.json()["error"]["details"]["log_start_offset"] > po["log_start_offset"]:
+                break  # retention removed a prefix meanwhile
+            assert r.status_code == 200, r.text
+            body = r.json()
+            rows += [(rec["offset"], rec["value"]) for rec in body["records"]]
+            offset = body["next_offset"]
+        else:
+            return po["log_start_offset"], rows
+    raise AssertionError(f"{topic}-{partition}: its log start kept moving while it was read")
 
 
 class LiveProducer(threading.Thread):

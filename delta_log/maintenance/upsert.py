@@ -75,8 +75,8 @@ class UpsertReport:
         """This run's MERGE did not commit because another run's came first: nothing it read counts
         as merged; the next run starts where the other ended."""
         self.merged = self.upserted_keys = self.deleted = self.without_key = 0
-        why = f"another upsert run committed first; nothing written, the next run merges these records ({why})"
-        self.conflict = why[:300]
+        message = f"another upsert run committed first; nothing written, the next run merges these records ({why})"
+        self.conflict = message[:300]
         return self
 
 

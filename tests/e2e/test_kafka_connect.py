@@ -145,30 +145,26 @@ def test_two_connect_workers_move_lines_through_a_topic_and_carry_on_after_a_kil
         _wait_for("the Connect group stable with both workers", stable_with_both, timeout=60, logs=logs)
         listed = {g["group"] for g in httpx.get(f"{gateway.url}/groups", timeout=30).json()["groups"]}
         assert {group, "connect-file-sink"} <= listed
+
+        def values(topic: str) -> list[str]:
+            """Every value of `topic`, fetched over HTTP from each partition's start."""
+            info = httpx.get(f"{gateway.url}/topics/{topic}", timeout=30).json()
+            out = []
+            for p in range(len(info["partition_offsets"])):
+                url = f"{gateway.url}/topics/{topic}/partitions/{p}/records?offset=0&value_format=string"
+                out += [r["value"] for r in httpx.get(url, timeout=30).json()["records"]]
+            return out
+
         # the topic Connect wrote is a topic like any other: its lines are fetched over HTTP too
-        fetched = []
-        for p in range(2):
-            got = httpx.get(
-                f"{gateway.url}/topics/connect-lines/partitions/{p}/records?offset=0&value_format=string", timeout=30
-            ).json()
-            fetched += [r["value"] for r in got["records"]]
-        assert sorted(fetched) == sorted(f"line-{i}" for i in range(20))
+        assert sorted(values("connect-lines")) == sorted(f"line-{i}" for i in range(20))
 
         # before the kill, both positions are committed (Connect flushes them every 500 ms): the
         # sink group's offsets past the 20 lines, the source's file position in its offsets topic
-        def committed(topic: str) -> list[str]:
-            info = httpx.get(f"{gateway.url}/topics/{topic}", timeout=30).json()
-            values = []
-            for p in range(len(info["partition_offsets"])):
-                url = f"{gateway.url}/topics/{topic}/partitions/{p}/records?offset=0&value_format=string"
-                values += [r["value"] for r in httpx.get(url, timeout=30).json()["records"]]
-            return values
-
         def both_positions_committed() -> bool:
             sink_at = httpx.get(f"{gateway.url}/groups/connect-file-sink/offsets", timeout=30).json()["offsets"]
             position = f'"position":{source.stat().st_size}'
             return sum(o["offset"] for o in sink_at if o["topic"] == "connect-lines") == 20 and any(
-                position in (v or "").replace(" ", "") for v in committed(f"{group}-offsets")
+                position in (v or "").replace(" ", "") for v in values(f"{group}-offsets")
             )
 
         _wait_for("the sink's and the source's positions committed", both_positions_committed, logs=logs)

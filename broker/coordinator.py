@@ -329,7 +329,12 @@ class GroupCoordinator:
         if settled:
             return g.result(member)
         self._wake(g)
-        while g.rebalancing:
+        # Answered once the rebalance this join is in completes, even if another has begun since
+        # (a member joined in the same instant): Kafka answers every pending join at completion,
+        # and the member learns of the next rebalance from its heartbeat. Waiting on into the next
+        # one would leave this member, not rejoined there, to be dropped from it.
+        joined_in = g.generation
+        while g.rebalancing and g.generation == joined_in:
             if g.ready_to_complete(self.clock()):
                 await self._complete_rebalance(g)
                 break

@@ -53,14 +53,21 @@ class TopiclakeClientError(Exception):
         return self.status in (429, 503) or self.status >= 500
 
 
-def raise_for_error(resp: httpx.Response) -> None:
+def client_error(resp: httpx.Response) -> TopiclakeClientError | None:
+    """The server's error in `resp` (None for a success)."""
     if resp.status_code < 400:
-        return
+        return None
     try:
         err = resp.json()["error"]
-        raise TopiclakeClientError(resp.status_code, err["code"], err["message"], err.get("details"))
+        return TopiclakeClientError(resp.status_code, err["code"], err["message"], err.get("details"))
     except (ValueError, KeyError, TypeError):
-        raise TopiclakeClientError(resp.status_code, "HTTP_ERROR", resp.text[:500]) from None
+        return TopiclakeClientError(resp.status_code, "HTTP_ERROR", resp.text[:500])
+
+
+def raise_for_error(resp: httpx.Response) -> None:
+    err = client_error(resp)
+    if err is not None:
+        raise err
 
 
 def _auth_headers(api_key: str | None) -> dict[str, str]:

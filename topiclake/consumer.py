@@ -24,7 +24,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from topiclake.client import DEFAULT_URL, TopiclakeClientError, http_client, raise_for_error
+from topiclake.client import DEFAULT_URL, TopiclakeClientError, client_error, http_client, raise_for_error
 
 ARROW = "application/vnd.apache.arrow.stream"
 TopicPartition = tuple[str, int]
@@ -154,11 +154,15 @@ class Consumer:
             }
             if self._member_id:
                 body["member_id"] = self._member_id
-            resp = self._group_call("POST", f"/groups/{self.group_id}/members", json=body)
-            if resp.status_code == 404 and self._member_id:  # our session expired: join as new
-                self._member_id = None
-                body.pop("member_id")
+            for _ in range(3):
                 resp = self._group_call("POST", f"/groups/{self.group_id}/members", json=body)
+                err = client_error(resp)
+                if err is None or err.code != "UNKNOWN_MEMBER":
+                    break
+                # our session expired, or the group dropped us while we waited: join as new
+                # (Kafka's clients reset their member id on UNKNOWN_MEMBER_ID the same way)
+                self._member_id = None
+                body.pop("member_id", None)
             raise_for_error(resp)
             data = resp.json()
             self._member_id, self._generation = data["member_id"], data["generation"]

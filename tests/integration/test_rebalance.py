@@ -30,6 +30,36 @@ async def join_both(coord, topic, ids=(None, None)):
     return a, b
 
 
+def test_a_join_is_answered_when_its_rebalance_completes_though_the_next_one_began(storage, settings, topic_factory):
+    """CI once saw a new member's first join refused UNKNOWN_MEMBER: its rebalance completed, and
+    another member joined before its request woke, so it waited on in the next rebalance, where it
+    had not rejoined, and was dropped. Kafka answers every pending join at completion instead."""
+    topic = topic_factory(partitions=2)
+
+    async def scenario():
+        coord = GroupCoordinator(TopicRegistry(settings), GroupStore(storage), sync_interval_s=3600)
+        await coord.start()
+        a = await coord.join("g", topics=[topic], session_timeout_ms=10_000)
+        b = asyncio.create_task(coord.join("g", topics=[topic], session_timeout_ms=10_000))
+        g = coord.group("g")
+        while not g.rebalancing:
+            await asyncio.sleep(0.01)
+        # In one turn of the loop, while b's request sleeps: a rejoins, the generation completes,
+        # and c joins (the interleaving CI hit by chance, forced here on the group's own state).
+        g.join(now=coord.clock(), topics=[topic], member_id=a.member_id, instance_id=None,
+               session_timeout_ms=10_000, assignor="range")  # fmt: skip
+        g.complete({topic: 2})
+        g.join(now=coord.clock(), topics=[topic], member_id=None, instance_id=None,
+               session_timeout_ms=10_000, assignor="range")  # fmt: skip
+        joined = await asyncio.wait_for(b, 5)  # before the fix: dropped at the 10 s deadline
+        assert joined.generation == a.generation + 1 and len(joined.assignment[topic]) == 1
+        hb = await coord.heartbeat("g", joined.member_id, joined.generation)
+        assert hb.rebalance  # it learns of the next rebalance as Kafka's members do, and rejoins
+        await coord.stop()
+
+    asyncio.run(scenario())
+
+
 def test_server_adopts_the_jobs_lag_aware_assignment_through_a_rebalance(storage, settings, topic_factory):
     topic = topic_factory(partitions=4)
     TopicWriter(storage, topic, settings.writer).append(make_batch(4000, partition_of=lambda i: i % 2, topic=topic))

@@ -130,11 +130,15 @@ def test_an_idempotent_lz4_producer_writes_keyed_records_with_headers_a_group_of
     second.subscribe([name])
     got: dict[tuple[int, int], object] = {}
     deadline = time.monotonic() + 90
-    while len(got) < len(records) and time.monotonic() < deadline:
-        for c in (first, second):
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                got[(m.partition(), m.offset())] = m
+    # until every record is read and both members hold partitions (the first may read all before the
+    # second's join makes it rebalance)
+    while (len(got) < len(records) or not (first.assignment() and second.assignment())) and (
+        time.monotonic() < deadline
+    ):
+        for c in (first, second):  # a batch each (poll() takes one record, then waits on the other member)
+            for m in c.consume(num_messages=500, timeout=0.2):
+                if m.error() is None:
+                    got[(m.partition(), m.offset())] = m
     a, b = first.assignment(), second.assignment()
     assert a and b and not {(t.topic, t.partition) for t in a} & {(t.topic, t.partition) for t in b}
     assert len(got) == len(records)

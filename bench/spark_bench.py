@@ -49,15 +49,15 @@ def fill(root: str, topic: str, records: int, partitions: int = 4) -> None:
         )
 
 
+def topic_stream(spark, root: str, topic: str, **options: object):
+    """`topic` from its earliest offset through format("topiclake"), with more source options."""
+    reader = spark.readStream.format("topiclake").option("root", root).option("subscribe", topic)
+    return reader.option("startingOffsets", "earliest").options(**options).load()
+
+
 def run_once(spark, fmt: str, root: str, topic: str, work: Path, i: int) -> tuple[float, int]:
     if fmt == "topiclake":
-        df = (
-            spark.readStream.format("topiclake")
-            .option("root", root)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .load()
-        )
+        df = topic_stream(spark, root, topic)
     else:
         df = spark.readStream.format("delta").load(StorageRoot(root).topic_uri(topic))
     start = time.perf_counter()
@@ -76,16 +76,9 @@ def run_once(spark, fmt: str, root: str, topic: str, work: Path, i: int) -> tupl
 def etl_batches(spark, root: str, topic: str, work: Path, name: str) -> list[float]:
     """Seconds per micro-batch of topic -> Delta sink, 500 records a batch (the first, which
     starts the source's Python workers, left out)."""
-    df = (
-        spark.readStream.format("topiclake")
-        .option("root", root)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 500)
-        .load()
-    )
     q = (
-        df.selectExpr("partition", "offset", "CAST(value AS STRING) AS json")
+        topic_stream(spark, root, topic, maxOffsetsPerTrigger=500)
+        .selectExpr("partition", "offset", "CAST(value AS STRING) AS json")
         .writeStream.format("delta")
         .option("checkpointLocation", str(work / f"ckpt-{name}"))
         .trigger(availableNow=True)
@@ -97,13 +90,14 @@ def etl_batches(spark, root: str, topic: str, work: Path, name: str) -> list[flo
 
 def etl(spark, root: str, work: Path, records: int, repeats: int) -> list[dict]:
     fill(root, "etl", records, partitions=2)
-    snapshots = {"delta default (50)": "50", "spark-defaults.conf (4)": spark.conf.get(SNAPSHOT_PARTITIONS, "50")}
+    tuned = spark.conf.get(SNAPSHOT_PARTITIONS, "50")
+    snapshots = {"delta default (50)": "50", f"spark-defaults.conf ({tuned})": tuned}
     per_batch: dict[str, list[float]] = {k: [] for k in snapshots}
     for i in range(repeats):
-        for label, value in snapshots.items():  # alternating, same session
+        for j, (label, value) in enumerate(snapshots.items()):  # alternating, same session
             spark.conf.set(SNAPSHOT_PARTITIONS, value)
-            per_batch[label] += etl_batches(spark, root, "etl", work, f"etl-{value}-{i}")
-    spark.conf.set(SNAPSHOT_PARTITIONS, snapshots["spark-defaults.conf (4)"])
+            per_batch[label] += etl_batches(spark, root, "etl", work, f"etl-{j}-{i}")
+    spark.conf.set(SNAPSHOT_PARTITIONS, tuned)
     base = median(per_batch["delta default (50)"])
     return [
         {"snapshot_partitions": k, "batches": len(v), "median_batch_s": median(v), "ratio_vs_default": median(v) / base}

@@ -163,7 +163,8 @@ class Consumer:
                 # (Kafka's clients reset their member id on UNKNOWN_MEMBER_ID the same way)
                 self._member_id = None
                 body.pop("member_id", None)
-            raise_for_error(resp)
+            if err is not None:
+                raise err
             data = resp.json()
             self._member_id, self._generation = data["member_id"], data["generation"]
             new = sorted((t, p) for t, ps in data["assignment"].items() for p in ps)

@@ -140,10 +140,18 @@ class KafkaBroker:
         self.tool(
             "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={_cluster_id()}", "-c", str(props)
         )
+        return self.launch(timeout)
+
+    def launch(self, timeout: float = 120, *, wait: bool = True) -> KafkaBroker:
+        """Start the broker on its formatted storage (again, after `kill9`: it recovers its log);
+        `wait`: until its topic listing answers."""
+        props = self.workdir / "server.properties"
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(props), heap=self.heap), stdout=out, stderr=subprocess.STDOUT
             )
+        if not wait:
+            return self
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -171,6 +179,11 @@ class KafkaBroker:
             "--replication-factor",
             "1",
         )
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(30)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from conf import ClusterSettings
 from delta_log.core.ownership import owner, partition_resource
-from delta_log.system.gateways import GatewayDirectory, GatewayRecord
+from delta_log.system.gateways import GatewayDirectory, GatewayRecord, this_process
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,11 @@ class Cluster:
             kafka=kafka,
             node_id=node_id,
             auth=auth,
+            process=this_process(),
         )
         self._members: list[GatewayRecord] = [self.me]
+        #: ids of gateways whose records remain but whose processes are known to have ended
+        self._gone: frozenset[str] = frozenset()
         self._partition_owners: dict[tuple[str, int], list[str | None]] = {}
         self._published_ms = now
         self._listeners: list[Callable[[], None]] = []
@@ -128,9 +131,15 @@ class Cluster:
 
     def _predecessor(self, r: GatewayRecord) -> bool:
         """An earlier incarnation of this gateway (same host and advertised address, started
-        before it: only one process serves an address): dead now, whatever its heartbeat says, so a
-        restart takes its groups back at once instead of after the membership timeout."""
+        before it: only one process serves an address)."""
         return r.url == self.me.url and r.host == self.me.host and r.started_at_ms <= self.me.started_at_ms
+
+    def _ended(self, r: GatewayRecord) -> bool:
+        """A gateway known to be dead, whatever its heartbeat says: an earlier incarnation of this
+        one, or a process of this machine that is gone (a restart, a `--workers` child started
+        again). Its groups and partitions move at once instead of after the membership timeout,
+        and its write-ahead leases bind no one (`gone`)."""
+        return r.gateway_id != self.me.gateway_id and (self._predecessor(r) or r.process_gone())
 
     def _prune(self, records: list[GatewayRecord]) -> None:
         """Forget gateways dead for ten membership timeouts (their files would pile up)."""
@@ -142,10 +151,12 @@ class Cluster:
 
     def _set_members(self, records: list[GatewayRecord]) -> None:
         now = self._now_ms()
+        # (a dead gateway's record stays ten membership timeouts, far past its write-ahead leases)
+        ended = self._gone = frozenset(r.gateway_id for r in records if self._ended(r))
         live = [
             r
             for r in records
-            if r.gateway_id != self.me.gateway_id and not self._predecessor(r) and r.live(now, self.timeout_ms)
+            if r.gateway_id != self.me.gateway_id and r.gateway_id not in ended and r.live(now, self.timeout_ms)
         ]
         if self.self_live:
             live.append(self.me)
@@ -189,6 +200,12 @@ class Cluster:
             owners = [owner(partition_resource(topic, p), ids) for p in range(partitions)]
             self._partition_owners[key] = owners
         return owners
+
+    @property
+    def gone(self) -> frozenset[str]:
+        """The gateways known to have ended (not merely silent for a while): what they held,
+        another may take at once."""
+        return self._gone
 
     def member(self, gateway_id: str) -> GatewayRecord | None:
         return next((r for r in self._members if r.gateway_id == gateway_id), None)

@@ -350,6 +350,16 @@ class OwnerNotAvailableError(TopiclakeError):
     )
 
 
+class PartitionRecoveringError(TopiclakeError):
+    """A partition whose acked records are not all readable here yet: a gateway that died left
+    them in its write-ahead log, and its lease has not ended (at most `writer.wal_lease_ms`).
+    Answered instead of a high watermark below an acked offset."""
+
+    code = "PARTITION_RECOVERING"
+    retriable = True
+    hint = "Retry in a second: the partition is served again once its records are recovered."
+
+
 class FencedMemberError(TopiclakeError):
     """A commit or heartbeat from an old generation or from a member that does not own the partition."""
 

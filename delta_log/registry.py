@@ -10,6 +10,7 @@ committing thread and must be quick (they wake waiters).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -39,6 +40,8 @@ from delta_log.table.segment_files import ParquetOptions
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
+
+_holder_number = functools.lru_cache(maxsize=1024)(holder_number)
 
 #: what produce hands requests to: a `table` topic's group committer, or a `log` topic's
 Committer = GroupCommitter | LogTopic
@@ -73,6 +76,12 @@ class TopicRegistry:
         self._write_ahead: WriteAhead | None = None
         #: this process's write-ahead directory name (the gateway id, when it serves one)
         self.wal_owner = f"{socket.gethostname()[:30]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        #: the write-ahead owners (gateway ids) known to have died, whose leases bind no one: the
+        #: cluster's view, when this process serves in one
+        self.gone_wal_owners: Callable[[], Collection[str]] = tuple
+        #: per topic, the partitions with acked records of a dead gateway's log not yet in their
+        #: table (its lease has not ended): their readers answer a retriable error meanwhile
+        self._recovering: dict[str, frozenset[int]] = {}
 
     @property
     def offsets(self) -> OffsetStore:
@@ -120,7 +129,9 @@ class TopicRegistry:
         )
         with self._lock:
             self._last_used[topic] = time.monotonic()
-            return self._readers.setdefault(topic, fresh)
+            r = self._readers.setdefault(topic, fresh)
+            r.set_recovering(self._recovering.get(topic, frozenset()))
+            return r
 
     def partitions(self, topic: str) -> int:
         """The topic's partition count. Raises: InvalidTopicError, TopicNotFoundError."""
@@ -160,7 +171,13 @@ class TopicRegistry:
         if config.ack_mode == "log":
             # acked in the write-ahead log: readers learn of records at the ack, maintenance at
             # the table commit
-            writer = TopicWriter(self.storage, topic, w, on_commit=lambda info: maintenance.notify_commit())
+            writer = TopicWriter(
+                self.storage,
+                topic,
+                w,
+                on_commit=lambda info: maintenance.notify_commit(),
+                gone_holders=self._gone_holders,
+            )
             reader.hold_tail()
 
             committer = LogTopic(
@@ -179,7 +196,9 @@ class TopicRegistry:
                 replay_others=lambda writer: writer.replay_write_ahead(skip=self._own_log),
             )
         else:
-            writer = TopicWriter(self.storage, topic, w, on_commit=self._fanout(reader, maintenance))
+            writer = TopicWriter(
+                self.storage, topic, w, on_commit=self._fanout(reader, maintenance), gone_holders=self._gone_holders
+            )
             committer = GroupCommitter(
                 writer,
                 linger_s=w.linger_ms / 1000,
@@ -222,18 +241,46 @@ class TopicRegistry:
     def replay_write_ahead(self, *, live: Callable[[str], bool] = lambda owner: False) -> tuple[dict[str, int], bool]:
         """Write into their tables the write-ahead records of gateways that died before flushing
         them (at start, and when a gateway leaves); returns the records written per topic, and
-        whether all are in (False: some partitions' leases have not ended yet; replay again then).
-        `live`: whether a gateway id still runs (its log is its own to flush: not read, not deleted).
+        whether all are in (False: some partitions' leases have not ended yet; replay again then:
+        until then those partitions' readers answer PartitionRecoveringError, never a high
+        watermark below what was acked). `live`: whether a gateway id still runs (its log is its own
+        to flush: not read, not deleted).
 
         Raises: StorageUnavailableError."""
         writers: dict[str, TopicWriter] = {}
 
         def writer_of(topic: str) -> TopicWriter:
             if topic not in writers:
-                writers[topic] = TopicWriter(self.storage, topic, self.settings.writer)
+                writers[topic] = TopicWriter(self.storage, topic, self.settings.writer, gone_holders=self._gone_holders)
             return writers[topic]
 
-        return replay(self.storage, writer_of, skip=lambda name: self._own_log(name) or live(name))
+        written, pending = replay(self.storage, writer_of, skip=lambda name: self._own_log(name) or live(name))
+        self._set_recovering({t: frozenset(ps) for t, ps in pending.items()})
+        return written, not pending
+
+    def _set_recovering(self, recovering: dict[str, frozenset[int]]) -> None:
+        with self._lock:
+            before, self._recovering = self._recovering, recovering
+            readers = {t: self._readers[t] for t in before.keys() | recovering.keys() if t in self._readers}
+        for topic, r in readers.items():
+            now = recovering.get(topic, frozenset())
+            if before.get(topic, frozenset()) - now:
+                r.refresh()  # the replay's commit first: a partition served again is served whole
+            r.set_recovering(now)
+        if recovering:
+            log.warning(
+                "write-ahead recovery: partitions wait for a dead gateway's lease to end: %s",
+                {t: sorted(ps) for t, ps in recovering.items()},
+            )
+
+    @property
+    def recovering(self) -> dict[str, frozenset[int]]:
+        """Per topic, the partitions whose acked records are not all readable yet (see
+        `replay_write_ahead`)."""
+        return dict(self._recovering)
+
+    def _gone_holders(self) -> frozenset[int]:
+        return frozenset(_holder_number(o) for o in self.gone_wal_owners())
 
     def _own_log(self, name: str) -> bool:
         return name == self.wal_owner

@@ -7,6 +7,7 @@ import gc
 import logging
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -213,11 +214,14 @@ async def _replay_write_ahead(
     settings: Settings,
     *,
     once: bool = False,
-) -> None:
+) -> dict[str, int]:
     """Replay the write-ahead logs of gateways that are gone into their tables, whenever woken (a
-    start, a gateway leaving). A partition still leased by the dead gateway is replayed once its
-    lease ends (within `writer.wal_lease_ms`): until then its producers are told to retry."""
+    start, a gateway leaving); `once`: one pass, returning the records it wrote per topic. A
+    gateway known to have died (its process ended: a restart, a worker started again) is replayed
+    at once; one merely silent, once its leases end (within `writer.wal_lease_ms`): until then
+    its partitions answer PARTITION_RECOVERING and its producers are told to retry."""
     retry_s = settings.writer.wal_lease_margin_ms / 1000
+    total: dict[str, int] = {}
     while True:
         await wake.wait()
         wake.clear()
@@ -229,14 +233,16 @@ async def _replay_write_ahead(
                 written, complete = {}, False
             if written:
                 log.info("write-ahead records of gone gateways written into their tables: %s", written)
+                for t, n in written.items():
+                    total[t] = total.get(t, 0) + n
             if complete:
                 break
             if once:
                 wake.set()  # the background task goes on with it
-                return
+                return total
             await asyncio.sleep(retry_s)  # the dead gateway's leases end by then, or soon after
         if once:
-            return
+            return total
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -290,10 +296,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # before this gateway serves (the txn high watermarks make a replay write nothing twice)
         if cluster is not None:
             registry.wal_owner = cluster.me.gateway_id
+            registry.gone_wal_owners = lambda: cluster.gone  # their leases bind no one: taken over at once
         live = (lambda gid: cluster.member(gid) is not None) if cluster is not None else (lambda gid: False)
         orphans = asyncio.Event()  # a start, or a gateway left: its log may hold acks its table lacks
         orphans.set()
-        await _replay_write_ahead(registry, live, orphans, settings, once=True)
+        started = time.perf_counter()
+        replayed = await _replay_write_ahead(registry, live, orphans, settings, once=True)
+        app.state.recovery = {"seconds": round(time.perf_counter() - started, 3), "records": sum(replayed.values())}
+        log.info("recovered %d acked records into their tables in %.3f s", *app.state.recovery.values())
         if cluster is not None:
             cluster.on_change(orphans.set)
         recovery = asyncio.create_task(

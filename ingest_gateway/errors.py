@@ -58,6 +58,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.NotCoordinatorError: 503,
     e.CoordinatorNotAvailableError: 503,
     e.OwnerNotAvailableError: 503,
+    e.PartitionRecoveringError: 503,
     e.UnknownAssignorError: 400,
     e.InconsistentGroupProtocolError: 409,
     e.RebalanceInProgressError: 409,

@@ -41,6 +41,7 @@ CODES: dict[type[e.TopiclakeError], ErrorCode] = {
     e.NotCoordinatorError: ErrorCode.not_coordinator,
     e.CoordinatorNotAvailableError: ErrorCode.coordinator_not_available,
     e.OwnerNotAvailableError: ErrorCode.not_leader_or_follower,
+    e.PartitionRecoveringError: ErrorCode.not_leader_or_follower,
     e.FencedMemberError: ErrorCode.illegal_generation,
     e.UnknownAssignorError: ErrorCode.inconsistent_group_protocol,
     e.InconsistentGroupProtocolError: ErrorCode.inconsistent_group_protocol,

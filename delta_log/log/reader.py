@@ -37,6 +37,7 @@ from delta_log.errors import (
     InvalidOffsetError,
     OffsetOutOfRangeError,
     PartitionNotFoundError,
+    PartitionRecoveringError,
     StorageUnavailableError,
     TopicNotFoundError,
 )
@@ -266,6 +267,9 @@ class TopicReader:
         self._snap_file = self._version_file(self._snap.table_version)
         self._full_at = time.monotonic()
         self._log_dir = self._followable_log()
+        #: partitions whose acked records are not all here yet (a dead gateway's write-ahead log
+        #: holds some until its lease ends): every answer built on their high watermark refuses
+        self._recovering: frozenset[int] = frozenset()
 
     # -- index -------------------------------------------------------------------------------
     def _build(self, previous: TopicSnapshot | None = None) -> TopicSnapshot:
@@ -435,8 +439,23 @@ class TopicReader:
     def flushed(self, high_watermarks: dict[int, int]) -> None:
         self._tail.flushed(high_watermarks)
 
+    def set_recovering(self, partitions: frozenset[int]) -> None:
+        """The partitions whose acked records are still being recovered into the table."""
+        self._recovering = partitions
+
     # -- offsets -------------------------------------------------------------------------------
     def _hw(self, snap: TopicSnapshot, partition: int) -> int:
+        """The partition's high watermark: what the table holds, or this process acked beyond it.
+        The one place every fetch, offset lookup and lag figure reads it, so none is answered from
+        a partition still recovering (it would be below an acked offset).
+
+        Raises: PartitionRecoveringError."""
+        if partition in self._recovering:
+            raise PartitionRecoveringError(
+                f"Partition {partition} of topic {self.topic!r} is recovering records a gateway acked before it died.",
+                topic=self.topic,
+                partition=partition,
+            )
         return max(snap.high_watermark(partition), self._tail.end_offset(partition))
 
     def high_watermark(self, partition: int) -> int:
@@ -559,13 +578,13 @@ class TopicReader:
         """`fetch` with checked limits; and whether any record came from the stored segments (not
         the tail cache)."""
         snap = self._check_partition(self._fresh(), partition)
-        hw = max(snap.high_watermark(partition), self._tail.end_offset(partition))
+        hw = self._hw(snap, partition)
         lso = snap.log_start_offset(partition)
         at_end = offset == hw and time.monotonic() - snap.loaded_at > self.settings.end_refresh_interval_s
         if offset > hw or offset < lso or at_end:
             # Past what we know, or at the end of a snapshot that may be stale: re-read the log.
             snap = self._snapshot_after_refresh()
-            hw = max(snap.high_watermark(partition), self._tail.end_offset(partition))
+            hw = self._hw(snap, partition)
             lso = snap.log_start_offset(partition)
             if offset > hw or offset < lso:
                 raise OffsetOutOfRangeError(
@@ -727,7 +746,7 @@ class TopicReader:
         lso = snap.log_start_offset(partition)
         if offset < lso:
             return None
-        hw = max(got.high_watermark, snap.high_watermark(partition), self._tail.end_offset(partition))
+        hw = max(got.high_watermark, self._hw(snap, partition))
         result = dataclasses.replace(got, high_watermark=hw, log_start_offset=lso)
         self._read_on(partition, result, max_records, max_bytes, encoder)
         return result
@@ -747,6 +766,8 @@ class TopicReader:
         Never blocks on I/O: callers on an event loop try this before handing `fetch` to a thread."""
         snap = self._snap
         if not (0 <= partition < snap.config.partitions and 1 <= max_records <= self.settings.max_fetch_records):
+            return None
+        if partition in self._recovering:  # `fetch` says why
             return None
         if max_bytes < 1 or offset < snap.log_start_offset(partition):
             return None
@@ -768,7 +789,7 @@ class TopicReader:
         result = FetchResult(
             records=piece,
             next_offset=int(piece.column("offset")[-1].as_py()) + 1,
-            high_watermark=max(snap.high_watermark(partition), self._tail.end_offset(partition)),
+            high_watermark=self._hw(snap, partition),
             log_start_offset=snap.log_start_offset(partition),
         )
         if encoder is None:

@@ -767,11 +767,12 @@ def replay(
     writer_of: Callable[[str], TopicWriter],
     *,
     skip: Callable[[str], bool] = lambda name: False,
-) -> tuple[dict[str, int], bool]:
+) -> tuple[dict[str, int], dict[str, set[int]]]:
     """Write every write-ahead record under the root that its table does not hold yet (a gateway
     died between ack and flush), topic by topic in offset order; returns the rows written per
-    topic, and whether every record read is in its table now (False: some partitions are still
-    leased by the gateway that wrote them, whose lease has not ended: replay again later).
+    topic, and the partitions (per topic) whose acked records are not all in the table yet (still
+    leased by the gateway that wrote them, whose lease has not ended: replay again later; none:
+    every record read is in its table now).
     `skip(name)`: a directory not to read (this process's own, and live gateways': they flush their
     own); the others are deleted once their tables hold all they held.
 
@@ -785,7 +786,7 @@ def replay(
 
     records, producers, dirs = collect(storage, skip=skip, table_id=table_id)
     written: dict[str, int] = {}
-    complete = True
+    pending: dict[str, set[int]] = {}
     for topic, tables in records.items():
         try:
             writer = writer_of(topic)
@@ -797,14 +798,15 @@ def replay(
         if n:
             written[topic] = n
             log.info("write-ahead replay: %d records of topic %s written", n, topic)
-        complete = complete and writer.holds(batch)
-    if complete and dirs:
+        if missing := writer.missing(batch):
+            pending[topic] = missing
+    if not pending and dirs:
         if storage.is_local:  # the tables' new files and log entries reach the disk before the logs go
             try:
                 sync_filesystem(dirs[0])
             except OSError as exc:
                 log.warning("write-ahead replay: syncing the root failed (%s); the logs are kept", exc)
-                return written, complete
+                return written, pending
         for d in dirs:
             delete_dir(storage, d)
-    return written, complete
+    return written, pending

@@ -34,7 +34,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -168,11 +168,15 @@ class TopicWriter:
         settings: WriterSettings,
         *,
         on_commit: Callable[[CommitInfo], None] | None = None,
+        gone_holders: Callable[[], Collection[int]] = frozenset,
     ) -> None:
         self.storage = storage
         self.topic = topic
         self.settings = settings
         self.on_commit = on_commit
+        #: write-ahead lease holders known to have died (their processes ended): their leases bind
+        #: no one, so their partitions are replayed and taken over at once, not when the leases end
+        self.gone_holders = gone_holders
         self.uri = storage.topic_uri(topic)
         self._parquet_options = ParquetOptions.of(settings)
         self._commits_since_open = 0
@@ -321,7 +325,8 @@ class TopicWriter:
         """Which of `partitions` have a write-ahead lease that lapsed (by `now_ms`) instead of being
         ended: their holder died (or stalled) and its log may hold acked records the table lacks."""
         leases = [(p, read_lease(self._txns, p)) for p in partitions]
-        return [p for p, lease in leases if lease is not None and 0 < lease.expires_ms <= now_ms]
+        gone = self.gone_holders()
+        return [p for p, lease in leases if lease is not None and lease.lapsed(now_ms, gone)]
 
     def replay_write_ahead(self, *, skip: Callable[[str], bool] = lambda name: False) -> int:
         """Write the records of this topic in the write-ahead logs under the root (but the
@@ -359,23 +364,26 @@ class TopicWriter:
     def _leases_of_others(self, partitions: Iterable[int], holder: int, now_ms: int) -> list[tuple[int, Lease]]:
         """The partitions of `partitions` whose write-ahead lease a holder other than `holder` has
         at `now_ms`, with that lease: the one rule a claim's check and an append's refusal share."""
+        gone = self.gone_holders()
         return [
             (p, lease)
             for p in partitions
-            if (lease := read_lease(self._txns, p)) and lease.held_by_other(holder, now_ms)
+            if (lease := read_lease(self._txns, p)) and lease.held_by_other(holder, now_ms, gone)
         ]
 
-    def holds(self, records: pa.Table) -> bool:
-        """Whether the table (as this writer last read it) holds every offset of `records`."""
+    def missing(self, records: pa.Table) -> set[int]:
+        """The partitions of `records` (sorted by partition then offset) with offsets the table (as
+        this writer last read it) does not hold."""
         if not records.num_rows:
-            return True
+            return set()
         parts, offsets = records.column("partition").to_numpy(), records.column("offset").to_numpy()
         hws = read_high_watermarks(self._txns, partitions_of(records))
-        return all(hws[p] > int(offsets[i]) for i, p in _last_of_each(parts))
+        return {int(p) for i, p in _last_of_each(parts) if hws[p] <= int(offsets[i])}
 
     def _without_leased(self, records: pa.Table, partitions: list[int]) -> pa.Table:
         now_ms = int(time.time() * 1000)
-        leased = [p for p in partitions if (lease := read_lease(self._txns, p)) and lease.expires_ms > now_ms]
+        gone = self.gone_holders()
+        leased = [p for p in partitions if (lease := read_lease(self._txns, p)) and lease.held(now_ms, gone)]
         if not leased:
             return records
         keep = pc.invert(pc.is_in(records.column("partition"), pa.array(leased, pa.int32())))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
 from dataclasses import asdict, dataclass
 
@@ -35,6 +36,9 @@ class GatewayRecord:
     #: whether its API (and Kafka listener) require keys: what the console's Cluster page shows
     #: (None: a gateway of a version that did not say)
     auth: bool | None = None
+    #: which process this is, for a gateway on the same machine to tell it died (`this_process`;
+    #: "" where that cannot be told)
+    process: str = ""
 
     def live(self, now_ms: int, timeout_ms: int) -> bool:
         return now_ms - self.heartbeat_ms <= timeout_ms
@@ -55,7 +59,52 @@ class GatewayRecord:
             kafka=str(raw.get("kafka", "")),
             node_id=int(raw.get("node_id", -1)),
             auth=None if raw.get("auth") is None else bool(raw["auth"]),
+            process=str(raw.get("process", "")),
         )
+
+    def process_gone(self) -> bool:
+        """Whether this gateway's process is known to have ended: it ran on this machine (same
+        boot, same process namespace) and its pid is gone, a zombie, or another process's now.
+        False whenever that cannot be told (another machine, another container, no /proc)."""
+        return process_gone(self.process)
+
+
+def _proc_stat(pid: int | str) -> tuple[str, str] | None:
+    """(state, start time in clock ticks since boot) of a process, from /proc; None if absent."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()  # after "pid (comm) ": the comm may hold spaces
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def _machine() -> str | None:
+    """This boot of this machine, and this process namespace: pids compare only within both."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None
+
+
+def this_process() -> str:
+    """This process as `<boot id>/<pid namespace>/<pid>/<start ticks>` ("" without /proc)."""
+    machine, stat = _machine(), _proc_stat("self")
+    return "" if machine is None or stat is None else f"{machine}/{os.getpid()}/{stat[1]}"
+
+
+def process_gone(process: str) -> bool:
+    """Whether the process `this_process()` named there has ended (False: alive, or unknown)."""
+    boot, _, rest = process.partition("/")
+    ns, _, rest = rest.partition("/")
+    pid, _, start = rest.partition("/")
+    if not (boot and ns and pid.isdigit() and start) or _machine() != f"{boot}/{ns}":
+        return False
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] in ("Z", "X") or stat[1] != start
 
 
 class GatewayDirectory:

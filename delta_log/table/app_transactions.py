@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,8 +72,18 @@ class Lease:
     holder: int
     expires_ms: int
 
-    def held_by_other(self, holder: int, now_ms: int) -> bool:
-        return self.holder != holder and self.expires_ms > now_ms
+    def held(self, now_ms: int, gone: Collection[int] = ()) -> bool:
+        """Whether the lease binds at `now_ms`: it has not ended, and its holder is not among
+        `gone` (gateways known to have died: their leases bind no one)."""
+        return self.expires_ms > now_ms and self.holder not in gone
+
+    def held_by_other(self, holder: int, now_ms: int, gone: Collection[int] = ()) -> bool:
+        return self.holder != holder and self.held(now_ms, gone)
+
+    def lapsed(self, now_ms: int, gone: Collection[int] = ()) -> bool:
+        """Whether the lease was taken and no longer binds without having been ended (its holder
+        died or stalled; its log may hold acked records the table lacks)."""
+        return self.expires_ms > 0 and not self.held(now_ms, gone)
 
 
 def read_lease(dt: TxnSource, partition: int) -> Lease | None:

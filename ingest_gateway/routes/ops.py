@@ -37,7 +37,9 @@ def _limits(request: Request) -> dict[str, object]:
 
 @router.get("/readyz")
 async def readyz(registry: RegistryDep, request: Request) -> JSONResponse:
-    """Readiness: the storage root can be listed. Also shows the open-files limit and connections."""
+    """Readiness: the storage root can be listed. Also shows the open-files limit, connections, and
+    the partitions still recovering a dead gateway's acked records (they answer 503 meanwhile).
+    Like every route, answered only once this gateway has recovered what it owns at start."""
     try:
         topics = await run_in_threadpool(registry.catalog.list_topics)
     except Exception as exc:
@@ -46,7 +48,19 @@ async def readyz(registry: RegistryDep, request: Request) -> JSONResponse:
             status_code=503,
             headers={"Retry-After": "1"},
         )
-    return JSONResponse({"status": "ready", "topics": len(topics), "root": registry.storage.root, **_limits(request)})
+    return JSONResponse(
+        {
+            "status": "ready",
+            "topics": len(topics),
+            "root": registry.storage.root,
+            # partitions waiting for a dead gateway's leases to end (a count: health checks take no
+            # key, and topic names are for keys that may describe them)
+            "recovering_partitions": sum(len(ps) for ps in registry.recovering.values()),
+            # what this gateway's start wrote into the tables from dead gateways' write-ahead logs
+            "recovery": getattr(request.app.state, "recovery", None),
+            **_limits(request),
+        }
+    )
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -1,9 +1,12 @@
 """Gateway membership files in a real storage root, and the offsets table's coordinator epochs."""
 
+import subprocess
+import sys
+
 import pytest
 
 from delta_log.errors import FencedMemberError, NotCoordinatorError
-from delta_log.system.gateways import GatewayDirectory, GatewayRecord
+from delta_log.system.gateways import GatewayDirectory, GatewayRecord, process_gone, this_process
 from delta_log.system.offsets import OffsetCommit, OffsetStore
 
 
@@ -20,6 +23,36 @@ def test_records_are_published_read_and_removed(storage):
     d.remove("a")
     d.remove("a")  # twice is fine
     assert [r.gateway_id for r in d.read_all()] == ["b"]
+
+
+def test_a_gateway_process_of_this_machine_is_known_gone_once_it_ended():
+    """A record names its process (boot, pid namespace, pid, start time): a gateway on the same
+    machine tells at once that it ended, even when it was killed and its heartbeat is fresh."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from delta_log.system.gateways import this_process; print(this_process(), flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        token = child.stdout.readline().strip()
+        assert token and token != this_process()
+        assert not process_gone(token) and not process_gone(this_process())
+        record = GatewayRecord(gateway_id="c", url="u", started_at_ms=1, heartbeat_ms=1, process=token)
+        assert GatewayRecord.from_json(record.to_json()).process == token
+    finally:
+        child.kill()
+        child.wait()
+    assert process_gone(token) and record.process_gone()
+    boot, ns, pid, start = token.split("/")
+    assert process_gone(f"{boot}/{ns}/{pid}/{int(start) + 1}")  # the pid of another process now
+    assert not process_gone(f"another-boot/{ns}/{pid}/{start}")  # another machine's: cannot tell
+    assert not process_gone("") and not process_gone("garbage")
 
 
 def test_a_stale_coordinator_cannot_commit_offsets(storage):

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from conf import load_settings
 from delta_log import ProducerSequence
-from delta_log.errors import OwnerNotAvailableError, StorageUnavailableError
+from delta_log.errors import OwnerNotAvailableError, PartitionRecoveringError, StorageUnavailableError
 from delta_log.log.wal import WAL_DIR, decode_frames, log_dirs
 from delta_log.log.writer import AppendRequest, TopicWriter
 from delta_log.maintenance.compaction import compact_topic
@@ -256,6 +256,43 @@ def test_a_kill_between_ack_and_flush_loses_and_duplicates_nothing(registry, set
         assert acked.get(p, set()) <= set(offsets)  # every acked record is there
     assert registry.replay_write_ahead() == ({}, True)  # the dead process's log is gone once replayed
     assert not list((Path(settings.root) / WAL_DIR).glob("*/*.wal"))
+
+
+def test_a_dead_gateways_partitions_refuse_reads_until_replayed_and_are_replayed_at_once_when_known_dead(
+    registry, settings, storage, tmp_path
+):
+    """A gateway killed while its leases run (30 s here): its partitions answer
+    PartitionRecoveringError, never a high watermark below its acks, while the leases bind; once
+    its process is known to have ended (the cluster's view: `gone_wal_owners`), its leases bind no
+    one and the replay writes everything at once."""
+    topic = log_topic(registry, partitions=3)
+    long_leases = {"TOPICLAKE_WRITER__WAL_LEASE_MS": "30000", "TOPICLAKE_WRITER__WAL_LEASE_MARGIN_MS": "1500"}
+    acked = _run_worker(settings, topic, tmp_path, 30, env=long_leases, table_down=True)
+    assert table_offsets(storage, topic) == {}
+    written, complete = registry.replay_write_ahead()
+    assert (written, complete) == ({}, False)
+    assert registry.recovering == {topic: frozenset(acked)}
+    reader = registry.reader(topic)
+    for p in acked:
+        with pytest.raises(PartitionRecoveringError):
+            reader.fetch(p, 0)
+        with pytest.raises(PartitionRecoveringError):
+            reader.high_watermark(p)
+        with pytest.raises(PartitionRecoveringError):
+            reader.resolve_offsets("latest", partitions=[p])
+    with pytest.raises(PartitionRecoveringError):
+        reader.partition_offsets()
+
+    dead = [d.name for d in (Path(settings.root) / WAL_DIR).iterdir() if d.is_dir()]
+    registry.gone_wal_owners = lambda: dead
+    written, complete = registry.replay_write_ahead()
+    assert complete and written[topic] >= sum(map(len, acked.values())) and registry.recovering == {}
+    after = table_offsets(storage, topic)
+    for p, offsets in acked.items():  # (a write durable but not yet acked when killed is there too)
+        assert after[p] == list(range(len(after[p]))) and offsets <= set(after[p])
+        assert reader.high_watermark(p) == len(after[p])
+    # and this gateway takes the partitions over at once: the dead one's leases bind no one
+    assert registry.committer(topic).submit(AppendRequest(batch=make_batch(3))).result(10).error is None
 
 
 def test_a_torn_frame_at_the_end_of_a_segment_is_ignored(registry, settings, storage, tmp_path):

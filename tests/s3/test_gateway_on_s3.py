@@ -14,10 +14,12 @@ import uuid
 
 import httpx
 import pytest
+from deltalake import DeltaTable
 
 from tests.e2e import test_jobs_e2e as jobs_e2e
 from tests.e2e import test_notebooks as notebooks
 from tests.e2e.server import REPO, ServerProcess
+from tests.e2e.test_write_ahead import LONG_LEASES, check_restart
 from tests.s3.minio import SECRET_KEY
 from topiclake import Consumer, Producer
 
@@ -67,6 +69,19 @@ def test_produce_fetch_groups_and_restart_on_s3(minio):
     finally:
         srv.stop()
     assert SECRET_KEY not in srv.log.read_text()  # never logged
+
+
+def test_a_gateway_restarted_after_kill_9_on_s3_serves_every_acked_offset_when_ready(minio):
+    """As on a local root (tests/e2e/test_write_ahead.check_restart): the write-ahead log's objects
+    are replayed before the restarted gateway serves."""
+    root = minio.root(f"restart-{uuid.uuid4().hex[:8]}")
+
+    def rows() -> list[dict]:
+        return (
+            DeltaTable(f"{root}/topics/restart", storage_options=minio.storage_options()).to_pyarrow_table().to_pylist()
+        )
+
+    check_restart(root, rows, env=LONG_LEASES)
 
 
 def test_two_gateways_on_one_bucket_and_a_kill_9_under_load(minio):

@@ -299,13 +299,19 @@ class GroupCoordinator:
         protocols: Sequence[tuple[str, bytes]] = (),
         missing_topics_ok: bool = False,
         client: tuple[str, str] = ("", ""),
+        rebalance_timeout_ms: int = 0,
+        require_member_id: bool = False,
     ) -> JoinResult:
         """Join (or rejoin) and wait for the group's next generation (Stable; or, where the leader
-        assigns, CompletingRebalance until the leader's SyncGroup: see `sync`).
+        assigns, CompletingRebalance until the leader's SyncGroup: see `sync`), by Kafka's rules
+        (GroupState.join).
 
-        Raises: InvalidGroupError, UnknownAssignorError, UnknownMemberError, TopicNotFoundError,
-        InconsistentGroupProtocolError. `missing_topics_ok`: topics that do not exist are joined
-        with no partitions (Kafka's way) instead of refused.
+        Raises: InvalidGroupError, UnknownAssignorError, UnknownMemberError, MemberIdRequiredError,
+        FencedInstanceIdError, TopicNotFoundError, InconsistentGroupProtocolError.
+        `missing_topics_ok`: topics that do not exist are joined with no partitions (Kafka's way)
+        instead of refused. `rebalance_timeout_ms`: how long a rebalance waits for this member
+        (Kafka's JoinGroup field; 0: its session timeout). `require_member_id`: a new dynamic
+        member first gets its member id (Kafka's JoinGroup v4+).
         """
         validate_group_id(group_id)
         topics = validate_join(assignor, session_timeout_ms, topics)
@@ -315,6 +321,8 @@ class GroupCoordinator:
                 await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
         g = await self._ensure(group_id, create=assignor)
         assert g is not None
+        previous = g.static_member(instance_id) if instance_id and member_id is None else None
+        replaced = previous.member_id if previous is not None else None
         member, settled = g.join(
             now=self.clock(),
             topics=topics,
@@ -325,9 +333,13 @@ class GroupCoordinator:
             principal=principal,
             protocols=protocols,
             client=client,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            require_member_id=require_member_id,
         )
         if settled:
-            return g.result(member)
+            if replaced is not None:  # a static member took its instance id over: persist its new id
+                await self._save([g])
+            return g.result(member, replaced=replaced)
         self._wake(g)
         # Answered once the rebalance this join is in completes, even if another has begun since
         # (a member joined in the same instant): Kafka answers every pending join at completion,
@@ -336,8 +348,8 @@ class GroupCoordinator:
         joined_in = g.generation
         while g.rebalancing and g.generation == joined_in:
             if g.ready_to_complete(self.clock()):
-                await self._complete_rebalance(g)
-                break
+                await self._complete_rebalance(g)  # (or another did, or it began anew meanwhile)
+                continue
             event = self._event(g)
             remaining = (g.rebalance_deadline or self.clock()) - self.clock()
             with contextlib.suppress(TimeoutError):
@@ -356,19 +368,20 @@ class GroupCoordinator:
         assignments: Mapping[str, tuple[bytes, dict[str, list[int]]]],
         *,
         principal: str | None = None,
+        instance_id: str | None = None,
     ) -> bytes:
         """Kafka's SyncGroup where the leader assigns (GroupState.sync): the leader's hands out the
         generation's assignment; a follower waits for it, woken by the group's event. A leader that
         does not hand it out within the group's largest session timeout starts a new rebalance.
 
-        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError,
-        RebalanceInProgressError, NotCoordinatorError."""
+        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, FencedInstanceIdError,
+        AuthorizationError, RebalanceInProgressError, NotCoordinatorError."""
         await self._ensure(group_id)
         g = self.group(group_id)
-        deadline = self.clock() + max((m.session_timeout_ms for m in g.members.values()), default=0) / 1000
+        deadline = self.clock() + g.rebalance_timeout_s()  # Kafka's pending-sync timeout
         while True:
             before = g.state
-            got = g.sync(member_id, generation, assignments, principal)
+            got = g.sync(member_id, generation, assignments, principal, instance_id=instance_id)
             if got is not None:
                 if before == AWAITING_SYNC:  # the leader's: the generation is Stable now
                     self._wake(g)
@@ -390,20 +403,26 @@ class GroupCoordinator:
             if member_id in g.members:
                 g.members[member_id].last_heartbeat = self.clock()  # waiting in sync counts as alive
 
+    def _completable(self, g: GroupState) -> bool:
+        return g.ready_to_complete(self.clock()) or (g.rebalancing and not g.members)
+
     async def _complete_rebalance(self, g: GroupState) -> None:
+        """Complete the group's rebalance if it is ready, deciding that again under the group's lock
+        and after every wait: a completion decided before another rebalance began must not complete
+        that one (it would drop every member that had not had the time to rejoin it). The joins are
+        answered at once; the new generation is persisted before any commit in it (the lock)."""
         async with self._lock(g):  # no commit is between its check and its write while generations change
-            if not g.rebalancing:
-                return
-            partitions = {}
-            for t in g.topics_to_assign():
-                try:
-                    partitions[t] = await asyncio.to_thread(self.registry.partitions, t)
-                except TopiclakeError:
-                    partitions[t] = 0  # a deleted topic: nothing to assign
+            while True:
+                if not self._completable(g):
+                    return
+                topics = g.topics_to_assign()
+                partitions = await asyncio.to_thread(self._partition_counts, set(topics))
+                if self._completable(g) and g.topics_to_assign() == topics:  # nothing moved while we looked
+                    break
             g.complete(partitions)
-            await self._save([g])
+            self._wake(g)
             log.info("group %r: generation %d, %d members", g.group_id, g.generation, len(g.members))
-        self._wake(g)
+            await self._save([g])
 
     def record(self, g: GroupState, *, writer: str = SERVER) -> GroupRecord:
         wall, mono = time.time(), self.clock()
@@ -421,7 +440,13 @@ class GroupCoordinator:
         )
 
     async def heartbeat(
-        self, group_id: str, member_id: str, generation: int, *, principal: str | None = None
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        *,
+        principal: str | None = None,
+        instance_id: str | None = None,
     ) -> HeartbeatResult:
         """`principal`: the caller (None while auth is off); only the one that joined the member.
 
@@ -429,7 +454,7 @@ class GroupCoordinator:
         NotCoordinatorError."""
         await self._ensure(group_id)
         g = self.group(group_id)
-        result = g.heartbeat(member_id, generation, self.clock(), principal)
+        result = g.heartbeat(member_id, generation, self.clock(), principal, instance_id=instance_id)
         if not result.rebalance and await self._partitions_changed(g):
             g.start_rebalance(self.clock())  # as Kafka's group leader does when metadata changes
             self._wake(g)
@@ -460,11 +485,13 @@ class GroupCoordinator:
                 out[t] = 0  # not created yet, or deleted
         return out
 
-    async def leave(self, group_id: str, member_id: str, *, principal: str | None = None) -> None:
+    async def leave(
+        self, group_id: str, member_id: str, *, principal: str | None = None, instance_id: str | None = None
+    ) -> None:
         """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError, NotCoordinatorError."""
         await self._ensure(group_id)
         g = self.group(group_id)
-        g.leave(member_id, self.clock(), principal)
+        g.leave(member_id, self.clock(), principal, instance_id=instance_id)
         if not g.members:
             await self._complete_rebalance(g)
         self._wake(g)

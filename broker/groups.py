@@ -45,6 +45,8 @@ async def join(
     protocols: Sequence[tuple[str, bytes]] = (),
     missing_topics_ok: bool = False,
     client: tuple[str, str] = ("", ""),
+    rebalance_timeout_ms: int = 0,
+    require_member_id: bool = False,
 ) -> JoinResult:
     """Join (or rejoin) and wait for the group's next generation.
 
@@ -63,6 +65,8 @@ async def join(
         protocols=protocols,
         missing_topics_ok=missing_topics_ok,
         client=client,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        require_member_id=require_member_id,
     )
 
 
@@ -73,26 +77,40 @@ async def sync(
     member_id: str,
     generation: int,
     assignments: Mapping[str, tuple[bytes, dict[str, list[int]]]],
+    *,
+    instance_id: str | None = None,
 ) -> bytes:
     """Kafka's SyncGroup where the leader assigns: the member's assignment, once its leader's is in.
 
     Raises: AuthorizationError, and as GroupCoordinator.sync_group."""
     authorize_group(principal, "read", group)
-    return await coordinator.sync_group(group, member_id, generation, assignments, principal=owner_of(principal))
+    return await coordinator.sync_group(
+        group, member_id, generation, assignments, principal=owner_of(principal), instance_id=instance_id
+    )
 
 
 async def heartbeat(
-    coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str, generation: int
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    member_id: str,
+    generation: int,
+    *,
+    instance_id: str | None = None,
 ) -> HeartbeatResult:
     """Raises: AuthorizationError, and as GroupCoordinator.heartbeat."""
     authorize_group(principal, "read", group)
-    return await coordinator.heartbeat(group, member_id, generation, principal=owner_of(principal))
+    return await coordinator.heartbeat(
+        group, member_id, generation, principal=owner_of(principal), instance_id=instance_id
+    )
 
 
-async def leave(coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str) -> None:
+async def leave(
+    coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str, *, instance_id: str | None = None
+) -> None:
     """Raises: AuthorizationError, and as GroupCoordinator.leave."""
     authorize_group(principal, "read", group)
-    await coordinator.leave(group, member_id, principal=owner_of(principal))
+    await coordinator.leave(group, member_id, principal=owner_of(principal), instance_id=instance_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -360,6 +360,24 @@ class PartitionRecoveringError(TopiclakeError):
     hint = "Retry in a second: the partition is served again once its records are recovered."
 
 
+class MemberIdRequiredError(TopiclakeError):
+    """Kafka's KIP-394: a new member's first JoinGroup is answered with the member id it is to
+    join with, so that a client that gives up (closes, times out) can leave under that id instead
+    of leaving a member the group waits for."""
+
+    code = "MEMBER_ID_REQUIRED"
+    retriable = True
+    hint = "Join again with the member id given."
+
+
+class FencedInstanceIdError(TopiclakeError):
+    """Kafka's KIP-345: a static member (`group.instance.id`) was taken over by a newer process with
+    the same instance id; the older one is fenced."""
+
+    code = "FENCED_INSTANCE_ID"
+    hint = "Another consumer runs with this group.instance.id; give each consumer an instance id of its own."
+
+
 class FencedMemberError(TopiclakeError):
     """A commit or heartbeat from an old generation or from a member that does not own the partition."""
 

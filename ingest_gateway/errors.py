@@ -55,6 +55,8 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.UnknownJobError: 404,
     e.UnknownMemberError: 404,
     e.FencedMemberError: 409,
+    e.MemberIdRequiredError: 409,
+    e.FencedInstanceIdError: 409,
     e.NotCoordinatorError: 503,
     e.CoordinatorNotAvailableError: 503,
     e.OwnerNotAvailableError: 503,

@@ -43,6 +43,8 @@ CODES: dict[type[e.TopiclakeError], ErrorCode] = {
     e.OwnerNotAvailableError: ErrorCode.not_leader_or_follower,
     e.PartitionRecoveringError: ErrorCode.not_leader_or_follower,
     e.FencedMemberError: ErrorCode.illegal_generation,
+    e.MemberIdRequiredError: ErrorCode.member_id_required,
+    e.FencedInstanceIdError: ErrorCode.fenced_instance_id,
     e.UnknownAssignorError: ErrorCode.inconsistent_group_protocol,
     e.InconsistentGroupProtocolError: ErrorCode.inconsistent_group_protocol,
     e.RebalanceInProgressError: ErrorCode.rebalance_in_progress,

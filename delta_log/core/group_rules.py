@@ -56,6 +56,9 @@ class MemberState:
     topics: frozenset[str]
     session_timeout_ms: int
     last_heartbeat: float  # monotonic seconds
+    #: how long a rebalance waits for this member to rejoin (Kafka's max.poll.interval.ms, sent in
+    #: JoinGroup); 0: its session timeout (HTTP members, JoinGroup v0)
+    rebalance_timeout_ms: int = 0
     assignment: dict[str, list[int]] = field(default_factory=dict)
     rejoined: bool = True
     #: who joined it (the API key's principal): only they heartbeat, leave or commit for it

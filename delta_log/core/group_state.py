@@ -39,8 +39,10 @@ from delta_log.core.group_rules import (
 )
 from delta_log.errors import (
     AuthorizationError,
+    FencedInstanceIdError,
     FencedMemberError,
     InconsistentGroupProtocolError,
+    MemberIdRequiredError,
     RebalanceInProgressError,
     UnknownMemberError,
 )
@@ -60,6 +62,9 @@ class JoinResult:
     protocol: str | None = None
     leader: str | None = None
     member_metadata: tuple[tuple[str, str | None, bytes], ...] = ()
+    #: a static member that took over its instance id in a Stable group without a rebalance: the
+    #: member id it replaced, whose leadership (if it led) it keeps without assigning again
+    replaced: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,12 +106,27 @@ class GroupState:
     leader: str | None = None
     #: topic -> partition count the current assignment was made for (0: the topic did not exist)
     assigned_counts: dict[str, int] = field(default_factory=dict)
+    #: Kafka's KIP-394: member ids handed to new members (MEMBER_ID_REQUIRED) that have not joined
+    #: with them yet -> when each is forgotten (monotonic; its session timeout). A rebalance waits
+    #: for them, as Kafka's does; a client that gives up leaves with the id, or it expires.
+    pending_members: dict[str, float] = field(default_factory=dict)
 
     # -- queries ---------------------------------------------------------------------------------
-    def member(self, member_id: str, principal: str | None = None) -> MemberState:
-        """The member; with `principal`, only if that principal joined it.
+    def member(self, member_id: str, principal: str | None = None, *, instance_id: str | None = None) -> MemberState:
+        """The member; with `principal`, only if that principal joined it; with `instance_id`
+        (a static member's request), only if that instance id is this member's now.
 
-        Raises: UnknownMemberError, AuthorizationError (another principal's member)."""
+        Raises: UnknownMemberError, FencedInstanceIdError (a newer process took the instance id
+        over), AuthorizationError (another principal's member)."""
+        if instance_id is not None:
+            current = self.static_member(instance_id)
+            if current is not None and current.member_id != member_id:
+                raise FencedInstanceIdError(
+                    f"Instance id {instance_id!r} of group {self.group_id!r} now belongs to member "
+                    f"{current.member_id!r}, not {member_id[:300]!r}.",
+                    group=self.group_id,
+                    instance_id=instance_id,
+                )
         m = self.members.get(member_id)
         if m is None:
             raise UnknownMemberError(
@@ -114,6 +134,14 @@ class GroupState:
             )
         _check_owner(self.group_id, m, principal)
         return m
+
+    def static_member(self, instance_id: str) -> MemberState | None:
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def rebalance_timeout_s(self) -> float:
+        """How long a rebalance waits for members to rejoin: the largest rebalance timeout of its
+        members (Kafka's rule), each defaulting to its session timeout."""
+        return max((m.rebalance_timeout_ms or m.session_timeout_ms for m in self.members.values()), default=0) / 1000
 
     @property
     def leader_assigns(self) -> bool:
@@ -123,7 +151,9 @@ class GroupState:
     def protocol_type(self) -> str:
         return protocol_type_of(self.assignor)
 
-    def result(self, m: MemberState) -> JoinResult:
+    def result(self, m: MemberState, *, replaced: str | None = None) -> JoinResult:
+        """The JoinGroup answer for `m`; `replaced`: the member id a static member took over from
+        without a rebalance (see `join`)."""
         metadata: tuple[tuple[str, str | None, bytes], ...] = ()
         if self.leader_assigns and m.member_id == self.leader:
             metadata = tuple(
@@ -138,6 +168,7 @@ class GroupState:
             protocol=self.protocol,
             leader=self.leader,
             member_metadata=metadata,
+            replaced=replaced,
         )
 
     @property
@@ -145,10 +176,11 @@ class GroupState:
         return self.state == PREPARING
 
     def ready_to_complete(self, now: float) -> bool:
-        """A rebalance in progress can complete: everyone rejoined, or the timeout passed."""
+        """A rebalance in progress can complete: every member rejoined and no member id handed
+        out is still to join with (Kafka's rule), or the rebalance timeout passed."""
         if self.state != PREPARING:
             return False
-        if all(m.rejoined for m in self.members.values()):
+        if all(m.rejoined for m in self.members.values()) and not self.pending_members:
             return True
         return self.rebalance_deadline is not None and now >= self.rebalance_deadline
 
@@ -165,47 +197,65 @@ class GroupState:
         principal: str | None = None,
         protocols: Sequence[tuple[str, bytes]] = (),
         client: tuple[str, str] = ("", ""),
+        rebalance_timeout_ms: int = 0,
+        require_member_id: bool = False,
     ) -> tuple[MemberState, bool]:
-        """Add or refresh a member. Returns (member, settled): when `settled`, the current
-        assignment stands and the join is answered now; otherwise a rebalance is in progress and
-        the caller waits until `ready_to_complete`, then calls `complete`.
+        """Add or refresh a member, as Kafka's classic coordinator does. Returns (member, settled):
+        when `settled`, the current generation stands and the join is answered now; otherwise a
+        rebalance is in progress and the caller waits until `ready_to_complete`, then calls
+        `complete`.
+
+        - A new dynamic member with `require_member_id` (Kafka's JoinGroup v4+, KIP-394) is given
+          a member id and told to join again with it (MemberIdRequiredError); it is pending until
+          then.
+        - A static member (`instance_id`) joining without a member id takes its instance id over
+          under a new member id (KIP-345): the older process is fenced (FencedInstanceIdError on
+          its requests). In a Stable group with unchanged protocols and topics it keeps its
+          assignment and no rebalance starts.
+        - A known member rejoining with unchanged protocols gets the current generation again
+          where Kafka gives it (a follower of a Stable group; any member while the leader's
+          assignment is awaited); otherwise it starts (or joins) a rebalance.
 
         `principal`: who joins (None while auth is off); a member id or a static instance id that
         another principal joined is refused, so no key can take over another key's member.
         `assignor` "kafka:<protocol type>" with `protocols` (Kafka's (name, metadata), preferred
         first): a member of a group whose leader assigns.
 
-        Raises: UnknownMemberError (a `member_id` the group does not know), AuthorizationError,
-        InconsistentGroupProtocolError (the group's members assign otherwise, or share no protocol).
+        Raises: MemberIdRequiredError, UnknownMemberError (a `member_id` the group does not know),
+        FencedInstanceIdError, AuthorizationError, InconsistentGroupProtocolError (the group's
+        members assign otherwise, or share no protocol).
         """
         subs = frozenset(topics)
         offered = tuple(protocols)
         self._check_protocols(member_id, assignor, offered)
-        if member_id is not None:
-            member = self.member(member_id, principal)
+        if member_id is not None and self.pending_members.pop(member_id, None) is not None:
+            member = self._add(member_id, instance_id, subs, session_timeout_ms, now, principal, offered)
+        elif member_id is not None:
+            member = self.member(member_id, principal, instance_id=instance_id)
         else:
-            found = next((m for m in self.members.values() if instance_id and m.instance_id == instance_id), None)
+            found = self.static_member(instance_id) if instance_id else None
             if found is not None:
                 _check_owner(self.group_id, found, principal)
-            if found is not None and found.topics == subs and found.protocols == offered and self.state == STABLE:
-                found.last_heartbeat = now  # static member back within its session: no rebalance
-                found.session_timeout_ms = session_timeout_ms
-                found.client_id, found.client_host = client
-                return found, True
-            if found is None:
-                found = MemberState(
-                    member_id=new_member_id(instance_id),
-                    instance_id=instance_id,
-                    topics=subs,
-                    session_timeout_ms=session_timeout_ms,
-                    last_heartbeat=now,
-                    principal=principal or "",
-                    protocols=offered,
+                member = self._replace(found, new_member_id(instance_id))
+                if found.topics == subs and found.protocols == offered and self.state == STABLE:
+                    member.last_heartbeat = now  # the static member is back: no rebalance
+                    member.session_timeout_ms = session_timeout_ms
+                    member.rebalance_timeout_ms = rebalance_timeout_ms
+                    member.client_id, member.client_host = client
+                    return member, True
+            elif require_member_id and instance_id is None:
+                pending = new_member_id(None)
+                self.pending_members[pending] = now + session_timeout_ms / 1000
+                raise MemberIdRequiredError(
+                    f"Join group {self.group_id!r} again with member id {pending!r}.", member_id=pending
                 )
-                self.members[found.member_id] = found
-            member = found
+            else:
+                member = self._add(
+                    new_member_id(instance_id), instance_id, subs, session_timeout_ms, now, principal, offered
+                )
         member.last_heartbeat = now
         member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
         member.client_id, member.client_host = client
         unchanged = member_id is not None and member.topics == subs and member.protocols == offered
         if self.leader_assigns and leader_assigns(assignor):
@@ -222,6 +272,37 @@ class GroupState:
         self.start_rebalance(now)
         member.rejoined = True
         return member, False
+
+    def _add(
+        self,
+        member_id: str,
+        instance_id: str | None,
+        topics: frozenset[str],
+        session_timeout_ms: int,
+        now: float,
+        principal: str | None,
+        protocols: tuple[tuple[str, bytes], ...],
+    ) -> MemberState:
+        m = MemberState(
+            member_id=member_id,
+            instance_id=instance_id,
+            topics=topics,
+            session_timeout_ms=session_timeout_ms,
+            last_heartbeat=now,
+            principal=principal or "",
+            protocols=protocols,
+        )
+        self.members[member_id] = m
+        return m
+
+    def _replace(self, old: MemberState, member_id: str) -> MemberState:
+        """A static member's state under its new member id (the old id is no member any more)."""
+        del self.members[old.member_id]
+        if self.leader == old.member_id:
+            self.leader = member_id
+        old.member_id = member_id
+        self.members[member_id] = old
+        return old
 
     def _check_protocols(self, member_id: str | None, assignor: str, offered: tuple[tuple[str, bytes], ...]) -> None:
         """Raises: InconsistentGroupProtocolError unless the joining member fits the other members:
@@ -269,24 +350,23 @@ class GroupState:
         if self.state == PREPARING:
             return
         self.state = PREPARING
-        timeout = max((m.session_timeout_ms for m in self.members.values()), default=0) / 1000
-        self.rebalance_deadline = now + timeout
+        self.rebalance_deadline = now + self.rebalance_timeout_s()
         for m in self.members.values():
             m.rejoined = False
 
     def topics_to_assign(self) -> list[str]:
-        """Drop members that did not rejoin; the topics the survivors subscribe to (the caller looks
-        up their partition counts for `complete`)."""
-        for mid in [m.member_id for m in self.members.values() if not m.rejoined]:
-            self.members.pop(mid)
-        return sorted({t for m in self.members.values() for t in m.topics})
+        """The topics the members that rejoined subscribe to: what a completion now assigns (the
+        caller looks up their partition counts for `complete`)."""
+        return sorted({t for m in self.members.values() if m.rejoined for t in m.topics})
 
     def complete(self, partitions: Mapping[str, int]) -> None:
         """Finish a rebalance: assign, bump the generation, become Stable (Empty without members).
 
         `partitions`: topic -> partition count for `topics_to_assign()` (0 for a deleted topic).
         """
-        self.topics_to_assign()
+        for mid in [m.member_id for m in self.members.values() if not m.rejoined and m.instance_id is None]:
+            self.members.pop(mid)  # dynamic members that did not rejoin within the rebalance (static ones stay)
+        self.pending_members.clear()  # (their time ran out with the rebalance's)
         self.assigned_counts = dict(partitions)
         if self.leader_assigns:
             self._complete_for_leader()
@@ -326,6 +406,8 @@ class GroupState:
         generation: int,
         assignments: Mapping[str, tuple[bytes, dict[str, list[int]]]],
         principal: str | None = None,
+        *,
+        instance_id: str | None = None,
     ) -> bytes | None:
         """Kafka's SyncGroup where the leader assigns. The leader's, in CompletingRebalance, hands
         every member its assignment (opaque bytes, and the topic partitions they name where the
@@ -335,7 +417,7 @@ class GroupState:
 
         Raises: UnknownMemberError, AuthorizationError, RebalanceInProgressError (join again),
         FencedMemberError (another generation)."""
-        m = self.member(member_id, principal)
+        m = self.member(member_id, principal, instance_id=instance_id)
         if self.state == PREPARING:
             raise RebalanceInProgressError(f"Group {self.group_id!r} is rebalancing; join again.", group=self.group_id)
         if generation != self.generation:
@@ -351,9 +433,18 @@ class GroupState:
             self.state = STABLE
         return m.leader_assignment if self.state == STABLE else None
 
-    def heartbeat(self, member_id: str, generation: int, now: float, principal: str | None = None) -> HeartbeatResult:
-        """Raises: UnknownMemberError, FencedMemberError (an old generation), AuthorizationError."""
-        m = self.member(member_id, principal)
+    def heartbeat(
+        self,
+        member_id: str,
+        generation: int,
+        now: float,
+        principal: str | None = None,
+        *,
+        instance_id: str | None = None,
+    ) -> HeartbeatResult:
+        """Raises: UnknownMemberError, FencedMemberError (an old generation), FencedInstanceIdError,
+        AuthorizationError."""
+        m = self.member(member_id, principal, instance_id=instance_id)
         m.last_heartbeat = now
         if self.state == PREPARING:
             return HeartbeatResult(generation=self.generation, rebalance=True, assignment=dict(m.assignment))
@@ -363,15 +454,29 @@ class GroupState:
             )
         return HeartbeatResult(generation=self.generation, rebalance=False, assignment=dict(m.assignment))
 
-    def leave(self, member_id: str, now: float, principal: str | None = None) -> None:
-        """Raises: UnknownMemberError, AuthorizationError."""
-        self.member(member_id, principal)
+    def leave(
+        self, member_id: str, now: float, principal: str | None = None, *, instance_id: str | None = None
+    ) -> None:
+        """A member leaves (a rebalance starts), or a pending member id is given up (none does).
+        No member id but an instance id: that static member is removed (Kafka's admin removal).
+
+        Raises: UnknownMemberError, FencedInstanceIdError, AuthorizationError."""
+        if self.pending_members.pop(member_id, None) is not None:
+            return
+        if not member_id and instance_id is not None:
+            found = self.static_member(instance_id)
+            member_id = found.member_id if found is not None else ""
+        self.member(member_id, principal, instance_id=instance_id)
         self.members.pop(member_id)
         self.start_rebalance(now)
 
     def expire(self, now: float) -> list[str]:
-        """Drop members whose session timed out (starting a rebalance); their ids."""
-        gone = expired(self.members, now)
+        """Drop members whose session timed out (starting a rebalance), and member ids handed out
+        that were not joined with in time; the members' ids."""
+        for mid in [mid for mid, until in self.pending_members.items() if until <= now]:
+            del self.pending_members[mid]
+        awaiting = self.state == PREPARING  # a member waiting for its join's answer needs no heartbeat (Kafka's rule)
+        gone = [mid for mid in expired(self.members, now) if not (awaiting and self.members[mid].rejoined)]
         for mid in gone:
             self.members.pop(mid, None)
         if gone:

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from broker import groups
 from delta_log.core.group_rules import STABLE, leader_assignor, leader_assigns
 from delta_log.core.group_state import GroupState
-from delta_log.errors import GroupSubscribedToTopicError, TopiclakeError, UnknownGroupError
+from delta_log.errors import GroupSubscribedToTopicError, MemberIdRequiredError, TopiclakeError, UnknownGroupError
 from kafka_gateway import messages
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
@@ -82,6 +82,8 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
     assert conn.principal is not None
     principal = conn.principal
     session_ms = int(millis(request.session_timeout))
+    rebalance = getattr(request, "rebalance_timeout", None)  # v1+: the consumer's max.poll.interval.ms
+    rebalance_ms = int(millis(rebalance)) if rebalance is not None else 0
 
     async def answer() -> dict[str, Any]:
         try:
@@ -97,7 +99,11 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
                 protocols=offered if leader_mode else (),
                 missing_topics_ok=True,  # a consumer may subscribe before the topic exists
                 client=(conn.client_id or "", f"/{conn.peer}"),
+                rebalance_timeout_ms=rebalance_ms,
+                require_member_id=version >= 4,  # KIP-394
             )
+        except MemberIdRequiredError as exc:
+            return fail | {"error_code": ErrorCode.member_id_required, "member_id": exc.details["member_id"]}
         except TopiclakeError as exc:
             return fail | {"error_code": code_of(exc)}
         answer: dict[str, Any] = {
@@ -120,6 +126,14 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
                     for mid, instance, metadata in result.member_metadata
                 ],
             }
+            if result.replaced is not None and result.leader == result.member_id:
+                # a static leader back in a Stable group keeps the assignment (Kafka's KIP-345
+                # handling): from v9 it is told to skip assigning; before, it is answered as a
+                # follower (the leader it replaced), so it syncs for its own assignment only
+                if version >= 9:
+                    answer["skip_assignment"] = True
+                else:
+                    answer |= {"leader": result.replaced, "members": []}
         return answer
 
     return answer()
@@ -172,7 +186,13 @@ def _sync_from_leader(conn: Connection, request: Any, g: GroupState) -> Any:
     async def answer() -> dict[str, Any]:
         try:
             data = await groups.sync(
-                conn.services.coordinator, principal, g.group_id, request.member_id, request.generation_id, assignments
+                conn.services.coordinator,
+                principal,
+                g.group_id,
+                request.member_id,
+                request.generation_id,
+                assignments,
+                instance_id=getattr(request, "group_instance_id", None),
             )
         except UnknownGroupError:
             return base | {"error_code": ErrorCode.unknown_member_id}
@@ -188,7 +208,12 @@ async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
     assert conn.principal is not None
     try:
         r = await groups.heartbeat(
-            conn.services.coordinator, conn.principal, request.group_id, request.member_id, request.generation_id
+            conn.services.coordinator,
+            conn.principal,
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            instance_id=getattr(request, "group_instance_id", None),
         )
     except UnknownGroupError:
         return {"throttle_time": 0, "error_code": ErrorCode.unknown_member_id}
@@ -201,17 +226,17 @@ async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
 async def leave_group(conn: Connection, request: Any, version: int) -> Any:
     group = request.group_id
     assert conn.principal is not None
-    ids = [request.member_id] if version < 3 else [m.member_id for m in request.members]
+    ids = [(request.member_id, None)] if version < 3 else [(m.member_id, m.group_instance_id) for m in request.members]
     members = []
-    for member_id in ids:
+    for member_id, instance_id in ids:
         try:
-            await groups.leave(conn.services.coordinator, conn.principal, group, member_id)
+            await groups.leave(conn.services.coordinator, conn.principal, group, member_id, instance_id=instance_id)
             code = 0
         except UnknownGroupError:
             code = ErrorCode.unknown_member_id
         except TopiclakeError as exc:
             code = code_of(exc)
-        members.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
+        members.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": code})
     top = members[0]["error_code"] if version < 3 and members else 0
     return {"throttle_time": 0, "error_code": top, "members": members}
 

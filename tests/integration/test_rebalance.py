@@ -60,6 +60,41 @@ def test_a_join_is_answered_when_its_rebalance_completes_though_the_next_one_beg
     asyncio.run(scenario())
 
 
+def test_a_completion_decided_before_the_next_rebalance_began_does_not_complete_that_one(
+    storage, settings, topic_factory
+):
+    """Churn under Kafka's clients showed members answered for generation N, then UNKNOWN_MEMBER_ID
+    on their SyncGroup milliseconds later: a second completer (a join's wait, the expiry loop)
+    had decided to complete while the group was ready, waited for the group's lock while the first
+    completed and persisted generation N, and a new member joined meanwhile; it then completed that
+    new rebalance at once, dropping every member that had not had the time to rejoin it."""
+    topic = topic_factory(partitions=2)
+
+    async def scenario():
+        coord = GroupCoordinator(TopicRegistry(settings), GroupStore(storage), sync_interval_s=3600)
+        await coord.start()
+        a = await coord.join("g", topics=[topic], session_timeout_ms=10_000)
+        g = coord.group("g")
+        b = asyncio.create_task(coord.join("g", topics=[topic], session_timeout_ms=10_000))
+        while not g.rebalancing:
+            await asyncio.sleep(0.01)
+        g.join(now=coord.clock(), topics=[topic], member_id=a.member_id, instance_id=None,
+               session_timeout_ms=10_000, assignor="range")  # fmt: skip
+        assert g.ready_to_complete(coord.clock())
+        async with coord._lock(g):  # a completer holds the lock (as while it persists a generation)
+            late = asyncio.create_task(coord._complete_rebalance(g))  # decided now: the group is ready
+            await asyncio.sleep(0.05)
+            g.complete({topic: 2})  # the first completer's generation
+            c, settled = g.join(now=coord.clock(), topics=[topic], member_id=None, instance_id=None,
+                                session_timeout_ms=10_000, assignor="range")  # fmt: skip
+            assert not settled and g.rebalancing  # a newcomer began the next rebalance
+        await asyncio.wait_for(late, 5)
+        assert g.rebalancing and set(g.members) == {a.member_id, (await b).member_id, c.member_id}
+        await coord.stop()
+
+    asyncio.run(scenario())
+
+
 def test_server_adopts_the_jobs_lag_aware_assignment_through_a_rebalance(storage, settings, topic_factory):
     topic = topic_factory(partitions=4)
     TopicWriter(storage, topic, settings.writer).append(make_batch(4000, partition_of=lambda i: i % 2, topic=topic))

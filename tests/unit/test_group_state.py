@@ -6,14 +6,27 @@ from delta_log.core.group_rules import AWAITING_SYNC, EMPTY, PREPARING, STABLE, 
 from delta_log.core.group_state import GroupState
 from delta_log.errors import (
     AuthorizationError,
+    FencedInstanceIdError,
     FencedMemberError,
     InconsistentGroupProtocolError,
+    MemberIdRequiredError,
     RebalanceInProgressError,
     UnknownMemberError,
 )
 
 
-def join(g, now, *, member_id=None, instance_id=None, topics=("t",), timeout_ms=10_000, assignor="range"):
+def join(
+    g,
+    now,
+    *,
+    member_id=None,
+    instance_id=None,
+    topics=("t",),
+    timeout_ms=10_000,
+    assignor="range",
+    rebalance_ms=0,
+    require_member_id=False,
+):
     return g.join(
         now=now,
         topics=topics,
@@ -21,6 +34,8 @@ def join(g, now, *, member_id=None, instance_id=None, topics=("t",), timeout_ms=
         instance_id=instance_id,
         session_timeout_ms=timeout_ms,
         assignor=assignor,
+        rebalance_timeout_ms=rebalance_ms,
+        require_member_id=require_member_id,
     )
 
 
@@ -296,3 +311,78 @@ def test_a_cooperative_member_commits_what_it_gives_up_while_nobody_owns_it_yet(
     g.sync(a.member_id, 3, {a.member_id: (b"", {"t": [0]}), b.member_id: (b"", {"t": [1]})})
     with pytest.raises(FencedMemberError):  # b owns it now
         g.check_commit(member_id=a.member_id, generation=3, partitions=[("t", 1)], now=0.0)
+
+
+def test_kip394_a_new_member_first_gets_its_member_id_and_the_rebalance_waits_for_it():
+    g, a, b = stable_pair()
+    with pytest.raises(MemberIdRequiredError) as err:
+        join(g, 1.0, require_member_id=True)
+    pending = err.value.details["member_id"]
+    assert pending not in g.members and g.state == STABLE  # nothing changes until it joins with it
+    c, settled = join(g, 1.1, member_id=pending)
+    assert not settled and c.member_id == pending and g.state == PREPARING
+    join(g, 1.2, member_id=a.member_id)
+    join(g, 1.2, member_id=b.member_id)
+    assert g.ready_to_complete(1.2)
+    complete(g)
+    assert g.generation == 3 and set(g.members) == {a.member_id, b.member_id, pending}
+
+
+def test_kip394_a_pending_member_id_is_waited_for_until_it_leaves_or_expires():
+    g, a, b = stable_pair()
+    g.start_rebalance(1.0)
+    with pytest.raises(MemberIdRequiredError) as err:
+        join(g, 1.0, require_member_id=True, timeout_ms=6_000)
+    pending = err.value.details["member_id"]
+    join(g, 1.0, member_id=a.member_id)
+    join(g, 1.0, member_id=b.member_id)
+    assert not g.ready_to_complete(1.0)  # Kafka waits for the member ids it handed out
+    g.leave(pending, 1.1)  # a client that gave up leaves with the id it was given
+    assert g.ready_to_complete(1.1)
+    with pytest.raises(MemberIdRequiredError) as err:
+        join(g, 2.0, require_member_id=True, timeout_ms=6_000)
+    assert not g.ready_to_complete(2.0)
+    assert g.expire(8.1) == [] and g.ready_to_complete(8.1)  # or its session timeout passes
+    with pytest.raises(UnknownMemberError):
+        join(g, 8.2, member_id=err.value.details["member_id"])
+
+
+def test_the_rebalance_waits_for_the_members_rebalance_timeout_not_their_session_timeout():
+    g, a, b = stable_pair()
+    join(g, 0.5, member_id=a.member_id, rebalance_ms=60_000)  # unchanged: the generation stands
+    g.start_rebalance(1.0)  # (a subscribed topic grew, say)
+    join(g, 1.0, member_id=a.member_id, rebalance_ms=60_000)  # a rejoins; b still works, heartbeating
+    assert g.rebalance_deadline == 1.0 + 60.0
+    g.heartbeat(b.member_id, 2, 30.0)
+    assert not g.ready_to_complete(30.0) and g.expire(30.0) == []
+    assert g.expire(45.0) == [b.member_id]  # silent past its session: gone, the rebalance completes
+    assert g.ready_to_complete(45.0)
+
+
+def test_kip345_a_static_member_back_takes_its_instance_over_and_fences_the_old_process():
+    g = GroupState(group_id="g")
+    a, _ = join(g, 0.0, instance_id="worker-1")
+    complete(g)
+    join(g, 0.0, instance_id="worker-2")
+    join(g, 0.0, member_id=a.member_id, instance_id="worker-1")
+    complete(g)
+    old_id, owned = a.member_id, dict(a.assignment)
+    back, settled = join(g, 1.0, instance_id="worker-1")  # restarted: no member id
+    assert settled and back.member_id != old_id and back.assignment == owned and g.generation == 2
+    with pytest.raises(FencedInstanceIdError):  # the old process, still running, is fenced
+        g.heartbeat(old_id, 2, 1.1, instance_id="worker-1")
+    with pytest.raises(UnknownMemberError):
+        g.heartbeat(old_id, 2, 1.1)
+    assert not g.heartbeat(back.member_id, 2, 1.1, instance_id="worker-1").rebalance
+
+
+def test_a_static_member_that_does_not_rejoin_stays_in_the_next_generation():
+    g = GroupState(group_id="g")
+    s, _ = join(g, 0.0, instance_id="s")
+    complete(g)
+    d, _ = join(g, 0.0)
+    assert g.heartbeat(s.member_id, 1, 0.1).rebalance
+    g.heartbeat(s.member_id, 1, 9.0)  # alive, busy: it does not rejoin within the rebalance
+    assert g.ready_to_complete(10.0)
+    complete(g)
+    assert set(g.members) == {s.member_id, d.member_id}  # Kafka removes dynamic members only

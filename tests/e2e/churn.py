@@ -1,0 +1,185 @@
+"""A chain of consumer groups under churn, driven by librdkafka (confluent-kafka): the workload that
+showed members dropped mid-rebalance and partitions processed twice.
+
+Three stages, each a consumer group of `workers` members reading topic i and producing every
+record, key and value unchanged, into topic i+1 (idempotent, snappy). Each member lives a random
+few seconds, then closes gracefully: its revoke callback flushes what it produced and commits
+what it processed (synchronously), and it leaves; a new member takes its place at once. So
+members join and leave all the time while records flow, as in rolling restarts and autoscaling.
+What the last topic holds must then be every input record exactly once, each key's records in
+their input order. A rebalance that hands a partition to a new owner while the old one still
+processes it, or drops a member whose work is not committed, shows up as duplicates.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+STAGES = 3
+
+
+@dataclass
+class ChurnResult:
+    records: int
+    out: int
+    duplicates: int
+    missing: int
+    keys_out_of_order: int
+    seconds: float
+    members_started: int
+    #: what the clients reported (error callbacks, failed commits, lost partitions), by kind
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def _producer(bootstrap: str) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "compression.type": "snappy",
+            "partitioner": "murmur2_random",  # Java's: a key stays on its partition in every topic
+            "linger.ms": 5,
+            "log_level": 3,
+        }
+    )
+
+
+def run_chain(
+    bootstrap: str,
+    *,
+    strategy: str,
+    static: bool = False,
+    records: int = 30_000,
+    partitions: int = 6,
+    workers: int = 3,
+    lifetime_s: tuple[float, float] = (1.0, 3.0),
+    timeout_s: float = 120.0,
+) -> ChurnResult:
+    """Run the chained workload to completion (or `timeout_s`); what the last topic holds."""
+    tag = uuid.uuid4().hex[:8]
+    topics = [f"churn-{tag}-{i}" for i in range(STAGES + 1)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, partitions, 1) for t in topics]).values():
+        f.result(60)
+    p = _producer(bootstrap)
+    for i in range(records):
+        key = f"k{i % 500}"
+        p.produce(topics[0], key=key.encode(), value=f"{key}:{i}".encode())
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    errors: collections.Counter[str] = collections.Counter()
+    stop = threading.Event()
+    started = [0]
+
+    def member(stage: int, slot: int) -> None:
+        src, dst = topics[stage], topics[stage + 1]
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"churn-{tag}-{stage}",
+            "partition.assignment.strategy": strategy,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "log_level": 3,
+            "error_cb": lambda e: errors.update([f"error {e.name()}"]),
+        }
+        if static:
+            conf["group.instance.id"] = f"{tag}-{stage}-{slot}"
+        out = _producer(bootstrap)
+        processed: dict[int, int] = {}  # partition -> next offset to commit
+        c = Consumer(conf)
+        started[0] += 1
+
+        def commit(parts: list[TopicPartition], drop: bool) -> None:
+            out.flush(30)  # what was produced is acked before its input is committed
+            offsets = [
+                TopicPartition(src, tp.partition, processed[tp.partition]) for tp in parts if tp.partition in processed
+            ]
+            if offsets:
+                try:
+                    c.commit(offsets=offsets, asynchronous=False)
+                except KafkaException as exc:
+                    errors.update([f"commit {exc.args[0].name()}"])
+            if drop:
+                for tp in parts:
+                    processed.pop(tp.partition, None)
+
+        def revoked(_: Consumer, parts: list[TopicPartition]) -> None:
+            commit(parts, True)
+
+        def lost(_: Consumer, parts: list[TopicPartition]) -> None:
+            errors.update(["partitions lost"])
+            for tp in parts:
+                processed.pop(tp.partition, None)
+
+        c.subscribe([src], on_revoke=revoked, on_lost=lost)
+        until = time.monotonic() + random.uniform(*lifetime_s)
+        last_commit = time.monotonic()
+        while time.monotonic() < until and not stop.is_set():
+            for m in c.consume(200, timeout=0.1):
+                if m.error() is not None:
+                    errors.update([f"message {m.error().name()}"])
+                    continue
+                out.produce(dst, key=m.key(), value=m.value())
+                processed[m.partition()] = m.offset() + 1
+            out.poll(0)
+            if time.monotonic() - last_commit > 1.0:
+                commit(c.assignment(), False)
+                last_commit = time.monotonic()
+        commit(c.assignment(), False)
+        c.close()  # revokes (committing) and leaves the group
+        out.flush(30)
+
+    def slot(stage: int, n: int) -> None:
+        while not stop.is_set():
+            member(stage, n)
+
+    threads = [threading.Thread(target=slot, args=(s, n), daemon=True) for s in range(STAGES) for n in range(workers)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{tag}", "log_level": 0})
+    reader.assign([TopicPartition(topics[-1], q, 0) for q in range(partitions)])
+    got: list[tuple[int, int, bytes]] = []
+
+    def read(seconds: float) -> None:
+        for m in reader.consume(1000, timeout=seconds):
+            if m.error() is None:
+                got.append((m.partition(), m.offset(), m.value()))
+
+    deadline = t0 + timeout_s
+    while len(got) < records and time.monotonic() < deadline:
+        read(0.5)
+    settle = time.monotonic() + 3  # duplicates arrive after the last new record
+    while time.monotonic() < settle:
+        read(0.5)
+    seconds = time.monotonic() - t0
+    stop.set()
+    for t in threads:
+        t.join(60)
+    reader.close()
+    counts = collections.Counter(v for _, _, v in got)
+    by_key: dict[bytes, list[int]] = collections.defaultdict(list)
+    for _, _, v in sorted(got):  # offset order within each partition (a key stays on one)
+        key, _, n = v.partition(b":")
+        by_key[key].append(int(n))
+    return ChurnResult(
+        records=records,
+        out=len(got),
+        duplicates=sum(n - 1 for n in counts.values()),
+        missing=records - len(counts),
+        keys_out_of_order=sum(1 for ns in by_key.values() if ns != sorted(ns)),
+        seconds=seconds,
+        members_started=started[0],
+        errors=errors,
+    )

@@ -345,7 +345,7 @@ class GroupCoordinator:
         # (a member joined in the same instant): Kafka answers every pending join at completion,
         # and the member learns of the next rebalance from its heartbeat. Waiting on into the next
         # one would leave this member, not rejoined there, to be dropped from it.
-        joined_in = g.generation
+        joined_in, mid = g.generation, member.member_id  # (a static member taken over meanwhile changes ids)
         while g.rebalancing and g.generation == joined_in:
             if g.ready_to_complete(self.clock()):
                 await self._complete_rebalance(g)  # (or another did, or it began anew meanwhile)
@@ -356,9 +356,10 @@ class GroupCoordinator:
                 await asyncio.wait_for(event.wait(), timeout=max(0.01, min(remaining, 0.5)))
             if self.groups.get(group_id) is not g:
                 raise NotCoordinatorError(f"Group {group_id!r} moved to another gateway; join again.", group=group_id)
-            if member.member_id in g.members:
-                member.last_heartbeat = self.clock()  # waiting in join counts as alive
-        return g.result(g.member(member.member_id))  # dropped meanwhile: UnknownMemberError, join again
+            if mid in g.members:
+                g.members[mid].last_heartbeat = self.clock()  # waiting in join counts as alive
+        # dropped meanwhile: UnknownMemberError, join again; its instance taken over: FencedInstanceIdError
+        return g.result(g.member(mid, instance_id=instance_id))
 
     async def sync_group(
         self,

@@ -228,7 +228,9 @@ class GroupState:
         subs = frozenset(topics)
         offered = tuple(protocols)
         self._check_protocols(member_id, assignor, offered)
-        if member_id is not None and self.pending_members.pop(member_id, None) is not None:
+        joined_anew = member_id is not None and self.pending_members.pop(member_id, None) is not None
+        if joined_anew:
+            assert member_id is not None
             member = self._add(member_id, instance_id, subs, session_timeout_ms, now, principal, offered)
         elif member_id is not None:
             member = self.member(member_id, principal, instance_id=instance_id)
@@ -257,7 +259,7 @@ class GroupState:
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.client_id, member.client_host = client
-        unchanged = member_id is not None and member.topics == subs and member.protocols == offered
+        unchanged = member_id is not None and not joined_anew and member.topics == subs and member.protocols == offered
         if self.leader_assigns and leader_assigns(assignor):
             # Kafka's rule: a member that rejoins unchanged gets the current generation again (it
             # may have lost the answer); only the leader rejoining a Stable group starts a rebalance
@@ -355,9 +357,9 @@ class GroupState:
             m.rejoined = False
 
     def topics_to_assign(self) -> list[str]:
-        """The topics the members that rejoined subscribe to: what a completion now assigns (the
-        caller looks up their partition counts for `complete`)."""
-        return sorted({t for m in self.members.values() if m.rejoined for t in m.topics})
+        """The topics of the members a completion now keeps (those that rejoined, and static ones):
+        what it assigns (the caller looks up their partition counts for `complete`)."""
+        return sorted({t for m in self.members.values() if m.rejoined or m.instance_id for t in m.topics})
 
     def complete(self, partitions: Mapping[str, int]) -> None:
         """Finish a rebalance: assign, bump the generation, become Stable (Empty without members).

@@ -308,12 +308,21 @@ def test_groups_and_offsets_survive_restart(tmp_path):
         assert c.get("/groups/keep/offsets").json()["offsets"] == [
             {"topic": "r", "partition": 1, "offset": 4, "metadata": ""}
         ]
-        # the same member keeps committing after the restart (static member, within its session)
+        # the restarted static member takes its instance over within its session: same generation
+        # and partitions, under a new member id (Kafka's KIP-345); the old id is fenced
         again = c.post(
             "/groups/keep/members", json={"topics": ["r"], "session_timeout_ms": 30000, "instance_id": "worker-1"}
         ).json()
-        assert again["member_id"] == a["member_id"] and again["generation"] == a["generation"]
+        assert again["member_id"] != a["member_id"] and again["generation"] == a["generation"]
         assert again["assignment"] == a["assignment"]
+        stale = {
+            "member_id": a["member_id"],
+            "generation": a["generation"],
+            "offsets": [{"topic": "r", "partition": 1, "offset": 5}],
+        }
+        assert c.post("/groups/keep/offsets", json=stale).status_code == 404
+        fresh = {**stale, "member_id": again["member_id"]}
+        assert c.post("/groups/keep/offsets", json=fresh).status_code == 200
     finally:
         srv2.stop()
 

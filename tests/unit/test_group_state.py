@@ -383,6 +383,25 @@ def test_a_static_member_that_does_not_rejoin_stays_in_the_next_generation():
     d, _ = join(g, 0.0)
     assert g.heartbeat(s.member_id, 1, 0.1).rebalance
     g.heartbeat(s.member_id, 1, 9.0)  # alive, busy: it does not rejoin within the rebalance
-    assert g.ready_to_complete(10.0)
+    assert g.ready_to_complete(10.0) and g.topics_to_assign() == ["t"]
     complete(g)
     assert set(g.members) == {s.member_id, d.member_id}  # Kafka removes dynamic members only
+    assert sorted(s.assignment["t"] + d.assignment["t"]) == [0, 1, 2, 3]
+
+
+def test_kip394_a_pending_member_joining_a_stable_leader_assigned_group_starts_a_rebalance():
+    """Its join with the id it was given is a new member's: never 'unchanged' (else it would get
+    the current generation and no partitions, as librdkafka's cooperative member once did)."""
+    g = GroupState(group_id="g", assignor="kafka:consumer")
+    coop = [("cooperative-sticky", b"m")]
+    a, _ = g.join(now=0.0, topics=["t"], member_id=None, instance_id=None, session_timeout_ms=10_000,
+                  assignor="kafka:consumer", protocols=coop)  # fmt: skip
+    complete(g)
+    g.sync(a.member_id, 1, {a.member_id: (b"x", {"t": [0, 1]})})
+    assert g.state == STABLE
+    with pytest.raises(MemberIdRequiredError) as err:
+        g.join(now=1.0, topics=["t"], member_id=None, instance_id=None, session_timeout_ms=10_000,
+               assignor="kafka:consumer", protocols=coop, require_member_id=True)  # fmt: skip
+    _, settled = g.join(now=1.0, topics=["t"], member_id=err.value.details["member_id"], instance_id=None,
+                        session_timeout_ms=10_000, assignor="kafka:consumer", protocols=coop)  # fmt: skip
+    assert not settled and g.state == PREPARING and g.heartbeat(a.member_id, 1, 1.1).rebalance

@@ -90,7 +90,7 @@ _MAX_VIEW_ENTRIES = 100_000
 _HANDLES = itertools.count()  # LogTopic.key
 #: the table flushes run this much below the threads that ack (Linux `nice`): a flush's burst of
 #: parquet and Delta work otherwise takes a core from the event loop and the log's writer, and the
-#: acks of the next tens of ms wait (docs/BENCHMARKS.md, sixteenth session)
+#: acks of the next tens of ms wait (measured on tmpfs: ack p99 7.0-11.1 ms with it, 13.6-22.5 without)
 FLUSH_NICE = 10
 
 

@@ -799,7 +799,7 @@ def test_a_claim_never_takes_a_partition_whose_holders_acks_its_replay_left_out(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own priority is Linux's")
 def test_table_flushes_run_below_the_threads_that_ack(registry):
     """The flush's burst of parquet and Delta work yields the cores to the event loop and the log's
-    writer (docs/BENCHMARKS.md, sixteenth session): its thread runs FLUSH_NICE below the process."""
+    writer (see FLUSH_NICE): its thread runs FLUSH_NICE below the process."""
     from delta_log.log.write_ahead import FLUSH_NICE
 
     topic = log_topic(registry, lag_ms=200)

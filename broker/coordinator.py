@@ -263,7 +263,7 @@ class GroupCoordinator:
                     for mid in g.expire(self.clock()):
                         log.info("group %r: member %r session expired", g.group_id, mid)
                         self._wake(g)
-                    if g.ready_to_complete(self.clock()) or (g.rebalancing and not g.members):
+                    if self._completable(g):
                         await self._complete_rebalance(g)
                 except Exception:
                     log.exception("expiring members of %r failed", g.group_id)

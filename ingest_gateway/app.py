@@ -221,7 +221,6 @@ async def _replay_write_ahead(
     at once; one merely silent, once its leases end (within `writer.wal_lease_ms`): until then
     its partitions answer PARTITION_RECOVERING and its producers are told to retry."""
     retry_s = settings.writer.wal_lease_margin_ms / 1000
-    total: dict[str, int] = {}
     while True:
         await wake.wait()
         wake.clear()
@@ -233,16 +232,13 @@ async def _replay_write_ahead(
                 written, complete = {}, False
             if written:
                 log.info("write-ahead records of gone gateways written into their tables: %s", written)
-                for t, n in written.items():
-                    total[t] = total.get(t, 0) + n
+            if once:
+                if not complete:
+                    wake.set()  # the background task goes on with it
+                return written
             if complete:
                 break
-            if once:
-                wake.set()  # the background task goes on with it
-                return total
             await asyncio.sleep(retry_s)  # the dead gateway's leases end by then, or soon after
-        if once:
-            return total
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

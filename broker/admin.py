@@ -4,6 +4,8 @@ ALTER_CONFIGS, ALTER, DELETE are `admin` and `describe` here). Blocking: call th
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -116,6 +118,21 @@ def delete_topic(registry: TopicRegistry, principal: Principal, name: str) -> No
     """Delete a topic and its data. Raises: AuthorizationError, TopicNotFoundError."""
     authorize(principal, "admin", name)
     registry.delete_topic(name)
+
+
+def topics_by_id(registry: TopicRegistry, wanted: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The names of the topics with these ids (Kafka's topic ids: each topic table's Delta id),
+    found among every topic of the root (an id names a topic whatever the key may see: the caller
+    authorizes the names). Blocking."""
+    found: dict[uuid.UUID, str] = {}
+    if not wanted:
+        return found
+    for name in registry.catalog.list_topics():
+        with contextlib.suppress(TopiclakeError):  # deleted meanwhile
+            topic_id = registry.reader(name).topic_id
+            if topic_id in wanted:
+                found[topic_id] = name
+    return found
 
 
 def delete_records(registry: TopicRegistry, principal: Principal, name: str, partition: int, offset: int) -> int:

@@ -15,6 +15,13 @@ touched from that loop only, and Delta I/O goes to worker threads.
 - The Spark rebalance job (jobs.rebalance) writes a next generation to the same table; the sync
   loop adopts it within `sync_interval_s` through an ordinary rebalance that uses the job's
   assignment. A race between the job and this server is decided by Delta's app-transaction rule.
+- Consumer-protocol groups (Kafka 4's KIP-848, delta_log.core.consumer_group) live beside the
+  classic ones under the same ids, ownership and offsets fencing: ConsumerGroupHeartbeat drives
+  them, the server assigns. A group id is one kind at a time: an empty group of either kind turns
+  into the other when a member of the other protocol arrives (Kafka's online upgrade and downgrade
+  of empty groups); a non-empty one refuses the other protocol. Their state is held in memory: a
+  coordinator that restarts or takes a group over answers its members UNKNOWN_MEMBER_ID, and they
+  join again at epoch 0 and resume from their committed offsets.
 - Several gateways on one root (broker.cluster): this coordinator acts only for the groups
   `owns` says are its own. It takes a group over on first use: loads the group's persisted state
   (its members get a full session to heartbeat here) and claims the group's coordinator epoch in
@@ -28,16 +35,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics
 from delta_log.core.group_rules import (
     AWAITING_SYNC,
     DEAD,
     EMPTY,
     STABLE,
+    MemberState,
     protocol_type_of,
     validate_group_id,
     validate_instance_id,
@@ -48,12 +59,14 @@ from delta_log.core.lag import partition_lag
 from delta_log.errors import (
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
+    InconsistentGroupProtocolError,
     NotCoordinatorError,
     PartitionNotFoundError,
     RebalanceInProgressError,
     TopiclakeError,
     UnknownGroupError,
 )
+from delta_log.log.catalog import CATALOG_MARKER
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
 from delta_log.system.groups import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
@@ -70,6 +83,19 @@ class GroupSummary(NamedTuple):
     members: int
     generation: int
     protocol_type: str
+    #: Kafka's group type: "classic" (JoinGroup/SyncGroup, HTTP) or "consumer" (KIP-848)
+    group_type: str = "classic"
+
+
+@dataclass(slots=True)
+class _TopicIndex:
+    """Every topic's partition count and id, re-read when the catalog's marker moved (checked at
+    most once a second): what consumer-protocol groups resolve subscriptions against."""
+
+    topics: Topics = field(default_factory=lambda: Topics(0, {}))
+    ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    marker: str | None = None
+    checked: float = -math.inf
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +118,8 @@ class GroupCoordinator:
         sync_interval_s: float = 1.0,
         heartbeat_persist_s: float = 5.0,
         owns: Callable[[str], bool] | None = None,
+        consumer_session_timeout_ms: int = 45_000,
+        consumer_heartbeat_interval_ms: int = 5_000,
     ) -> None:
         self.registry = registry
         self.offsets = registry.offsets
@@ -100,6 +128,12 @@ class GroupCoordinator:
         self.sync_interval_s = sync_interval_s
         self.heartbeat_persist_s = heartbeat_persist_s
         self.groups: dict[str, GroupState] = {}
+        #: consumer-protocol (KIP-848) groups; an id is in at most one of the two
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.consumer_session_timeout_ms = consumer_session_timeout_ms
+        self.consumer_heartbeat_interval_ms = consumer_heartbeat_interval_ms
+        self._topic_index = _TopicIndex()
+        self._lag_weights: dict[str, tuple[float, dict[tuple[str, int], int]]] = {}
         self._changed: dict[str, asyncio.Event] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -201,13 +235,16 @@ class GroupCoordinator:
         """Stop acting for a group (another gateway owns it now); its waiters wake and find it gone."""
         g = self.groups.pop(group_id, None)
         self._epochs.pop(group_id, None)
+        if self.consumer_groups.pop(group_id, None) is not None:
+            log.info("group %r: released to another gateway", group_id)
         if g is not None:
             log.info("group %r: released to another gateway", group_id)
             self._wake(g)
 
     def on_membership_change(self) -> None:
         """The cluster's live gateways changed: release the groups that moved away."""
-        for group_id in [gid for gid in set(self.groups) | set(self._epochs) if not self.owns(gid)]:
+        held = set(self.groups) | set(self.consumer_groups) | set(self._epochs)
+        for group_id in [gid for gid in held if not self.owns(gid)]:
             self.release(group_id)
 
     def _fence(self, group_id: str) -> tuple[str, int] | None:
@@ -267,6 +304,9 @@ class GroupCoordinator:
                         await self._complete_rebalance(g)
                 except Exception:
                     log.exception("expiring members of %r failed", g.group_id)
+            for cg in list(self.consumer_groups.values()):
+                for mid in cg.expire(self.clock(), self._topic_index.topics):
+                    log.info("group %r: member %r removed (session or rebalance timeout)", cg.group_id, mid)
 
     # -- membership -----------------------------------------------------------------------------
     def group(self, group_id: str) -> GroupState:
@@ -316,6 +356,16 @@ class GroupCoordinator:
         validate_group_id(group_id)
         topics = validate_join(assignor, session_timeout_ms, topics)
         validate_instance_id(instance_id)
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:
+            self._check_owned(group_id)
+            if consumer.members:
+                raise InconsistentGroupProtocolError(
+                    f"Group {group_id!r} is a consumer-protocol group (KIP-848) with members; join it with "
+                    "group.protocol=consumer, or use another group id.",
+                    group=group_id,
+                )
+            del self.consumer_groups[group_id]  # an empty consumer group becomes a classic one
         if not missing_topics_ok:  # (Kafka's consumers may subscribe to topics not created yet)
             for t in topics:
                 await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
@@ -497,6 +547,112 @@ class GroupCoordinator:
             await self._complete_rebalance(g)
         self._wake(g)
 
+    # -- consumer-protocol groups (KIP-848) -------------------------------------------------------
+    async def consumer_heartbeat(
+        self,
+        group_id: str,
+        hb: Heartbeat,
+        *,
+        principal: str | None = None,
+        readable: Callable[[str], bool] | None = None,
+    ) -> tuple[HeartbeatAnswer, ConsumerGroup]:
+        """One ConsumerGroupHeartbeat (joining, heartbeating, leaving), and the group after it.
+
+        Raises: InvalidGroupError, NotCoordinatorError, UnknownGroupError (a classic group with
+        members: not a consumer group), and as ConsumerGroup.heartbeat."""
+        validate_group_id(group_id)
+        await self._claim(group_id)
+        g = self.consumer_groups.get(group_id)
+        if g is None:
+            classic = self.groups.get(group_id)
+            if classic is not None and classic.members:
+                raise UnknownGroupError(
+                    f"Group {group_id!r} is a classic group with members; it takes consumer-protocol members "
+                    "once it is empty (or use group.protocol=classic).",
+                    group=group_id,
+                )
+            if classic is not None:  # an empty classic group becomes a consumer group (Kafka's upgrade)
+                self.groups.pop(group_id, None)
+                log.info("group %r: an empty classic group becomes a consumer-protocol group", group_id)
+            g = self.consumer_groups.setdefault(
+                group_id,
+                ConsumerGroup(
+                    group_id=group_id,
+                    session_timeout_ms=self.consumer_session_timeout_ms,
+                    heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
+                ),
+            )
+        topics = await self.topics()
+        weights = None
+        if hb.assignor == "lag" or g.assignor == "lag":
+            weights = await self._weights(g)
+        answer = g.heartbeat(
+            hb, self.clock(), topics, weights=lambda: weights or {}, principal=principal, readable=readable
+        )
+        if not g.members and hb.epoch < 0:
+            self._lag_weights.pop(group_id, None)
+        return answer, g
+
+    async def _claim(self, group_id: str) -> None:
+        """Act for the group here (its coordinator epoch claimed on first use, with several
+        gateways). Raises: NotCoordinatorError."""
+        self._check_owned(group_id)
+        if self._fenced and group_id not in self._epochs:
+            async with self._claims.setdefault(group_id, asyncio.Lock()):
+                if group_id not in self._epochs:
+                    epoch = await asyncio.to_thread(self.offsets.claim_coordinator, group_id)
+                    self._check_owned(group_id)
+                    self._epochs[group_id] = epoch
+                    log.info("group %r: coordinated here from epoch %d", group_id, epoch)
+
+    async def topics(self) -> Topics:
+        """Every topic's partition count, as consumer-protocol groups see them (re-read when the
+        catalog changed, looked at once a second at most)."""
+        index = self._topic_index
+        now = self.clock()
+        if now - index.checked >= 1.0:
+            index.checked = now
+            marker = await asyncio.to_thread(self.registry.storage.read_marker, CATALOG_MARKER)
+            if marker != index.marker or not marker:
+                counts, ids = await asyncio.to_thread(self._read_topics)
+                if counts != index.topics.counts or ids != index.ids:
+                    index.topics, index.ids = Topics(index.topics.version + 1, counts), ids
+                index.marker = marker
+        return index.topics
+
+    def _read_topics(self) -> tuple[dict[str, int], dict[str, uuid.UUID]]:
+        counts: dict[str, int] = {}
+        ids: dict[str, uuid.UUID] = {}
+        for name in self.registry.catalog.list_topics():
+            with contextlib.suppress(TopiclakeError):  # deleted meanwhile
+                reader = self.registry.reader(name)
+                counts[name], ids[name] = reader.config.partitions, reader.topic_id
+        return counts, ids
+
+    def topic_ids(self) -> Mapping[str, uuid.UUID]:
+        """Each topic's id, as of the last `topics()`."""
+        return self._topic_index.ids
+
+    async def _weights(self, g: ConsumerGroup) -> dict[tuple[str, int], int]:
+        """Each subscribed partition's lag for the `lag` assignor (re-read once a second at most)."""
+        now = self.clock()
+        cached = self._lag_weights.get(g.group_id)
+        if cached is not None and now - cached[0] < 1.0:
+            return cached[1]
+        await asyncio.to_thread(self.offsets.load)
+        rows = await asyncio.to_thread(self._lag, g.group_id, set(g.subscribed), lambda t: True)
+        weights = {(r.topic, r.partition): r.lag for r in rows}
+        self._lag_weights[g.group_id] = (now, weights)
+        return weights
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """Raises: NotCoordinatorError, UnknownGroupError (no consumer-protocol group of that id)."""
+        self._check_owned(group_id)
+        g = self.consumer_groups.get(group_id)
+        if g is None:
+            raise UnknownGroupError(f"Group {group_id!r} is not a consumer-protocol group.", group=group_id)
+        return g
+
     # -- offsets: the one door ------------------------------------------------------------------
     async def commit(
         self,
@@ -516,6 +672,16 @@ class GroupCoordinator:
         for c in commits:
             validate_commit(c)
         await asyncio.to_thread(self._check_partitions_exist, commits)
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:  # Kafka's rule there: the member's current epoch (no generations)
+            self._check_owned(group_id)
+            cg.check_commit(
+                member_id,
+                -1 if generation is None else generation,
+                principal,
+                [(c.topic, c.partition) for c in commits],
+            )
+            return await self._write_commits(group_id, commits)
         g = await self._ensure(group_id, create="range")
         assert g is not None
         async with self._lock(g):
@@ -528,12 +694,15 @@ class GroupCoordinator:
                 now=self.clock(),
                 principal=principal,
             )
-            fence = self._fence(group_id)
-            try:
-                return await asyncio.to_thread(lambda: self.offsets.commit(commits, fence=fence))
-            except NotCoordinatorError:
-                self.release(group_id)  # someone else claimed the group: stop acting for it
-                raise
+            return await self._write_commits(group_id, commits)
+
+    async def _write_commits(self, group_id: str, commits: list[OffsetCommit]) -> int:
+        fence = self._fence(group_id)
+        try:
+            return await asyncio.to_thread(lambda: self.offsets.commit(commits, fence=fence))
+        except NotCoordinatorError:
+            self.release(group_id)  # someone else claimed the group: stop acting for it
+            raise
 
     def _check_partitions_exist(self, commits: list[OffsetCommit]) -> None:
         """Kafka refuses commits for unknown topics or partitions. Raises: TopicNotFoundError,
@@ -556,7 +725,7 @@ class GroupCoordinator:
     async def group_names(self) -> list[str]:
         """Every group with members or committed offsets."""
         await asyncio.to_thread(self.offsets.load)
-        return sorted(set(self.groups) | set(self.offsets.groups()))
+        return sorted(set(self.groups) | set(self.consumer_groups) | set(self.offsets.groups()))
 
     async def summaries(self) -> list[GroupSummary]:
         """Every group: live here, else as its coordinator (another gateway, or none) last
@@ -566,7 +735,10 @@ class GroupCoordinator:
         out = []
         for name in sorted(set(names) | set(persisted)):
             g, rec = self.groups.get(name), persisted.get(name)
-            if g is not None:
+            cg = self.consumer_groups.get(name)
+            if cg is not None:
+                out.append(GroupSummary(name, cg.state, len(cg.members), cg.epoch, "consumer", "consumer"))
+            elif g is not None:
                 out.append(GroupSummary(name, g.state, len(g.members), g.generation, g.protocol_type))
             elif rec is not None and rec.state != DEAD:
                 out.append(
@@ -613,7 +785,8 @@ class GroupCoordinator:
         Raises: UnknownGroupError, NotCoordinatorError."""
         await self._ensure(group_id)
         await asyncio.to_thread(self.offsets.load)
-        g = self.groups.get(group_id)
+        cg = self.consumer_groups.get(group_id)
+        g = self.groups.get(group_id) if cg is None else _classic_view(cg)
         if g is None and not self.offsets.committed(group_id):
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
         g = g or GroupState(group_id=group_id)
@@ -637,8 +810,10 @@ class GroupCoordinator:
         """
         validate_group_id(group_id)
         g = await self._ensure(group_id)
-        if g is not None and g.members:
-            raise GroupNotEmptyError(f"Group {group_id!r} has {len(g.members)} active members.", group=group_id)
+        cg = self.consumer_groups.get(group_id)
+        members = len(g.members) if g is not None else len(cg.members) if cg is not None else 0
+        if members:
+            raise GroupNotEmptyError(f"Group {group_id!r} has {members} active members.", group=group_id)
         reader = await asyncio.to_thread(self.registry.reader, topic)
         offsets = await asyncio.to_thread(
             lambda: reader.resolve_offsets(to, timestamp=timestamp, offset=offset, partitions=partitions)
@@ -663,8 +838,17 @@ class GroupCoordinator:
         await asyncio.to_thread(self.offsets.load)
         committed = self.offsets.committed(group_id)
         known = group_id in self.groups or group_id in await self._persisted() or committed
-        if not known:
+        cg = self.consumer_groups.get(group_id)
+        if not known and cg is None:
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
+        if cg is not None:
+            self._check_owned(group_id)
+            if cg.members:
+                raise GroupNotEmptyError(f"Group {group_id!r} has {len(cg.members)} active members.", group=group_id)
+            del self.consumer_groups[group_id]
+            if not known:
+                log.info("group %r: deleted", group_id)
+                return
         g = await self._ensure(group_id, create="range")
         assert g is not None
         async with self._lock(g):
@@ -684,8 +868,20 @@ class GroupCoordinator:
         NotCoordinatorError, StorageUnavailableError."""
         validate_group_id(group_id)
         await asyncio.to_thread(self.offsets.load)
-        if not self.offsets.committed(group_id) and group_id not in self.groups:
+        cg = self.consumer_groups.get(group_id)
+        if not self.offsets.committed(group_id) and group_id not in self.groups and cg is None:
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
+        if cg is not None:
+            self._check_owned(group_id)
+            busy = sorted({t for t, _ in partitions} & set(cg.subscribed))
+            if busy:
+                raise GroupSubscribedToTopicError(
+                    f"Group {group_id!r} has members subscribed to {busy[0]!r}; stop them first.", group=group_id
+                )
+            await self._claim(group_id)
+            fence = self._fence(group_id)
+            await asyncio.to_thread(lambda: self.offsets.delete(group_id, partitions, fence=fence))
+            return
         g = await self._ensure(group_id, create="range")
         assert g is not None
         async with self._lock(g):
@@ -700,3 +896,23 @@ class GroupCoordinator:
 
     def all_groups(self) -> Mapping[str, GroupState]:
         return self.groups
+
+
+def _classic_view(g: ConsumerGroup) -> GroupState:
+    """A consumer-protocol group as the classic shape describes it (HTTP's GET /groups/{g}): its
+    epoch as the generation, each member's current partitions as its assignment."""
+    view = GroupState(group_id=g.group_id, generation=g.epoch, state=g.state, assignor=g.assignor)
+    for m in g.members.values():
+        view.members[m.member_id] = MemberState(
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            topics=frozenset(g.member_topics(m, g.subscribed)),
+            session_timeout_ms=g.session_timeout_ms,
+            last_heartbeat=m.last_heartbeat,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            assignment={t: sorted(ps) for t, ps in m.assigned.items()},
+            principal=m.principal,
+            client_id=m.client_id,
+            client_host=m.client_host,
+        )
+    return view

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 from broker.coordinator import GroupCoordinator, GroupLag, GroupSummary, HeartbeatResult, JoinResult
 from delta_log.core.acl import Principal, authorize, authorize_group
+from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer
 from delta_log.core.group_rules import MemberState
 from delta_log.core.group_state import GroupState
 from delta_log.core.paging import page_of
-from delta_log.errors import InvalidOffsetError
+from delta_log.errors import InvalidOffsetError, TopiclakeError
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit, committed_history
@@ -103,6 +104,36 @@ async def heartbeat(
     return await coordinator.heartbeat(
         group, member_id, generation, principal=owner_of(principal), instance_id=instance_id
     )
+
+
+async def consumer_heartbeat(
+    coordinator: GroupCoordinator, principal: Principal, group: str, hb: Heartbeat
+) -> tuple[HeartbeatAnswer, ConsumerGroup]:
+    """Kafka's ConsumerGroupHeartbeat (KIP-848): READ on the group, consume on each topic named;
+    a regular expression matches only topics the key may consume.
+
+    Raises: AuthorizationError, and as GroupCoordinator.consumer_heartbeat."""
+    authorize_group(principal, "read", group)
+    for t in hb.topics or ():
+        authorize(principal, "consume", t)
+    readable = None if principal.anonymous else (lambda topic: principal.allows("consume", topic))
+    return await coordinator.consumer_heartbeat(group, hb, principal=owner_of(principal), readable=readable)
+
+
+async def consumer_groups(
+    coordinator: GroupCoordinator, principal: Principal, names: Sequence[str]
+) -> list[ConsumerGroup | TopiclakeError]:
+    """Kafka's ConsumerGroupDescribe: each named consumer-protocol group, or why it is not described
+    (AuthorizationError without DESCRIBE on it; UnknownGroupError for no such group, or a classic
+    one). Members are shown to the keys that may describe the group, as Kafka shows them."""
+    out: list[ConsumerGroup | TopiclakeError] = []
+    for name in names:
+        try:
+            authorize_group(principal, "describe", name)
+            out.append(coordinator.consumer_group(name))
+        except TopiclakeError as exc:
+            out.append(exc)
+    return out
 
 
 async def leave(

@@ -297,6 +297,20 @@ class ServerSettings(BaseModel):
     heartbeat_persist_interval_s: float = Field(
         5.0, gt=0, description="How often live groups' heartbeats are persisted to _system/consumer_groups."
     )
+    consumer_group_session_timeout_ms: int = Field(
+        45_000,
+        ge=1_000,
+        le=3_600_000,
+        description="Consumer-protocol groups (KIP-848): a member silent this long is removed "
+        "(Kafka's group.consumer.session.timeout.ms).",
+    )
+    consumer_group_heartbeat_interval_ms: int = Field(
+        5_000,
+        ge=100,
+        le=600_000,
+        description="Consumer-protocol groups: how often members heartbeat, told to them in every answer "
+        "(Kafka's group.consumer.heartbeat.interval.ms).",
+    )
     allowed_hosts: tuple[str, ...] = Field(
         (),
         description='Host names the server answers to besides localhost, 127.0.0.1 and ::1 ("*": any). Empty: a '
@@ -380,6 +394,13 @@ class KafkaSettings(BaseModel):
         55 * 1024 * 1024, gt=0, description="Cap of one Fetch response (Kafka's fetch.max.bytes)."
     )
     max_wait_ms: int = Field(30_000, ge=0, description="Cap of a Fetch's max wait.")
+    failed_authentication_delay_ms: int = Field(
+        100,
+        ge=0,
+        le=60_000,
+        description="A failed SASL login is answered after this delay, then its connection closes "
+        "(Kafka's connection.failed.authentication.delay.ms).",
+    )
 
 
 class SparkSettings(BaseModel):

@@ -385,6 +385,48 @@ class FencedMemberError(TopiclakeError):
     hint = "A rebalance happened; rejoin the group and continue from the committed offsets."
 
 
+class FencedMemberEpochError(TopiclakeError):
+    """Kafka's consumer protocol (KIP-848): a heartbeat at a member epoch the coordinator does not
+    know (the member missed an assignment, or was replaced)."""
+
+    code = "FENCED_MEMBER_EPOCH"
+    hint = "Give up the partitions held and rejoin the group with member epoch 0."
+
+
+class StaleMemberEpochError(TopiclakeError):
+    """Kafka's consumer protocol: an offset commit or fetch at a member epoch that is not the
+    member's current one."""
+
+    code = "STALE_MEMBER_EPOCH"
+    retriable = True
+    hint = "Heartbeat for the member's current epoch, then commit again."
+
+
+class UnreleasedInstanceIdError(TopiclakeError):
+    """Kafka's consumer protocol: a static member joins with an instance id whose member has not
+    left (with epoch -2) or expired."""
+
+    code = "UNRELEASED_INSTANCE_ID"
+    retriable = True
+    hint = "Stop the other consumer with this group.instance.id, or wait for its session to end."
+
+
+class UnsupportedAssignorError(TopiclakeError):
+    code = "UNSUPPORTED_ASSIGNOR"
+    hint = "Set group.remote.assignor to uniform, range or lag."
+
+
+class InvalidRegularExpressionError(TopiclakeError):
+    code = "INVALID_REGULAR_EXPRESSION"
+    hint = "Subscribe with a regular expression in RE2's syntax (as Kafka's brokers take it)."
+
+
+class InvalidGroupRequestError(TopiclakeError):
+    """A group request whose fields contradict each other (Kafka's INVALID_REQUEST)."""
+
+    code = "INVALID_GROUP_REQUEST"
+
+
 class UnknownAssignorError(TopiclakeError):
     code = "UNKNOWN_ASSIGNOR"
     hint = "Use range, roundrobin or sticky."

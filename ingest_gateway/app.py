@@ -310,6 +310,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             store,
             sync_interval_s=settings.server.groups_sync_interval_s,
             heartbeat_persist_s=settings.server.heartbeat_persist_interval_s,
+            consumer_session_timeout_ms=settings.server.consumer_group_session_timeout_ms,
+            consumer_heartbeat_interval_ms=settings.server.consumer_group_heartbeat_interval_ms,
             owns=(lambda g: cluster.owns(group_resource(g))) if cluster else None,
         )
         await coordinator.start()

@@ -100,8 +100,7 @@ async def dispatch(conn: Connection, frame: bytes | memoryview) -> Pending:
     if conn.sasl_raw:  # after SaslHandshake v0 the next frame is the bare PLAIN token
         from kafka_gateway.handlers.sasl import raw_authenticate
 
-        token_answer = raw_authenticate(conn, frame)
-        return Pending(None, _ready([token_answer] if token_answer is not None else None))
+        return Pending(None, asyncio.ensure_future(raw_authenticate(conn, frame)))
     api_key, api_version, correlation_id = messages.peek_header(frame)
     spec = APIS.get(api_key)
     if spec is None or not spec.min_version <= api_version <= spec.max_version:

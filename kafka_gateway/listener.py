@@ -59,6 +59,8 @@ class Connection:
     #: SASL: the mechanism a handshake chose; "raw" after a v0 handshake (the next frame is the token)
     sasl_mechanism: str | None = None
     sasl_raw: bool = False
+    #: SASL authentication succeeded on this connection (a second handshake is ILLEGAL_SASL_STATE)
+    sasl_authenticated: bool = False
     close: bool = False  # close once the answers owed are written
 
 

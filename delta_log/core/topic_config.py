@@ -17,6 +17,14 @@ from delta_log.errors import InvalidConfigError, InvalidPartitionsError, Invalid
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+#: Kafka's internal topic of committed offsets: listed by the Kafka face as Kafka lists it
+#: (internal, `OFFSETS_TOPIC_PARTITIONS` partitions), read as empty (the offsets are the offsets
+#: table's, docs/KAFKA.md); no topic of that name can be created
+OFFSETS_TOPIC = "__consumer_offsets"
+#: Kafka's offsets.topic.num.partitions default
+OFFSETS_TOPIC_PARTITIONS = 50
+INTERNAL_TOPICS = {OFFSETS_TOPIC: OFFSETS_TOPIC_PARTITIONS}
 #: validate_topic_name as one regular expression (legal characters, not "." or ".."), for the
 #: OpenAPI document; with maxLength MAX_TOPIC_NAME_LENGTH.
 TOPIC_NAME_PATTERN = r"^(?:[a-zA-Z0-9_-][a-zA-Z0-9._-]*|\.[a-zA-Z0-9_-][a-zA-Z0-9._-]*|\.\.[a-zA-Z0-9._-]+)$"

@@ -23,6 +23,7 @@ from conf import WriterSettings
 from delta_log.core.records import TOPIC_SCHEMA
 from delta_log.core.topic_config import (
     DEFAULT_CONFIG,
+    INTERNAL_TOPICS,
     PARTITIONS_PROPERTY,
     TopicConfig,
     validate_config,
@@ -137,7 +138,7 @@ class Catalog:
         values = dict(DEFAULT_CONFIG)
         values.update(validate_config(config or {}))
         _refuse_self_dead_letters(name, values)
-        if self.storage.is_table(self.storage.topic_uri(name)):
+        if name in INTERNAL_TOPICS or self.storage.is_table(self.storage.topic_uri(name)):
             raise TopicExistsError(name)
         return TopicConfig(partitions=partitions, values=values)
 

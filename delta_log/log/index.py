@@ -54,6 +54,9 @@ class TopicSnapshot:
     """One Delta version of a topic: config, segments and high watermarks read together."""
 
     table_version: int
+    #: the Delta table's id (its metaData id): set when the table is created, kept by every later
+    #: change, new when a topic of the same name is created again (Kafka's topic id)
+    table_id: str
     config: TopicConfig
     partitions: dict[int, PartitionIndex]
     high_watermarks: dict[int, int]
@@ -88,7 +91,8 @@ def build_snapshot(
     Raises: TopicNotFoundError, StorageUnavailableError."""
     try:
         by_partition = segments_of(dt, stats_fallback=stats_fallback)
-        props = dt.metadata().configuration
+        metadata = dt.metadata()
+        props = metadata.configuration
         version = dt.version()
         config = TopicConfig.from_properties(props)
         hws: dict[int, int] | None = None
@@ -110,6 +114,7 @@ def build_snapshot(
         raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
     return TopicSnapshot(
         table_version=version,
+        table_id=str(metadata.id),
         config=config,
         partitions={p: PartitionIndex.of(segs) for p, segs in by_partition.items()},
         high_watermarks=hws,

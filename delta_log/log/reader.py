@@ -17,6 +17,7 @@ import itertools
 import os
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -396,6 +397,11 @@ class TopicReader:
     @property
     def config(self) -> TopicConfig:
         return self._fresh().config
+
+    @property
+    def topic_id(self) -> uuid.UUID:
+        """Kafka's topic id: the topic table's Delta id (one per creation of the name)."""
+        return uuid.UUID(self._snap.table_id)
 
     def recent_config(self, max_age_s: float) -> TopicConfig | None:
         """The config as of the current snapshot if it was loaded within `max_age_s`, without

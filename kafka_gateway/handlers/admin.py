@@ -13,7 +13,9 @@ InitProducerId for idempotent producers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -34,6 +36,8 @@ DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_SOURCE = 5
 #: IncrementalAlterConfigs' operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+#: a topic id that names no topic (Kafka's Uuid.ZERO_UUID)
+ZERO_ID = uuid.UUID(int=0)
 
 
 def _error(exc: Exception) -> dict[str, Any]:
@@ -84,22 +88,61 @@ async def create_topics(conn: Connection, request: Any, version: int) -> dict[st
     return await asyncio.to_thread(_create, conn, request, version)
 
 
-def _delete(conn: Connection, names: list[str]) -> dict[str, Any]:
+def _delete(conn: Connection, names: list[str], ids: list[uuid.UUID], refused: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result per name and per id, as Kafka's: an id no topic has is UNKNOWN_TOPIC_ID; one of a
+    topic the key may not delete is TOPIC_AUTHORIZATION_FAILED, its name shown only to a key that
+    may describe it. `refused`: the results of entries refused before."""
     assert conn.principal is not None
-    out = []
-    for name in names:
+    registry = conn.services.registry
+    out: list[dict[str, Any]] = list(refused)
+    by_id = admin.topics_by_id(registry, set(ids))
+    wanted: list[tuple[str, uuid.UUID | None, bool]] = [(name, None, True) for name in names]
+    for asked in ids:
+        name = by_id.get(asked)
+        if name is None:
+            out.append(
+                _refusal(None, asked, ErrorCode.unknown_topic_id, "No topic has this id (Metadata gives each topic's).")
+            )
+        else:
+            wanted.append((name, asked, conn.principal.allows("describe", name)))
+    for name, topic_id, named in wanted:
         try:
-            admin.delete_topic(conn.services.registry, conn.principal, name)
-            out.append({"name": name, "error_code": 0, "error_message": None})
+            if topic_id is None:
+                with contextlib.suppress(TopiclakeError):  # the delete below says what is wrong
+                    topic_id = registry.reader(name).topic_id
+            admin.delete_topic(registry, conn.principal, name)
+            out.append({"name": name, "topic_id": topic_id, "error_code": 0, "error_message": None})
         except TopiclakeError as exc:
-            out.append({"name": name} | _error(exc))
+            # a key that may not describe the topic learns nothing of it, its name included
+            shown = _error(exc) if named else {"error_code": code_of(exc), "error_message": None}
+            out.append({"name": name if named else None, "topic_id": topic_id} | shown)
     return {"throttle_time": 0, "responses": out}
+
+
+def _refusal(name: str | None, topic_id: uuid.UUID | None, code: int, message: str) -> dict[str, Any]:
+    return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
 
 
 @api(20, "DeleteTopics", 1, 6)
 async def delete_topics(conn: Connection, request: Any, version: int) -> dict[str, Any]:
-    names = list(request.topic_names) if version < 6 else [t.name for t in request.topics if t.name]
-    return await asyncio.to_thread(_delete, conn, names)
+    if version < 6:
+        return await asyncio.to_thread(_delete, conn, list(request.topic_names), [], [])
+    names, ids, refused = [], [], []
+    for t in request.topics:  # by name or by id, as Kafka checks them
+        has_id = t.topic_id not in (None, ZERO_ID)
+        if t.name and has_id:
+            refused.append(
+                _refusal(
+                    t.name, t.topic_id, ErrorCode.invalid_request, "Name a topic by its name or by its id, not both."
+                )
+            )
+        elif t.name:
+            names.append(t.name)
+        elif has_id:
+            ids.append(t.topic_id)
+        else:
+            refused.append(_refusal(None, ZERO_ID, ErrorCode.invalid_request, "Neither topic name nor id were given."))
+    return await asyncio.to_thread(_delete, conn, names, ids, refused)
 
 
 def _add_partitions(conn: Connection, request: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.fetch import read_blocking, wait_for_commit
+from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import OffsetOutOfRangeError, TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
@@ -38,6 +39,13 @@ MAX_RECORDS = 100_000
 KAFKA_BATCHES = StoredBatches()
 
 
+def refused(partition: int, code: int, **known: int) -> dict[str, Any]:
+    """A partition's answer without records (an error's, as Kafka's): an empty record set (not null: librdkafka cannot parse
+    a null one and fetches again at once, in a loop), offsets -1 where not known."""
+    unknown = {"high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1}
+    return {"partition_index": partition, "error_code": code, "records": b""} | unknown | known
+
+
 def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
     """One pass over the requested partitions (blocking): each one's answer, and the bytes found."""
     assert conn.principal is not None
@@ -47,7 +55,14 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
     for topic, p in wanted:
         key = (topic, p.partition)
         if not conn.principal.allows("consume", topic):
-            answers[key] = {"partition_index": p.partition, "error_code": ErrorCode.topic_authorization_failed}
+            answers[key] = refused(p.partition, ErrorCode.topic_authorization_failed)
+            continue
+        if topic in INTERNAL_TOPICS:  # read as empty (docs/KAFKA.md)
+            answers[key] = (
+                refused(p.partition, 0, high_watermark=0, last_stable_offset=0, log_start_offset=0)
+                if 0 <= p.partition < INTERNAL_TOPICS[topic]
+                else refused(p.partition, ErrorCode.unknown_topic_or_partition)
+            )
             continue
         try:
             reader = conn.services.registry.reader(topic)
@@ -59,19 +74,25 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
                 else read_blocking(reader, p.partition, p.fetch_offset, max_records, limit, encoder=KAFKA_BATCHES)
             )
         except OffsetOutOfRangeError as exc:
-            answers[key] = {
-                "partition_index": p.partition,
-                "error_code": ErrorCode.offset_out_of_range,
-                "high_watermark": exc.details.get("high_watermark", -1),
-                "log_start_offset": exc.details.get("log_start_offset", -1),
-            }
+            answers[key] = refused(
+                p.partition,
+                ErrorCode.offset_out_of_range,
+                high_watermark=exc.details.get("high_watermark", -1),
+                log_start_offset=exc.details.get("log_start_offset", -1),
+            )
             continue
         except TopiclakeError as exc:
-            answers[key] = {"partition_index": p.partition, "error_code": code_of(exc)}
+            answers[key] = refused(p.partition, code_of(exc))
             continue
         if result is None:  # the response is full: this partition's records wait for the next fetch
             hw = reader.high_watermark(p.partition)
-            answers[key] = {"partition_index": p.partition, "high_watermark": hw, "last_stable_offset": hw}
+            answers[key] = {
+                "partition_index": p.partition,
+                "error_code": 0,
+                "high_watermark": hw,
+                "last_stable_offset": hw,
+                "records": b"",
+            }
             continue
         data = result.encoded or b""
         total += len(data)

@@ -19,11 +19,14 @@ when its first member joins:
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker import groups
+from delta_log.core.consumer_group import Heartbeat
 from delta_log.core.group_rules import STABLE, leader_assignor, leader_assigns
 from delta_log.core.group_state import GroupState
 from delta_log.errors import GroupSubscribedToTopicError, MemberIdRequiredError, TopiclakeError, UnknownGroupError
@@ -330,14 +333,15 @@ async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
 async def list_groups(conn: Connection, request: Any, version: int) -> Any:
     assert conn.principal is not None
     states = set(getattr(request, "states_filter", ()) or ())
+    types = {str(t).lower() for t in getattr(request, "types_filter", ()) or ()}
     found, _ = await groups.summaries(conn.services.coordinator, conn.principal)
     return {
         "throttle_time": 0,
         "error_code": 0,
         "groups": [
-            {"group_id": s.group, "protocol_type": s.protocol_type, "group_state": s.state, "group_type": "classic"}
+            {"group_id": s.group, "protocol_type": s.protocol_type, "group_state": s.state, "group_type": s.group_type}
             for s in found
-            if not states or s.state in states
+            if (not states or s.state in states) and (not types or s.group_type in types)
         ],
     }
 
@@ -351,6 +355,8 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
         "protocol_data": "",
         "members": [],
     }
+    if group in conn.services.coordinator.consumer_groups:
+        return base | {"error_code": 0}  # not a classic group: Kafka describes it Dead here
     try:
         g, _lag = await groups.describe(conn.services.coordinator, conn.principal, group)
     except UnknownGroupError:
@@ -419,3 +425,132 @@ async def offset_delete(conn: Connection, request: Any, version: int) -> Any:
         "error_code": top,
         "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
     }
+
+
+# -- the consumer protocol (KIP-848) ----------------------------------------------------------------
+#: ConsumerGroupDescribe's member type for consumer-protocol members
+CONSUMER_MEMBER = 1
+
+
+def _by_id(coordinator: Any) -> dict[uuid.UUID, str]:
+    return {topic_id: name for name, topic_id in coordinator.topic_ids().items()}
+
+
+def _assignment(coordinator: Any, partitions: Mapping[str, frozenset[int]], *, names: bool = False) -> dict[str, Any]:
+    ids = coordinator.topic_ids()
+    return {
+        "topic_partitions": [
+            {"topic_id": ids[t], "partitions": sorted(ps)} | ({"topic_name": t} if names else {})
+            for t, ps in sorted(partitions.items())
+            if t in ids
+        ]
+    }
+
+
+@api(68, "ConsumerGroupHeartbeat", 0, 1)
+async def consumer_group_heartbeat(conn: Connection, request: Any, version: int) -> Any:
+    assert conn.principal is not None
+    principal = conn.principal
+    coordinator = conn.services.coordinator
+    rebalance = millis(request.rebalance_timeout)
+
+    async def answer() -> dict[str, Any]:
+        await coordinator.topics()  # the topic ids the owned partitions are named by
+        by_id = _by_id(coordinator)
+        owned = None
+        if request.topic_partitions is not None:
+            owned = {
+                by_id[t.topic_id]: frozenset(int(p) for p in t.partitions)
+                for t in request.topic_partitions
+                if t.topic_id in by_id  # a topic deleted meanwhile: nothing to own
+            }
+        hb = Heartbeat(
+            member_id=request.member_id,
+            epoch=request.member_epoch,
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=int(rebalance) if rebalance >= 0 else -1,
+            topics=None if request.subscribed_topic_names is None else tuple(request.subscribed_topic_names),
+            regex=getattr(request, "subscribed_topic_regex", None),
+            assignor=request.server_assignor,
+            owned=owned,
+            client_id=conn.client_id or "",
+            client_host=f"/{conn.peer}",
+        )
+        try:
+            result, group = await groups.consumer_heartbeat(coordinator, principal, request.group_id, hb)
+        except TopiclakeError as exc:
+            return {
+                "throttle_time": 0,
+                "error_code": code_of(exc),
+                "error_message": message_of(exc),
+                "member_id": None,
+                "member_epoch": -1,
+                "heartbeat_interval": 0,
+                "assignment": None,
+            }
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "error_message": None,
+            "member_id": result.member_id,
+            "member_epoch": result.epoch,
+            "heartbeat_interval": group.heartbeat_interval_ms,
+            "assignment": None if result.assignment is None else _assignment(coordinator, result.assignment),
+        }
+
+    return answer()
+
+
+@api(69, "ConsumerGroupDescribe", 0, 1)
+async def consumer_group_describe(conn: Connection, request: Any, version: int) -> Any:
+    assert conn.principal is not None
+    coordinator = conn.services.coordinator
+    await coordinator.topics()
+    found = await groups.consumer_groups(coordinator, conn.principal, list(request.group_ids))
+    described = []
+    for name, g in zip(request.group_ids, found, strict=True):
+        if isinstance(g, TopiclakeError):
+            described.append(
+                {
+                    "group_id": name,
+                    "error_code": code_of(g),
+                    "error_message": message_of(g),
+                    "group_state": "Dead",
+                    "group_epoch": -1,
+                    "assignment_epoch": -1,
+                    "assignor_name": "",
+                    "members": [],
+                }
+            )
+            continue
+        members = [
+            {
+                "member_id": m.member_id,
+                "instance_id": m.instance_id,
+                "rack_id": m.rack_id,
+                "member_epoch": m.epoch,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "subscribed_topic_names": sorted(m.topics),
+                "subscribed_topic_regex": m.regex,
+                "assignment": _assignment(coordinator, m.assigned, names=True),
+                "target_assignment": _assignment(coordinator, g.target.get(m.member_id, {}), names=True),
+                "member_type": CONSUMER_MEMBER,
+            }
+            for m in g.members.values()
+        ]
+        described.append(
+            {
+                "group_id": name,
+                "error_code": 0,
+                "error_message": None,
+                "group_state": g.state,
+                "group_epoch": g.epoch,
+                "assignment_epoch": g.assignment_epoch,
+                "assignor_name": g.assignor,
+                "members": members,
+                "authorized_operations": -(2**31),
+            }
+        )
+    return {"throttle_time": 0, "groups": described}

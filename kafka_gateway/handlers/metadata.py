@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker import admin
+from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
@@ -32,20 +35,31 @@ def brokers(conn: Connection) -> list[dict[str, Any]]:
     return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None} for b in conn.brokers.brokers()]
 
 
+def internal_topic_id(conn: Connection, name: str) -> uuid.UUID:
+    """An internal topic's id: one per storage root and name, as every gateway on it answers."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"{conn.services.registry.storage.root}#{name}")
+
+
 def _topic(conn: Connection, name: str) -> dict[str, Any]:
     """One topic's metadata, or its error."""
     assert conn.principal is not None
     if not conn.principal.allows("describe", name):
         return {"name": name, "error_code": ErrorCode.topic_authorization_failed, "partitions": []}
+    internal = name in INTERNAL_TOPICS
     try:
-        n = conn.services.registry.partitions(name)
+        if internal:
+            n, topic_id = INTERNAL_TOPICS[name], internal_topic_id(conn, name)
+        else:
+            reader = conn.services.registry.reader(name)
+            n, topic_id = reader.config.partitions, reader.topic_id
     except TopiclakeError as exc:
         return {"name": name, "error_code": code_of(exc), "partitions": []}
     leaders = conn.brokers.leaders(name, n)
     return {
         "name": name,
+        "topic_id": topic_id,
         "error_code": 0,
-        "is_internal": False,
+        "is_internal": internal,
         "partitions": [
             {
                 "error_code": 0 if leader >= 0 else ErrorCode.leader_not_available,
@@ -66,7 +80,7 @@ def _metadata(conn: Connection, names: list[str] | None) -> dict[str, Any]:
     assert conn.principal is not None
     registry = conn.services.registry
     if names is None:  # every topic this key may describe (others are not even named)
-        names = [n for n in registry.catalog.list_topics() if conn.principal.allows("describe", n)]
+        names = [n for n in [*registry.catalog.list_topics(), *INTERNAL_TOPICS] if conn.principal.allows("describe", n)]
     return {
         "throttle_time": 0,
         "brokers": brokers(conn),
@@ -77,9 +91,25 @@ def _metadata(conn: Connection, names: list[str] | None) -> dict[str, Any]:
     }
 
 
+def _by_ids(conn: Connection, topics: Any, version: int) -> dict[str, Any]:
+    """Metadata for topics named by id (v10+; the consumer protocol's clients ask so for the
+    topics of their assignment): each id's topic, or UNKNOWN_TOPIC_ID."""
+    wanted = [t.topic_id for t in topics if not t.name]
+    found = admin.topics_by_id(conn.services.registry, set(wanted))
+    answer = _metadata(conn, [t.name for t in topics if t.name] + [found[i] for i in wanted if i in found])
+    answer["topics"] += [
+        {"name": None, "topic_id": i, "error_code": ErrorCode.unknown_topic_id, "partitions": []}
+        for i in wanted
+        if i not in found
+    ]
+    return answer
+
+
 @api(3, "Metadata", 0, 12)
 async def metadata(conn: Connection, request: Any, version: int) -> dict[str, Any]:
     topics = request.topics
+    if topics and any(not t.name for t in topics):
+        return await asyncio.to_thread(_by_ids, conn, topics, version)
     names = None if topics is None or (version == 0 and not topics) else [t.name for t in topics]
     return await asyncio.to_thread(_metadata, conn, names)
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from broker import admin
 from delta_log.core.acl import authorize
-from delta_log.errors import TopiclakeError
+from delta_log.core.topic_config import INTERNAL_TOPICS
+from delta_log.errors import PartitionNotFoundError, TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
 
@@ -26,8 +27,12 @@ LATEST_TIERED = -5
 
 
 def _list_offset(conn: Connection, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
-    reader = conn.services.registry.reader(topic)
     out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1, "leader_epoch": -1}
+    if topic in INTERNAL_TOPICS:  # read as empty (docs/KAFKA.md)
+        if not 0 <= partition < INTERNAL_TOPICS[topic]:
+            raise PartitionNotFoundError(topic, partition, INTERNAL_TOPICS[topic])
+        return out | {"offset": 0 if timestamp in (LATEST, EARLIEST, EARLIEST_LOCAL) else -1, "old_style_offsets": [0]}
+    reader = conn.services.registry.reader(topic)
     if timestamp in (LATEST, MAX_TIMESTAMP):
         hw = reader.resolve_offsets("latest", partitions=[partition])[partition]
         if timestamp == LATEST:

@@ -10,6 +10,11 @@ partition on a shared root:
 - A partition's leader is its owner gateway, which is always the one replica: an election is never
   needed (ELECTION_NOT_NEEDED), and no reassignment is ever in progress.
 - Transactions are not supported yet (docs/KAFKA.md), so none is ever listed.
+
+Cluster rights, as Kafka's: ElectLeaders needs ALTER on the cluster (here: admin on every topic and
+group, `Principal.administers_all`, what the maintenance jobs need), DescribeLogDirs and
+ListPartitionReassignments DESCRIBE on it (admin on some topic, as GET /cluster); a key without them
+is answered CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -78,6 +83,26 @@ async def elect_leaders(conn: Connection, request: Any, version: int) -> dict[st
     """Every partition already has its one possible leader. For all partitions (a null list) Kafka
     answers only those it elected: none here."""
     assert conn.principal is not None
+    if not conn.principal.administers_all():
+        message = "Electing leaders needs admin on every topic and group (Kafka: ALTER on the cluster)."
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "replica_election_results": [
+                {
+                    "topic": str(t.topic),
+                    "partition_result": [
+                        {
+                            "partition_id": p,
+                            "error_code": ErrorCode.cluster_authorization_failed,
+                            "error_message": message,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in request.topic_partitions or ()
+            ],
+        }
     results = []
     for t in request.topic_partitions or ():
         name = str(t.topic)
@@ -122,6 +147,14 @@ async def elect_leaders(conn: Connection, request: Any, version: int) -> dict[st
 
 @api(46, "ListPartitionReassignments", 0, 0)
 async def list_partition_reassignments(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+    assert conn.principal is not None
+    if not conn.principal.allows("admin", None):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": "Listing reassignments needs admin on some topic (Kafka: DESCRIBE on the cluster).",
+            "topics": [],
+        }
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": []}
 
 

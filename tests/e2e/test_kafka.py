@@ -412,3 +412,53 @@ def test_a_consumer_subscribed_before_its_topic_exists_gets_it_once_created(gate
             got.append(m.value())
     assert got == [b"v"] and len(c.assignment()) == 2
     c.close()
+
+
+def test_consumer_offsets_is_listed_as_kafka_lists_it_and_regex_consumers_skip_it(gateway, admin):
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v12.request import MetadataRequestTopic
+
+    from tests.e2e import kafka_wire
+
+    listed = admin.list_topics(timeout=10).topics
+    assert len(listed["__consumer_offsets"].partitions) == 50
+    with kafka_wire.connect(gateway.kafka) as s:
+        answer = kafka_wire.call(
+            s,
+            3,
+            12,
+            topics=(MetadataRequestTopic(topic_id=None, name="__consumer_offsets"),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        [internal] = answer.topics
+        assert (internal.error_code, internal.is_internal, len(internal.partitions)) == (ErrorCode.none, True, 50)
+    created = admin.create_topics([NewTopic("__consumer_offsets", 1, 1)])["__consumer_offsets"]
+    with pytest.raises(Exception) as refused:
+        created.result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+
+    name = new_topic(admin, partitions=1)
+    produce(gateway, name, [(None, b"x")])
+    pattern = f"^(__consumer_offsets|{name})$"
+    c = Consumer({"bootstrap.servers": gateway.kafka, "group.id": f"re-{name}", "auto.offset.reset": "earliest"})
+    c.subscribe([pattern])
+    got = None
+    deadline = time.monotonic() + 30
+    while got is None and time.monotonic() < deadline:
+        got = c.poll(0.5)
+    assert got is not None and got.error() is None and got.topic() == name
+    assert {tp.topic for tp in c.assignment()} == {name}
+    c.close()
+
+    from kafka import KafkaConsumer
+
+    py = KafkaConsumer(bootstrap_servers=gateway.kafka, group_id=f"re-py-{name}", auto_offset_reset="earliest")
+    py.subscribe(pattern=pattern)
+    records = {}
+    deadline = time.monotonic() + 30
+    while not records and time.monotonic() < deadline:
+        records = py.poll(timeout_ms=500)
+    assert {tp.topic for tp in records} == {name}
+    assert {tp.topic for tp in py.assignment()} == {name}
+    py.close()

@@ -3,15 +3,21 @@ and one consumer group with a Kafka member and an HTTP member."""
 
 from __future__ import annotations
 
+import datetime
+import subprocess
 import time
+import uuid
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic as PyNewTopic
 
+from bench.kafka_broker import ensure_jars, java
+from tests.e2e import kafka_wire
 from tests.e2e.server import ServerProcess
 
 
@@ -147,7 +153,7 @@ groups = { "*" = ["admin"] }
 [[auth.api_keys]]
 key = "k-orders"
 principal = "orders-app"
-acls = { "orders-*" = ["produce", "consume"] }
+acls = { "orders-*" = ["produce", "consume"], "walled" = ["describe"] }
 groups = { "orders-*" = ["read"] }
 """
 
@@ -291,3 +297,173 @@ def _long_poll_fetch(topic: str) -> bytes:
     entity_writer(FetchRequest)(out, body)
     data = out.getvalue()
     return struct.pack(">i", len(data)) + data
+
+
+def _fetch_request(topic: str) -> dict:
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+    from kio.static.primitive import i32, i64
+
+    part = FetchPartition(partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20))
+    return {
+        "max_wait": datetime.timedelta(0),
+        "min_bytes": i32(1),
+        "topics": (FetchTopic(topic=topic, partitions=(part,)),),
+        "forgotten_topics_data": (),
+    }
+
+
+def _topic_id(sock, name: str):
+    from kio.schema.metadata.v12.request import MetadataRequestTopic
+
+    answer = kafka_wire.call(
+        sock,
+        3,
+        12,
+        topics=(MetadataRequestTopic(topic_id=None, name=name),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    return answer.topics[0].topic_id
+
+
+def test_refusals_are_answered_as_kafka_answers_them(secured):
+    """Each answer checked field by field against what Kafka 4's broker sends under the same
+    rights (its KafkaApis and ControllerApis)."""
+    from kio.schema.delete_topics.v6.request import DeleteTopicState
+    from kio.schema.elect_leaders.v2.request import TopicPartitions
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i8, i32
+
+    admin = AdminClient({"bootstrap.servers": secured.kafka, **sasl("admin", "k-admin")})
+    for name in ("orders-refusals", "hidden-refusals", "hidden-by-id"):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    with kafka_wire.connect(secured.kafka) as s, kafka_wire.connect(secured.kafka) as root:
+        assert kafka_wire.sasl_login(s, "orders-app", "k-orders").error_code == ErrorCode.none
+        assert kafka_wire.sasl_login(root, "admin", "k-admin").error_code == ErrorCode.none
+        # a Fetch the key may not make: its error and an empty record set (null breaks librdkafka)
+        part = kafka_wire.call(s, 1, 12, **_fetch_request("hidden-refusals")).responses[0].partitions[0]
+        assert part.error_code == ErrorCode.topic_authorization_failed
+        assert part.records is not None and len(part.records) == 0
+        assert (part.high_watermark, part.log_start_offset) == (-1, -1)
+        # cluster rights: ALTER for elections, DESCRIBE for reassignments
+        elect = {
+            "election_type": i8(0),
+            "topic_partitions": (TopicPartitions(topic="orders-refusals", partitions=(i32(0),)),),
+            "timeout": datetime.timedelta(seconds=10),
+        }
+        refused = kafka_wire.call(s, 43, 2, **elect)
+        assert refused.error_code == ErrorCode.cluster_authorization_failed
+        assert refused.replica_election_results[0].partition_result[0].error_code == (
+            ErrorCode.cluster_authorization_failed
+        )
+        allowed = kafka_wire.call(root, 43, 2, **elect)
+        assert allowed.error_code == ErrorCode.none
+        assert allowed.replica_election_results[0].partition_result[0].error_code == ErrorCode.election_not_needed
+        listing = {"timeout": datetime.timedelta(seconds=10), "topics": None}
+        assert kafka_wire.call(s, 46, 0, **listing).error_code == ErrorCode.cluster_authorization_failed
+        assert kafka_wire.call(root, 46, 0, **listing).error_code == ErrorCode.none
+        # DeleteTopics by id: one result per id; a refused one names no topic the key may not see
+        hidden_id, own_id = _topic_id(root, "hidden-by-id"), _topic_id(s, "orders-refusals")
+        assert hidden_id.int != 0 and own_id.int != 0 and hidden_id != own_id
+        unknown = uuid.uuid4()
+        results = kafka_wire.call(
+            s,
+            20,
+            6,
+            topics=tuple(DeleteTopicState(topic_id=i) for i in (unknown, hidden_id, own_id)),
+            timeout=datetime.timedelta(seconds=30),
+        ).responses
+        got = {r.topic_id: (r.name, r.error_code) for r in results}
+        assert got == {
+            unknown: (None, ErrorCode.unknown_topic_id),
+            hidden_id: (None, ErrorCode.topic_authorization_failed),
+            own_id: ("orders-refusals", ErrorCode.topic_authorization_failed),  # describe, not admin
+        }
+        deleted = kafka_wire.call(
+            root, 20, 6, topics=(DeleteTopicState(topic_id=hidden_id),), timeout=datetime.timedelta(seconds=30)
+        ).responses
+        assert [(r.name, r.topic_id, r.error_code) for r in deleted] == [("hidden-by-id", hidden_id, ErrorCode.none)]
+        assert "hidden-by-id" not in admin.list_topics(timeout=10).topics
+        # SASL once per connection: a second handshake is refused, the connection still serves
+        assert kafka_wire.call(s, 17, 1, mechanism="PLAIN").error_code == ErrorCode.illegal_sasl_state
+        assert kafka_wire.call(s, 18, 0).error_code == ErrorCode.none
+    # a mechanism not served: the ones served, then the connection closes
+    with kafka_wire.connect(secured.kafka) as s:
+        answer = kafka_wire.call(s, 17, 1, mechanism="SCRAM-SHA-256")
+        assert (answer.error_code, answer.mechanisms) == (ErrorCode.unsupported_sasl_mechanism, ("PLAIN",))
+        assert kafka_wire.closed(s)
+    # failed logins wait connection.failed.authentication.delay.ms (100 ms) each, then close
+    started = time.monotonic()
+    for _ in range(5):
+        with kafka_wire.connect(secured.kafka) as s:
+            failed = kafka_wire.sasl_login(s, "orders-app", "guess")
+            assert failed.error_code == ErrorCode.sasl_authentication_failed
+            assert kafka_wire.closed(s)
+    assert time.monotonic() - started >= 0.5
+
+
+@pytest.fixture(scope="module")
+def java_libs():
+    return ensure_jars()
+
+
+def test_a_consumer_refused_a_topic_is_told_so_and_does_not_spin(secured, java_libs):
+    """librdkafka, kafka-python and the Java consumer, each reading a topic its key may describe and
+    not read (the refusal is the Fetch's): the application sees TOPIC_AUTHORIZATION_FAILED, and the client does not re-fetch in a loop."""
+    import json
+
+    admin = AdminClient({"bootstrap.servers": secured.kafka, **sasl("admin", "k-admin")})
+    admin.create_topics([NewTopic("walled", 1, 1)])["walled"].result(30)
+    stats: list[dict] = []
+    errors: list[KafkaError] = []
+    c = Consumer(
+        {
+            "bootstrap.servers": secured.kafka,
+            "group.id": "orders-walled",
+            "statistics.interval.ms": 1000,
+            "stats_cb": lambda s: stats.append(json.loads(s)),
+            "error_cb": errors.append,
+            **sasl("orders-app", "k-orders"),
+        }
+    )
+    c.assign([ConfluentPartition("walled", 0, 0)])
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error():
+            errors.append(msg.error())
+    c.close()
+    assert any(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in errors)
+    fetches = max(sum(b["req"].get("Fetch", 0) for b in s["brokers"].values()) for s in stats)
+    assert fetches < 40, f"{fetches} fetches in 4 s: the client re-fetches in a loop"
+
+    import kafka.errors
+
+    py = KafkaConsumer(
+        bootstrap_servers=secured.kafka,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="orders-app",
+        sasl_plain_password="k-orders",
+    )
+    py.assign([TopicPartition("walled", 0)])
+    py.seek(TopicPartition("walled", 0), 0)
+    with pytest.raises(kafka.errors.TopicAuthorizationFailedError):
+        for _ in range(10):
+            py.poll(timeout_ms=500)
+    py.close()
+
+    from tests.e2e.test_kafka_tools import CONSUMER
+
+    props = java_libs.parent / "refused.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="orders-app" '
+        'password="k-orders";\n'
+    )
+    cmd = [java(), "-Xmx256m", "-cp", f"{java_libs}/*", CONSUMER, "--bootstrap-server", secured.kafka]
+    cmd += ["--topic", "walled", "--partition", "0", "--offset", "earliest", "--timeout-ms", "20000"]
+    cmd += ["--command-config", str(props)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    # the tool prints the refusal and ends (exit 0 with "Processed a total of 0 messages")
+    assert "TopicAuthorizationException: Not authorized to access topics: [walled]" in out.stdout + out.stderr

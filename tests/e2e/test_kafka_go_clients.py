@@ -1,7 +1,8 @@
 """Go's Kafka clients against a gateway's Kafka listener, as Go services run them: franz-go (with
 kadm), IBM's sarama and segmentio's kafka-go (tests/e2e/go_clients/main.go). Each creates a topic,
 produces 3,000 keyed, compressed records with acks=all (idempotent where the client offers it),
-reads them all in a consumer group and commits. kafka-go found two faults: a JoinGroup v2 error
+reads them all in a consumer group and commits; franz-go also on Kafka 4's consumer protocol
+(KIP-848). kafka-go found two faults: a JoinGroup v2 error
 answer with a null protocol name (the connection dropped) and its version-1 subscriptions without
 owned partitions (refused as INCONSISTENT_GROUP_PROTOCOL)."""
 
@@ -32,3 +33,11 @@ def test_a_go_client_creates_produces_and_reads_a_topic_in_a_group(server, go_cl
     out = subprocess.run([str(go_clients), server.kafka, client], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, f"{client}: {out.stderr[-3000:]}\n{server.log.read_text()[-3000:]}"
     assert out.stdout.split()[-2:] == ["ok", "3000"], out.stdout
+
+
+def test_franz_go_members_share_a_group_on_the_consumer_protocol(server, go_clients):
+    """kgo.ServerSideBalancer (KIP-848, the `uniform` assignor): a second member joins while the
+    first reads, both hold partitions, every record is read, kadm describes both members."""
+    out = subprocess.run([str(go_clients), server.kafka, "franz848"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, f"franz848: {out.stderr[-3000:]}\n{server.log.read_text()[-3000:]}"
+    assert out.stdout.split()[:4] == ["franz-go", "848", "ok", "3000"], out.stdout

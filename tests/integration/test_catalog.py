@@ -78,3 +78,22 @@ def test_forbidden_delta_properties(catalog):
     props = catalog.open_topic("a").metadata().configuration
     assert "delta.setTransactionRetentionDuration" not in props
     assert props["delta.checkpointInterval"] == "10"
+
+
+def test_a_topic_keeps_its_id_through_changes_and_a_new_topic_of_its_name_gets_another(catalog, storage):
+    from conf import ReaderSettings
+    from delta_log.log.reader import TopicReader
+
+    def topic_id():
+        return TopicReader(storage, "ids", ReaderSettings()).topic_id
+
+    catalog.create_topic("ids", partitions=1)
+    first = topic_id()
+    catalog.alter_config("ids", {"retention.ms": 1000})
+    catalog.add_partitions("ids", 3)
+    assert topic_id() == first
+    catalog.delete_topic("ids")
+    catalog.create_topic("ids", partitions=1)
+    assert topic_id() != first
+    with pytest.raises(TopicExistsError):  # Kafka's internal topic's name is taken
+        catalog.create_topic("__consumer_offsets")

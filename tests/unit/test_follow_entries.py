@@ -36,6 +36,7 @@ def _snapshot():
     )
     return TopicSnapshot(
         table_version=5,
+        table_id="00000000-0000-0000-0000-000000000005",
         config=TopicConfig.from_properties({}),
         partitions={0: PartitionIndex.of([seg])},
         high_watermarks={0: 10},

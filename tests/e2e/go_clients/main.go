@@ -3,13 +3,18 @@
 // produces keyed records (compressed, acks=all; idempotent where the client offers it), reads them
 // all back in a consumer group, commits, and checks what it can (offsets, headers, lag).
 //
-//	go-clients BOOTSTRAP franz|sarama|kafkago
+//	go-clients BOOTSTRAP franz|franz848|sarama|kafkago
+//
+// franz848: two franz-go members of one group on Kafka 4's consumer protocol (KIP-848,
+// kgo.ServerSideBalancer with the uniform assignor): the second joins while the first reads,
+// both end up holding partitions, every record is read.
 //
 // Exits 1 with "FAIL: ..." on stderr on the first thing that is not as Kafka would have it.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -104,6 +109,77 @@ func franz(boot, topic string) {
 		fail("lag %d", l)
 	}
 	fmt.Println("franz-go ok", len(seen))
+}
+
+func franz848(boot, topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(boot))
+	if err != nil {
+		fail("client: %v", err)
+	}
+	ad := kadm.NewClient(adm)
+	if _, err := ad.CreateTopic(ctx, 6, 1, nil, topic); err != nil {
+		fail("create: %v", err)
+	}
+	for i := 0; i < n; i++ {
+		r := &kgo.Record{Topic: topic, Key: []byte("k" + strconv.Itoa(i%29)), Value: []byte(strconv.Itoa(i))}
+		adm.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				fail("produce: %v", err)
+			}
+		})
+	}
+	if err := adm.Flush(ctx); err != nil {
+		fail("flush: %v", err)
+	}
+	member := func() *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(boot), kgo.ConsumerGroup("franz-848"), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.ServerSideBalancer(), kgo.Balancers(kgo.StickyBalancer()),
+			kgo.FetchMaxPartitionBytes(4096))
+		if err != nil {
+			fail("consumer: %v", err)
+		}
+		return cl
+	}
+	seen := map[string]bool{}
+	got := map[*kgo.Client]int{}
+	poll := func(cl *kgo.Client) {
+		pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer pcancel()
+		fs := cl.PollRecords(pctx, 50)
+		for _, fe := range fs.Errors() {
+			if !errors.Is(fe.Err, context.DeadlineExceeded) && !errors.Is(fe.Err, context.Canceled) {
+				fail("fetch: %v", fe.Err)
+			}
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true; got[cl]++ })
+	}
+	a := member()
+	for len(seen) < n/10 && ctx.Err() == nil {
+		poll(a)
+	}
+	b := member()
+	for len(seen) < n && ctx.Err() == nil {
+		poll(a)
+		poll(b)
+	}
+	if len(seen) != n {
+		fail("read %d of %d records", len(seen), n)
+	}
+	if got[a] == 0 || got[b] == 0 {
+		fail("the second member never got partitions: %d and %d records", got[a], got[b])
+	}
+	described, err := ad.DescribeConsumerGroups(ctx, "franz-848")
+	if err != nil {
+		fail("describe: %v", err)
+	}
+	if d := described["franz-848"]; d.Err != nil || len(d.Members) != 2 {
+		fail("described %+v", d)
+	}
+	a.Close()
+	b.Close()
+	fmt.Println("franz-go 848 ok", len(seen), got[a], got[b])
 }
 
 type handler struct {
@@ -248,6 +324,8 @@ func main() {
 	switch which {
 	case "franz":
 		franz(boot, "go-franz")
+	case "franz848":
+		franz848(boot, "go-franz-848")
 	case "sarama":
 		saramaProbe(boot, "go-sarama")
 	case "kafkago":

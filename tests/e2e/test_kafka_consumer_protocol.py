@@ -1,0 +1,339 @@
+"""Kafka 4's consumer group protocol (KIP-848: ConsumerGroupHeartbeat, ConsumerGroupDescribe) on a
+gateway started as users start it, driven by librdkafka (`group.protocol=consumer`), Kafka's Java
+consumer and its kafka-consumer-groups tool (4.3.1), and franz-go (kgo.ServerSideBalancer)."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.kafka_broker import ensure_jars, java
+from tests.e2e.server import REPO, ServerProcess
+
+pytestmark = pytest.mark.slow
+
+_ids = itertools.count()
+
+#: members heartbeat every 0.5 s and are removed after 6 s of silence (Kafka's defaults: 5 s, 45 s)
+ENV = {
+    "TOPICLAKE_SERVER__CONSUMER_GROUP_HEARTBEAT_INTERVAL_MS": "500",
+    "TOPICLAKE_SERVER__CONSUMER_GROUP_SESSION_TIMEOUT_MS": "6000",
+}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    srv = ServerProcess(tmp_path_factory.mktemp("k848") / "data", env=ENV).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def admin(gateway):
+    return AdminClient({"bootstrap.servers": gateway.kafka})
+
+
+def new_topic(admin: AdminClient, partitions: int, prefix: str = "c848") -> str:
+    name = f"{prefix}-{next(_ids)}"
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def produce(gateway, topic: str, values: range, partition: int | None = None) -> None:
+    p = Producer({"bootstrap.servers": gateway.kafka, "linger.ms": 5})
+    for i in values:
+        if partition is None:
+            p.produce(topic, key=str(i).encode(), value=str(i).encode())
+        else:
+            p.produce(topic, key=str(i).encode(), value=str(i).encode(), partition=partition)
+    assert p.flush(60) == 0
+
+
+def member(gateway, group: str, **conf) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": gateway.kafka,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
+
+
+def held(c: Consumer) -> list[int]:
+    return sorted(tp.partition for tp in c.assignment())
+
+
+def poll_until(consumers: list[Consumer], done, timeout: float = 30.0, got: list | None = None) -> list:
+    """Poll every consumer in turn until `done()`; the records read (appended to `got`)."""
+    got = [] if got is None else got
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                got.append(m)
+    assert done(), "timed out"
+    return got
+
+
+def test_members_join_crash_and_every_record_is_read(gateway, admin, tmp_path):
+    """Three worker processes: one reads alone, a second joins (incremental revocation: no
+    partition has two owners), then the first is killed with kill -9 (its partitions move after
+    the session timeout). Every record is read; the only records read twice are those the killed
+    one read after its last commit."""
+    topic = new_topic(admin, 6)
+    group = f"g-{topic}"
+    produce(gateway, topic, range(0, 3000))
+    out = [tmp_path / f"w{i}.txt" for i in range(2)]
+
+    def worker(path):
+        cmd = [sys.executable, "-m", "tests.e2e.kafka_848_worker", gateway.kafka, group, topic, str(path)]
+        return subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
+
+    def lines(path) -> list[tuple[int, int, str]]:
+        if not path.exists():
+            return []
+        return [(int(p), int(o), v) for p, o, v in (line.split() for line in path.read_text().splitlines())]
+
+    first = worker(out[0])
+    second = None
+    try:
+        deadline = time.monotonic() + 60
+        while len(lines(out[0])) < 500 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        second = worker(out[1])
+        while sorted(_held_by_members(admin, group)) != [3, 3] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        produce(gateway, topic, range(3000, 6000))
+        while not lines(out[1]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert lines(out[1]), "the second member never got partitions"
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        killed_at = len(lines(out[0]))
+        produce(gateway, topic, range(6000, 9000))
+        while time.monotonic() < deadline + 30:
+            values = {v for path in out for _, _, v in lines(path)}
+            if len(values) == 9000:
+                break
+            time.sleep(0.5)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+    assert len(lines(out[0])) == killed_at
+    values = collections.Counter(v for path in out for _, _, v in lines(path))
+    assert set(values) == {str(i) for i in range(9000)}
+    for path in out:  # each member read each of its partitions in order
+        last: dict[int, int] = {}
+        for p, o, _ in lines(path):
+            assert o > last.get(p, -1)
+            last[p] = o
+    twice = [v for v, n in values.items() if n > 1]
+    # read twice: only what the killed member read after its last commit (one batch per partition)
+    assert len(twice) <= 6 * 100, len(twice)
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert len(described.members) == 1
+    assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == list(range(6))
+
+
+def _held_by_members(admin: AdminClient, group: str) -> list[int]:
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    return [len(m.assignment.topic_partitions) for m in described.members]
+
+
+def test_a_second_member_and_a_graceful_leave_move_partitions_without_a_barrier(gateway, admin):
+    topic = new_topic(admin, 6)
+    group = f"g-{topic}"
+    produce(gateway, topic, range(600))
+    a = member(gateway, group)
+    a.subscribe([topic])
+    read = poll_until([a], lambda: len(held(a)) == 6)
+    b = member(gateway, group)
+    b.subscribe([topic])
+    read += poll_until([a, b], lambda: len(held(a)) == 3 and len(held(b)) == 3)
+    assert not set(held(a)) & set(held(b))
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert str(described.type) == "ConsumerGroupType.CONSUMER" and str(described.state) == "ConsumerGroupState.STABLE"
+    assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [3, 3]
+    poll_until([a, b], lambda: len({m.value() for m in read}) == 600, got=read)
+    b.close()  # leaves (epoch -1): a takes everything back
+    poll_until([a], lambda: len(held(a)) == 6)
+    a.close()
+    listed = admin.list_consumer_groups().result(30).valid
+    assert any(g.group_id == group and str(g.type) == "ConsumerGroupType.CONSUMER" for g in listed)
+
+
+def test_a_regex_subscription_is_resolved_by_the_server_and_picks_up_a_topic_created_later(gateway, admin):
+    first = new_topic(admin, 2, prefix="rx848")
+    produce(gateway, first, range(10))
+    c = member(gateway, f"g-{first}")
+    c.subscribe([f"^rx848-{first.rsplit('-', 1)[1]}.*|^rx848-late-.*"])
+    got_values: set[bytes] = set()
+    deadline = time.monotonic() + 30
+    while len(got_values) < 10 and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got_values.add(m.value())
+    later = new_topic(admin, 1, prefix="rx848-late")
+    produce(gateway, later, range(10, 15))
+    deadline = time.monotonic() + 30
+    topics = set()
+    while len(got_values) < 15 and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got_values.add(m.value())
+            topics.add(m.topic())
+    c.close()
+    assert len(got_values) == 15 and later in topics
+
+
+def test_a_static_member_leaves_and_its_next_process_gets_its_partitions_back(gateway, admin):
+    topic = new_topic(admin, 4)
+    group = f"g-{topic}"
+    one = member(gateway, group, **{"group.instance.id": "one"})
+    two = member(gateway, group, **{"group.instance.id": "two"})
+    for c in (one, two):
+        c.subscribe([topic])
+    poll_until([one, two], lambda: len(held(one)) == 2 and len(held(two)) == 2)
+    mine = held(one)
+    epoch = admin.describe_consumer_groups([group])[group].result(30)
+    one.close()  # a static member leaves for now (epoch -2): its partitions wait for it
+    time.sleep(1.5)
+    assert held(two) == sorted(set(range(4)) - set(mine))
+    back = member(gateway, group, **{"group.instance.id": "one"})
+    back.subscribe([topic])
+    poll_until([back, two], lambda: held(back) == mine)
+    assert held(two) == sorted(set(range(4)) - set(mine))
+    assert len(admin.describe_consumer_groups([group])[group].result(30).members) == len(epoch.members)
+    for c in (back, two):
+        c.close()
+
+
+def test_the_lag_assignor_chosen_by_name_gives_the_backlogged_partition_a_member_of_its_own(gateway, admin):
+    topic = new_topic(admin, 4)
+    group = f"g-{topic}"
+    produce(gateway, topic, range(2000), partition=0)
+    for p in (1, 2, 3):
+        produce(gateway, topic, range(10), partition=p)
+    # the group has read partitions 1-3 and nothing of 0: a backlog of 2,000 there
+    committed = admin.alter_consumer_group_offsets(
+        [_offsets(group, [TopicPartition(topic, p, 10) for p in (1, 2, 3)] + [TopicPartition(topic, 0, 0)])]
+    )
+    committed[group].result(30)
+    consumers = [
+        member(gateway, group, **{"group.remote.assignor": "lag", "max.partition.fetch.bytes": 1024}) for _ in range(2)
+    ]
+    for c in consumers:
+        c.subscribe([topic])
+    poll_until(consumers, lambda: sorted(len(held(c)) for c in consumers) in ([1, 3],), timeout=30)
+    alone = next(c for c in consumers if len(held(c)) == 1)
+    assert held(alone) == [0]
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert described.partition_assignor == "lag"
+    for c in consumers:
+        c.close()
+
+
+def _offsets(group: str, partitions: list[TopicPartition]):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    return ConsumerGroupTopicPartitions(group, partitions)
+
+
+def test_an_empty_classic_group_upgrades_and_a_busy_one_refuses_the_other_protocol(gateway, admin):
+    topic = new_topic(admin, 2)
+    group = f"g-{topic}"
+    produce(gateway, topic, range(20))
+    classic = Consumer({"bootstrap.servers": gateway.kafka, "group.id": group, "auto.offset.reset": "earliest"})
+    classic.subscribe([topic])
+    read = []
+    deadline = time.monotonic() + 30
+    while len(read) < 10 and time.monotonic() < deadline:
+        m = classic.poll(0.2)
+        if m is not None and m.error() is None:
+            read.append(m)
+            classic.commit(message=m, asynchronous=False)
+            if len(read) == 10:
+                break
+    classic.close()
+    # empty now: a consumer-protocol member takes the group over and resumes from its commits
+    modern = member(gateway, group)
+    modern.subscribe([topic])
+    rest = []
+    deadline = time.monotonic() + 30
+    while len(rest) < 10 and time.monotonic() < deadline:
+        m = modern.poll(0.2)
+        if m is not None and m.error() is None:
+            rest.append(m)
+    assert {m.value() for m in read} | {m.value() for m in rest} == {str(i).encode() for i in range(20)}
+    assert not {m.value() for m in read} & {m.value() for m in rest}
+    # a classic member cannot join while it has consumer-protocol members
+    errors = []
+    late = Consumer(
+        {
+            "bootstrap.servers": gateway.kafka,
+            "group.id": group,
+            "error_cb": errors.append,
+        }
+    )
+    late.subscribe([topic])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            m = late.poll(0.2)
+        except KafkaException as exc:
+            errors.append(exc.args[0])
+            break
+        if m is not None and m.error() is not None:
+            errors.append(m.error())
+            break
+        modern.poll(0.05)
+    late.close()
+    modern.close()
+    assert any("INCONSISTENT_GROUP_PROTOCOL" in str(e) for e in errors), errors
+
+
+def test_the_java_consumer_reads_on_the_consumer_protocol_and_the_tools_describe_the_group(gateway, admin):
+    libs = ensure_jars()
+    topic = new_topic(admin, 3)
+    group = f"g-{topic}"
+    produce(gateway, topic, range(30))
+    base = [java(), "-Xmx256m", "-cp", f"{libs}/*"]
+    console = ["org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", gateway.kafka]
+    console += ["--topic", topic, "--group", group, "--from-beginning", "--max-messages", "30"]
+    console += ["--command-property", "group.protocol=consumer", "--timeout-ms", "60000"]
+    consumed = subprocess.run(
+        [*base, *console],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert consumed.returncode == 0, consumed.stderr[-3000:]
+    assert sorted(int(v) for v in consumed.stdout.split()) == list(range(30))
+    # a librdkafka member is live while the tool describes the group
+    live = member(gateway, group)
+    live.subscribe([topic])
+    poll_until([live], lambda: len(held(live)) == 3)
+    tool = ["org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server", gateway.kafka]
+    tool += ["--describe", "--group", group, "--members", "--verbose"]
+    described = subprocess.run(
+        [*base, *tool],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    live.close()
+    assert described.returncode == 0, described.stderr[-3000:]
+    assert group in described.stdout and "rdkafka" in described.stdout, described.stdout

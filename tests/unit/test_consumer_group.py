@@ -1,0 +1,220 @@
+"""KIP-848 consumer groups (delta_log.core.consumer_group): Kafka's reconciliation rules, step by
+step, with the heartbeats a client sends."""
+
+from __future__ import annotations
+
+import pytest
+
+from delta_log.core.consumer_group import (
+    GROUP_STABLE,
+    RECONCILING,
+    STABLE,
+    STATIC_LEAVE_EPOCH,
+    UNRELEASED,
+    UNREVOKED,
+    ConsumerGroup,
+    Heartbeat,
+    Topics,
+)
+from delta_log.errors import (
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    InvalidGroupRequestError,
+    InvalidRegularExpressionError,
+    StaleMemberEpochError,
+    UnknownMemberError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+)
+
+TOPICS = Topics(1, {"orders": 6})
+
+
+def group() -> ConsumerGroup:
+    return ConsumerGroup(group_id="g", session_timeout_ms=45_000, heartbeat_interval_ms=5_000)
+
+
+def join(g: ConsumerGroup, member: str, now: float = 0.0, seen: Topics = TOPICS, **kw):
+    fields = {"topics": ("orders",)} | kw
+    return g.heartbeat(Heartbeat(member_id=member, epoch=0, rebalance_timeout_ms=30_000, **fields), now, seen)
+
+
+def beat(g: ConsumerGroup, member: str, epoch: int, owned, now: float = 1.0, seen: Topics = TOPICS, **kw):
+    owned = None if owned is None else {t: frozenset(ps) for t, ps in owned.items()}
+    return g.heartbeat(Heartbeat(member_id=member, epoch=epoch, owned=owned, **kw), now, seen)
+
+
+def count(assignment) -> int:
+    return sum(len(ps) for ps in assignment.values())
+
+
+def test_a_second_member_gets_partitions_only_after_the_first_revoked_them():
+    g = group()
+    a = join(g, "a")
+    assert (a.epoch, count(a.assignment)) == (1, 6)
+    b = join(g, "b")
+    # b is at the new epoch, but every partition of its target is still a's: it waits for them
+    assert b.epoch == 2 and count(b.assignment) == 0 and g.members["b"].state == UNRELEASED
+    # a is asked to revoke three; it keeps its epoch until it has
+    a2 = beat(g, "a", 1, a.assignment)
+    assert a2.epoch == 1 and count(a2.assignment) == 3 and g.members["a"].state == UNREVOKED
+    assert g.state == RECONCILING
+    # b heartbeats meanwhile: still nothing to take
+    assert beat(g, "b", 2, {}).assignment is None
+    # a no longer owns them: it moves to the group's epoch, and b takes them at its next heartbeat
+    a3 = beat(g, "a", 1, a2.assignment)
+    assert a3.epoch == 2 and g.members["a"].state == STABLE
+    b2 = beat(g, "b", 2, {})
+    assert count(b2.assignment) == 3 and g.members["b"].state == STABLE
+    assert set(a2.assignment["orders"]) | set(b2.assignment["orders"]) == set(range(6))
+    assert not set(a2.assignment["orders"]) & set(b2.assignment["orders"])
+    assert g.state == GROUP_STABLE
+
+
+def test_epochs_fence_a_member_that_missed_its_assignment_and_a_rejoin_frees_its_partitions():
+    g = group()
+    a = join(g, "a")
+    join(g, "b")
+    with pytest.raises(FencedMemberEpochError):
+        beat(g, "a", 7, a.assignment)
+    # the previous epoch is accepted while it owns no more than its assignment (a lost answer)
+    beat(g, "a", 1, a.assignment)
+    assert beat(g, "a", 1, {}).epoch == 2
+    kept = g.members["a"].assigned["orders"]
+    assert beat(g, "a", 1, {"orders": kept}).epoch == 2
+    with pytest.raises(FencedMemberEpochError):
+        beat(g, "a", 1, {"orders": range(6)})
+    # fenced, the client drops everything and joins again with epoch 0 under its id
+    again = join(g, "a")
+    assert again.epoch == g.assignment_epoch
+    with pytest.raises(UnknownMemberError):
+        beat(g, "nobody", 3, {})
+
+
+def test_leaving_and_expiring_bump_the_epoch_and_free_the_partitions():
+    g = group()
+    a = join(g, "a")
+    join(g, "b")
+    beat(g, "a", 1, a.assignment)
+    beat(g, "a", 1, {"orders": g.members["a"].assigned["orders"]})
+    beat(g, "b", 2, {})
+    epoch = g.epoch
+    left = g.heartbeat(Heartbeat(member_id="b", epoch=-1), 2.0, TOPICS)
+    assert left.epoch == -1 and "b" not in g.members and g.epoch == epoch + 1
+    a2 = beat(g, "a", 2, {"orders": g.members["a"].assigned["orders"]}, now=3.0)
+    assert count(a2.assignment) == 6
+    # a member silent longer than the session timeout is removed
+    assert g.expire(3.0 + 46, TOPICS) == ["a"] and not g.members
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_removed():
+    g = group()
+    a = join(g, "a")
+    join(g, "b")
+    beat(g, "a", 1, a.assignment, now=1.0)
+    assert g.members["a"].state == UNREVOKED
+    assert g.expire(1.0 + 29, TOPICS) == []
+    beat(g, "b", 2, {}, now=20.0)  # b heartbeats; a heartbeats but never revokes
+    beat(g, "a", 1, a.assignment, now=25.0)
+    assert g.expire(1.0 + 31, TOPICS) == ["a"]
+    assert count(beat(g, "b", 2, {}, now=32.0).assignment) == 6
+
+
+def test_a_static_member_leaves_for_now_and_its_instance_takes_the_partitions_back():
+    g = group()
+    a = join(g, "a", instance_id="i-a")
+    b = join(g, "b", instance_id="i-b")
+    beat(g, "a", 1, a.assignment, instance_id="i-a")
+    a2 = beat(g, "a", 1, {"orders": g.members["a"].assigned["orders"]}, instance_id="i-a")
+    b2 = beat(g, "b", b.epoch, {}, instance_id="i-b")
+    mine = b2.assignment
+    epoch = g.epoch
+    g.heartbeat(Heartbeat(member_id="b", epoch=STATIC_LEAVE_EPOCH, instance_id="i-b"), 2.0, TOPICS)
+    assert g.epoch == epoch and g.members["b"].epoch == STATIC_LEAVE_EPOCH  # no rebalance
+    assert count(beat(g, "a", a2.epoch, a2.assignment, instance_id="i-a").assignment or {}) == 0
+    # the instance comes back as a new process: the same partitions, no rebalance
+    back = join(g, "b-2", instance_id="i-b", now=3.0)
+    assert back.assignment == mine and g.epoch == epoch and "b" not in g.members
+    with pytest.raises(FencedInstanceIdError):
+        beat(g, "b", b.epoch, {}, instance_id="i-b")
+    with pytest.raises(UnreleasedInstanceIdError):
+        join(g, "b-3", instance_id="i-b")
+
+
+def test_regex_subscriptions_pick_up_topics_created_later_and_never_internal_ones():
+    g = group()
+    first = Topics(1, {"orders-eu": 2, "payments": 2, "__consumer_offsets": 50})
+    a = join(g, "a", seen=first, topics=None, regex="orders-.*|__.*")
+    assert set(a.assignment) == {"orders-eu"}
+    later = Topics(2, {**first.counts, "orders-us": 3})
+    a2 = beat(g, "a", a.epoch, a.assignment, seen=later)
+    assert a2.epoch == a.epoch + 1 and {t: len(ps) for t, ps in a2.assignment.items()} == {
+        "orders-eu": 2,
+        "orders-us": 3,
+    }
+    with pytest.raises(InvalidRegularExpressionError):
+        join(g, "b", seen=first, topics=None, regex="orders-(")
+
+
+def test_assignors_are_chosen_by_name_and_range_lines_up_co_partitioned_topics():
+    g = group()
+    topics = Topics(1, {"left": 4, "right": 4})
+    join(g, "a", seen=topics, topics=("left", "right"), assignor="range")
+    join(g, "b", seen=topics, topics=("left", "right"), assignor="range")
+    assert g.assignor == "range"
+    for target in g.target.values():
+        assert target["left"] == target["right"]
+    with pytest.raises(UnsupportedAssignorError):
+        join(g, "c", assignor="cooperative-sticky")
+    with pytest.raises(InvalidGroupRequestError):
+        g.heartbeat(Heartbeat(member_id="d", epoch=0, topics=("orders",)), 0.0, TOPICS)  # no rebalance timeout
+
+
+def test_the_lag_assignor_gives_the_member_with_the_backlog_fewer_partitions():
+    g = group()
+    topics = Topics(1, {"t": 4})
+    lag = {("t", 0): 1000, ("t", 1): 1, ("t", 2): 1, ("t", 3): 1}
+    for m in ("a", "b"):
+        g.heartbeat(
+            Heartbeat(member_id=m, epoch=0, rebalance_timeout_ms=1, topics=("t",), assignor="lag"),
+            0.0,
+            topics,
+            weights=lambda: lag,
+        )
+    sizes = sorted((len(p["t"]), 0 in p["t"]) for p in g.target.values())
+    assert sizes == [(1, True), (3, False)]
+
+
+def test_commits_need_the_members_current_epoch():
+    g = group()
+    a = join(g, "a")
+    g.check_commit("a", a.epoch, None)
+    with pytest.raises(StaleMemberEpochError):
+        g.check_commit("a", a.epoch - 1, None)
+    with pytest.raises(UnknownMemberError):
+        g.check_commit("zombie", 5, None)
+    with pytest.raises(UnknownMemberError):
+        g.check_commit(None, -1, None)  # the admin tools commit only while the group is empty
+    g.heartbeat(Heartbeat(member_id="a", epoch=-1), 1.0, TOPICS)
+    g.check_commit(None, -1, None)
+
+
+def test_a_commit_at_an_epoch_since_the_partition_was_given_is_the_members_kip_1251():
+    g = group()
+    a = join(g, "a")
+    join(g, "b")
+    a2 = beat(g, "a", 1, a.assignment)  # revoke three
+    kept = sorted(a2.assignment["orders"])
+    beat(g, "a", 1, a2.assignment)  # revoked: a is at epoch 2 now
+    assert g.members["a"].epoch == 2
+    # a's answer with epoch 2 may not have arrived: its epoch-1 commit of a partition it kept is fine
+    g.check_commit("a", 1, None, [("orders", kept[0])])
+    b = beat(g, "b", 2, {})
+    mine = sorted(b.assignment["orders"])
+    g.check_commit("b", 2, None, [("orders", mine[0])])
+    with pytest.raises(StaleMemberEpochError):  # given at epoch 2: an epoch-1 commit is a zombie's
+        g.check_commit("b", 1, None, [("orders", mine[0])])
+    with pytest.raises(StaleMemberEpochError):  # a partition a gave up: only at its current epoch
+        g.check_commit("a", 1, None, [("orders", mine[0])])
+    with pytest.raises(StaleMemberEpochError):
+        g.check_commit("a", 3, None, [("orders", kept[0])])

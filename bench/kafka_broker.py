@@ -83,9 +83,11 @@ def _cluster_id() -> str:
 class KafkaBroker:
     """One KRaft broker+controller on 127.0.0.1, in `workdir`."""
 
-    def __init__(self, workdir: Path, *, heap: str = "2g") -> None:
+    def __init__(self, workdir: Path, *, heap: str = "2g", config: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
         self.heap = heap
+        #: more broker settings (server.properties), after the defaults below
+        self.config = dict(config or {})
         self.port = free_port()
         self.controller_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -133,6 +135,7 @@ class KafkaBroker:
                     "share.coordinator.state.topic.min.isr=1",
                     "group.initial.rebalance.delay.ms=0",
                     "auto.create.topics.enable=false",
+                    *(f"{k}={v}" for k, v in self.config.items()),
                 ]
             )
             + "\n"

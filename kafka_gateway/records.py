@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -295,8 +295,8 @@ def encode_batch(
     return batch
 
 
-def encode_stored(chunk: pa.RecordBatch, *, partition_leader_epoch: int = -1) -> list[bytes]:
-    """Uncompressed batches of stored rows (a topic table's columns: binary or string key and
+def encode_stored(chunk: pa.RecordBatch, *, partition_leader_epoch: int = -1, compression: str = "none") -> list[bytes]:
+    """Batches (compressed with `compression`: none, gzip, snappy, lz4, zstd) of stored rows (a topic table's columns: binary or string key and
     value, int64 offsets ascending, microsecond timestamps, timestampType, headers): one batch per
     run of records with the same timestamp type, and for LogAppendTime the same time (a client
     gives every record of such a batch the batch's time, as the broker set it for all at once).
@@ -332,7 +332,7 @@ def encode_stored(chunk: pa.RecordBatch, *, partition_leader_epoch: int = -1) ->
                 value=(*value[:3], value[3] + a, count),
                 headers=(*headers[:2], headers[2] + a, *headers[3:]),
                 log_append_time=int(types[a]) == TIMESTAMP_LOG_APPEND_TIME,
-                compression="none",
+                compression=compression,
                 partition_leader_epoch=partition_leader_epoch,
                 producer_id=-1,
                 producer_epoch=-1,
@@ -356,18 +356,34 @@ def _millis(timestamps: pa.Array) -> np.ndarray:
 
 
 class StoredBatches:
-    """The Kafka face's `delta_log.log.reader.Encoder`: uncompressed record batches of stored
-    records, split into runs as `encode_stored` splits them, made from a
-    table in memory or by the codec straight from a local file's row groups (the codec keeps the
-    last `max_files` files it read open, with their parsed footers, up to `max_footer_bytes`; a
-    file deleted meanwhile stays readable while it is held). Thread-safe; keep one per process (the
-    reader's read-ahead keys its results by the encoder)."""
+    """The Kafka face's `delta_log.log.reader.Encoder`: record batches of stored records,
+    compressed with `compression` (none, gzip, snappy, lz4, zstd), split into runs as
+    `encode_stored` splits them, made from a table in memory or by the codec straight from a local
+    file's row groups (the codec keeps the last `max_files` files it read open, with their parsed
+    footers, up to `max_footer_bytes`; a file deleted meanwhile stays readable while it is held).
+    Thread-safe; keep one per process and codec (`compressed` gives the others, sharing the open
+    files; the reader's read-ahead keys its results by the encoder)."""
 
-    def __init__(self, max_files: int = 128, max_footer_bytes: int = 64 << 20) -> None:
-        self._files = _codec.StoredBatches(max_files, max_footer_bytes)
+    def __init__(
+        self, max_files: int = 128, max_footer_bytes: int = 64 << 20, *, compression: str = "none", files: Any = None
+    ) -> None:
+        self._files = files if files is not None else _codec.StoredBatches(max_files, max_footer_bytes)
+        self.compression = compression
+        self._siblings: dict[str, StoredBatches] = {compression: self}
+
+    def compressed(self, compression: str) -> StoredBatches:
+        """The encoder of `compression` batches over the same open files (one per codec)."""
+        sibling = self._siblings.get(compression)
+        if sibling is None:
+            sibling = StoredBatches(compression=compression, files=self._files)
+            sibling._siblings = self._siblings
+            sibling = self._siblings.setdefault(compression, sibling)
+        return sibling
 
     def table(self, records: pa.Table) -> bytes:
-        return b"".join(batch for chunk in records.to_batches() for batch in encode_stored(chunk))
+        return b"".join(
+            batch for chunk in records.to_batches() for batch in encode_stored(chunk, compression=self.compression)
+        )
 
     def stored(
         self,
@@ -390,6 +406,7 @@ class StoredBatches:
             max_bytes=max_bytes,
             take_one=take_one,
             batch_rows=batch_rows,
+            compression=self.compression,
         )
         if isinstance(got, str):
             return got

@@ -248,6 +248,12 @@ class TopicConfig:
         )
 
     @property
+    def compression_type(self) -> str:
+        """Kafka's compression.type: the codec of the batches Kafka's Fetch returns ("producer":
+        as stored, uncompressed; "uncompressed", or a codec name)."""
+        return self.values.get("compression.type", "producer")
+
+    @property
     def ack_mode(self) -> str:
         return self.values.get("topiclake.ack.mode", "table")
 

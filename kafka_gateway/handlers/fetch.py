@@ -35,8 +35,16 @@ if TYPE_CHECKING:
 MAX_RECORDS = 100_000
 
 
-#: the records of every Kafka fetch, as record batches (one per process: read-aheads are kept per encoder)
+#: the records of every Kafka fetch, as record batches (one per process and codec: read-aheads are
+#: kept per encoder)
 KAFKA_BATCHES = StoredBatches()
+#: a topic's compression.type -> the codec of the batches Fetch returns ("producer" and
+#: "uncompressed": none; the records are stored uncompressed, in the table's own compression)
+FETCH_CODECS = {"gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
+
+
+def encoder_for(compression_type: str) -> StoredBatches:
+    return KAFKA_BATCHES.compressed(FETCH_CODECS.get(compression_type, "none"))
 
 
 def refused(partition: int, code: int, **known: int) -> dict[str, Any]:
@@ -71,7 +79,14 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
             result = (
                 None
                 if full
-                else read_blocking(reader, p.partition, p.fetch_offset, max_records, limit, encoder=KAFKA_BATCHES)
+                else read_blocking(
+                    reader,
+                    p.partition,
+                    p.fetch_offset,
+                    max_records,
+                    limit,
+                    encoder=encoder_for(reader.config.compression_type),
+                )
             )
         except OffsetOutOfRangeError as exc:
             answers[key] = refused(

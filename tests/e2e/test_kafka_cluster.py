@@ -156,3 +156,66 @@ def test_kill_9_of_a_gateway_under_produce_load_loses_and_duplicates_nothing_ack
         survivor.stop()
         if victim is not None:
             victim.stop()
+
+
+def test_a_consumer_protocol_group_across_gateways_survives_a_kill_9_of_its_coordinator(tmp_path_factory):
+    """KIP-848 members bootstrapped on two gateways; the group's coordinator is killed with
+    kill -9 mid-read. The survivor takes the group over (its members rejoin, told UNKNOWN_MEMBER_ID)
+    and its partitions; every record is read, none past what was produced."""
+    root = tmp_path_factory.mktemp("k848kill") / "data"
+    env = FAST_MEMBERSHIP | {"TOPICLAKE_SERVER__CONSUMER_GROUP_HEARTBEAT_INTERVAL_MS": "500"}
+    servers = [ServerProcess(root, env=env).start() for _ in range(2)]
+    members: list[Consumer] = []
+    try:
+        wait_for(lambda: all(brokers_seen(s.kafka) == 2 for s in servers), what="2 brokers in Metadata")
+        both = ",".join(s.kafka for s in servers)
+        admin = AdminClient({"bootstrap.servers": both})
+        admin.create_topics([NewTopic("k848", 6, 1)])["k848"].result(30)
+        p = Producer({"bootstrap.servers": both, "enable.idempotence": True, "linger.ms": 5})
+        for i in range(3000):
+            p.produce("k848", key=str(i).encode(), value=str(i).encode())
+        assert p.flush(60) == 0
+        members = [
+            Consumer(
+                {
+                    "bootstrap.servers": f"{s.kafka},{other.kafka}",
+                    "group.id": "k848-readers",
+                    "group.protocol": "consumer",
+                    "auto.offset.reset": "earliest",
+                    "auto.commit.interval.ms": 200,
+                }
+            )
+            for s, other in (servers, servers[::-1])
+        ]
+        for c in members:
+            c.subscribe(["k848"])
+        seen: set[bytes] = set()
+
+        def read_until(done, timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            while not done() and time.monotonic() < deadline:
+                for c in members:
+                    m = c.poll(0.1)
+                    if m is not None and m.error() is None:
+                        seen.add(m.value())
+
+        read_until(lambda: len(seen) >= 1000 and all(len(c.assignment()) == 3 for c in members), 60)
+        assert all(len(c.assignment()) == 3 for c in members)
+        port = admin.describe_consumer_groups(["k848-readers"])["k848-readers"].result(30).coordinator.port
+        coordinator = next(s for s in servers if s.kafka.endswith(f":{port}"))
+        survivor = next(s for s in servers if s is not coordinator)
+        coordinator.kill9()
+        p = Producer({"bootstrap.servers": survivor.kafka, "enable.idempotence": True, "message.timeout.ms": 60000})
+        for i in range(3000, 4000):
+            p.produce("k848", key=str(i).encode(), value=str(i).encode())
+        assert p.flush(90) == 0
+        read_until(lambda: len(seen) == 4000, 90)
+        assert seen == {str(i).encode() for i in range(4000)}
+        after = AdminClient({"bootstrap.servers": survivor.kafka})
+        described = after.describe_consumer_groups(["k848-readers"])["k848-readers"].result(30)
+        assert len(described.members) == 2
+    finally:
+        for c in members:
+            c.close()
+        for s in servers:
+            s.stop()

@@ -379,11 +379,12 @@ impl StoredBatches {
 
     /// The records of `row_groups` of the local parquet file at `path` with offset >= `start`,
     /// within `max_records` and `max_bytes` (key + value + header bytes; the first record even
-    /// when larger if `take_one`), as uncompressed record batches: `(data, count, last_offset,
-    /// size, full)`, `full` when the next record did not fit; or, as a str, why the file is not
-    /// in the layout this path encodes (the caller reads it the general way). The GIL is released for
-    /// the whole read. Raises OSError when the file cannot be opened.
-    #[pyo3(signature = (path, row_groups, *, skip_rows, start, max_records, max_bytes, take_one, batch_rows, partition_leader_epoch = -1))]
+    /// when larger if `take_one`), as record batches compressed with `compression` ("none",
+    /// "gzip", "snappy", "lz4", "zstd"): `(data, count, last_offset, size, full)`, `full` when the
+    /// next record did not fit; or, as a str, why the file is not in the layout this path encodes
+    /// (the caller reads it the general way). The GIL is released for the whole read. Raises
+    /// OSError when the file cannot be opened, ValueError for an unknown compression.
+    #[pyo3(signature = (path, row_groups, *, skip_rows, start, max_records, max_bytes, take_one, batch_rows, partition_leader_epoch = -1, compression = "none"))]
     #[allow(clippy::too_many_arguments)]
     fn read<'py>(
         &self,
@@ -397,7 +398,10 @@ impl StoredBatches {
         take_one: bool,
         batch_rows: usize,
         partition_leader_epoch: i32,
+        compression: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let codec = Codec::from_name(compression)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown compression {compression:?}")))?;
         let req = stored::Request {
             path,
             row_groups: &row_groups,
@@ -408,6 +412,7 @@ impl StoredBatches {
             take_one,
             batch_rows,
             partition_leader_epoch,
+            codec,
         };
         // a panic in the parquet reader (a file it cannot make sense of) is a refusal: the
         // general read then meets the file and says what is wrong with it

@@ -50,6 +50,8 @@ pub struct Request<'a> {
     /// little past its last record)
     pub batch_rows: usize,
     pub partition_leader_epoch: i32,
+    /// how the batches' records are compressed (the topic's compression.type)
+    pub codec: Codec,
 }
 
 /// What a read returned: the batches, their record count, last offset and record bytes, and
@@ -599,7 +601,7 @@ fn take(batch: &RecordBatch, req: &Request<'_>, state: &mut State) -> Result<boo
                 producer_epoch: -1,
                 base_sequence: -1,
                 log_append_time,
-                codec: Codec::None,
+                codec: req.codec,
             };
             encode_into(&records, &params, &mut state.out).map_err(|e| e.0)?;
             a = b;

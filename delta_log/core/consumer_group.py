@@ -291,56 +291,57 @@ class ConsumerGroup:
     def _member_for(self, hb: Heartbeat, now: float, principal: str | None) -> tuple[ConsumerMember, bool]:
         """The member this heartbeat is from (new, rejoining with epoch 0, or known at a valid
         epoch), and whether it is new to the group."""
+        if hb.epoch != 0:
+            known = self._known(hb, principal)
+            self._check_epoch(known, hb)
+            return known, False
         if hb.instance_id is not None:
             existing = self.static_member(hb.instance_id)
-            if hb.epoch == 0:
-                if existing is None:
-                    return self._new_member(hb, now, principal), True
-                if not existing.left_for_now and existing.member_id != hb.member_id:
-                    raise UnreleasedInstanceIdError(
-                        f"Instance id {hb.instance_id!r} is in use by member {existing.member_id!r}.",
-                        group=self.group_id,
-                    )
-                _check_principal(self.group_id, existing, principal)
-                # the instance comes back under this member id: the old member's assignment is its
-                self._remove(existing.member_id, bump=False)
-                target = self.target.pop(existing.member_id, {})
-                self.target[hb.member_id] = target
-                return replace(existing, member_id=hb.member_id, epoch=0, previous_epoch=0), False
-            if existing is None:
-                raise UnknownMemberError(
-                    f"No member of group {self.group_id!r} has instance id {hb.instance_id!r}; rejoin with epoch 0.",
-                    group=self.group_id,
-                    member_id=hb.member_id,
-                )
-            if existing.member_id != hb.member_id:
-                raise FencedInstanceIdError(
-                    f"Instance id {hb.instance_id!r} was taken over by member {existing.member_id!r}.",
-                    group=self.group_id,
-                    member_id=hb.member_id,
-                )
-            _check_principal(self.group_id, existing, principal)
-            self._check_epoch(existing, hb)
-            return existing, False
-        existing = self.members.get(hb.member_id)
-        if hb.epoch == 0:
             if existing is None:
                 return self._new_member(hb, now, principal), True
+            if not existing.left_for_now and existing.member_id != hb.member_id:
+                raise UnreleasedInstanceIdError(
+                    f"Instance id {hb.instance_id!r} is in use by member {existing.member_id!r}.",
+                    group=self.group_id,
+                )
             _check_principal(self.group_id, existing, principal)
-            # joining again: the client dropped every partition it had (it does so when fenced)
-            dropped = replace(
-                existing, epoch=0, previous_epoch=0, state=STABLE, assigned={}, revoking={}, assigned_at={}
-            )
-            return dropped, False
+            # the instance comes back under this member id: the old member's assignment is its
+            self._remove(existing.member_id, bump=False)
+            self.target[hb.member_id] = self.target.pop(existing.member_id, {})
+            return replace(existing, member_id=hb.member_id, epoch=0, previous_epoch=0), False
+        existing = self.members.get(hb.member_id)
         if existing is None:
+            return self._new_member(hb, now, principal), True
+        _check_principal(self.group_id, existing, principal)
+        # joining again: the client dropped every partition it had (it does so when fenced)
+        dropped = replace(existing, epoch=0, previous_epoch=0, state=STABLE, assigned={}, revoking={}, assigned_at={})
+        return dropped, False
+
+    def _known(self, hb: Heartbeat, principal: str | None) -> ConsumerMember:
+        """The member a heartbeat or leave (not a join) is from: a static member by its instance id,
+        which a newer process may have taken over; any other by its member id.
+
+        Raises: UnknownMemberError, FencedInstanceIdError, AuthorizationError."""
+        if hb.instance_id is not None:
+            m = self.static_member(hb.instance_id)
+            if m is not None and m.member_id != hb.member_id:
+                raise FencedInstanceIdError(
+                    f"Instance id {hb.instance_id!r} was taken over by member {m.member_id!r}.",
+                    group=self.group_id,
+                    member_id=hb.member_id,
+                )
+            named = f"instance id {hb.instance_id!r}"
+        else:
+            m = self.members.get(hb.member_id)
+            named = f"member id {hb.member_id!r}"
+        if m is None:
             raise UnknownMemberError(
-                f"Member {hb.member_id!r} is not in group {self.group_id!r}; rejoin with epoch 0.",
+                f"No member of group {self.group_id!r} has {named}; the consumer rejoins with epoch 0.",
                 group=self.group_id,
                 member_id=hb.member_id,
             )
-        _check_principal(self.group_id, existing, principal)
-        self._check_epoch(existing, hb)
-        return existing, False
+        _check_principal(self.group_id, m, principal)
+        return m
 
     def _new_member(self, hb: Heartbeat, now: float, principal: str | None) -> ConsumerMember:
         return ConsumerMember(
@@ -363,29 +364,7 @@ class ConsumerGroup:
             )
 
     def _leave(self, hb: Heartbeat, now: float, principal: str | None) -> HeartbeatAnswer:
-        if hb.instance_id is not None:
-            m = self.static_member(hb.instance_id)
-            if m is None:
-                raise UnknownMemberError(
-                    f"No member of group {self.group_id!r} has instance id {hb.instance_id!r}.",
-                    group=self.group_id,
-                    member_id=hb.member_id,
-                )
-            if m.member_id != hb.member_id:
-                raise FencedInstanceIdError(
-                    f"Instance id {hb.instance_id!r} was taken over by member {m.member_id!r}.",
-                    group=self.group_id,
-                    member_id=hb.member_id,
-                )
-        else:
-            m = self.members.get(hb.member_id)
-            if m is None:
-                raise UnknownMemberError(
-                    f"Member {hb.member_id!r} is not in group {self.group_id!r}.",
-                    group=self.group_id,
-                    member_id=hb.member_id,
-                )
-        _check_principal(self.group_id, m, principal)
+        m = self._known(hb, principal)
         if hb.epoch == STATIC_LEAVE_EPOCH and m.instance_id is not None:
             # gone for now: its partitions wait for the instance to come back (or the session to end)
             self._put(replace(m, epoch=STATIC_LEAVE_EPOCH, last_heartbeat=now))

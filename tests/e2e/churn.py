@@ -14,14 +14,21 @@ processes it, or drops a member whose work is not committed, shows up as duplica
 from __future__ import annotations
 
 import collections
+import hashlib
+import os
 import random
+import shutil
+import subprocess
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.kafka_broker import ensure_jars, java
 
 STAGES = 3
 
@@ -57,13 +64,19 @@ def run_chain(
     *,
     strategy: str,
     static: bool = False,
+    protocol: str = "classic",
     records: int = 30_000,
     partitions: int = 6,
     workers: int = 3,
     lifetime_s: tuple[float, float] = (1.0, 3.0),
     timeout_s: float = 120.0,
+    client: str = "librdkafka",
 ) -> ChurnResult:
-    """Run the chained workload to completion (or `timeout_s`); what the last topic holds."""
+    """Run the chained workload to completion (or `timeout_s`); what the last topic holds.
+    `protocol` "consumer": Kafka 4's consumer protocol (KIP-848; `strategy` names the server's
+    assignor, `group.remote.assignor`). `client` "java": the members are Kafka's Java client
+    (java_churn/Churn.java, one JVM); "go": franz-go's (go_clients' `franzchurn`, one process);
+    the topics, the input and the check are the same."""
     tag = uuid.uuid4().hex[:8]
     topics = [f"churn-{tag}-{i}" for i in range(STAGES + 1)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -85,14 +98,19 @@ def run_chain(
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": f"churn-{tag}-{stage}",
-            "partition.assignment.strategy": strategy,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
             "log_level": 3,
             "error_cb": lambda e: errors.update([f"error {e.name()}"]),
         }
+        if protocol == "consumer":  # the session and heartbeats are the server's
+            conf |= {"group.protocol": "consumer", "group.remote.assignor": strategy}
+        else:
+            conf |= {
+                "partition.assignment.strategy": strategy,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+            }
         if static:
             conf["group.instance.id"] = f"{tag}-{stage}-{slot}"
         out = _producer(bootstrap)
@@ -146,8 +164,12 @@ def run_chain(
 
     threads = [threading.Thread(target=slot, args=(s, n), daemon=True) for s in range(STAGES) for n in range(workers)]
     t0 = time.monotonic()
-    for t in threads:
-        t.start()
+    process = None
+    if client in ("java", "go"):
+        process = _member_process(client, bootstrap, tag, workers, protocol=protocol, strategy=strategy, static=static)
+    else:
+        for t in threads:
+            t.start()
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{tag}", "log_level": 0})
     reader.assign([TopicPartition(topics[-1], q, 0) for q in range(partitions)])
     got: list[tuple[int, int, bytes]] = []
@@ -165,8 +187,11 @@ def run_chain(
         read(0.5)
     seconds = time.monotonic() - t0
     stop.set()
+    if process is not None:
+        started[0] = _stopped(process, errors)
     for t in threads:
-        t.join(60)
+        if t.is_alive():
+            t.join(60)
     reader.close()
     counts = collections.Counter(v for _, _, v in got)
     by_key: dict[bytes, list[int]] = collections.defaultdict(list)
@@ -183,3 +208,47 @@ def run_chain(
         members_started=started[0],
         errors=errors,
     )
+
+
+JAVA_SOURCE = Path(__file__).with_name("java_churn") / "Churn.java"
+
+
+def _java_classes(libs: Path) -> Path:
+    """Churn.java compiled against the Kafka client jars, cached by the source's hash."""
+    digest = hashlib.sha256(JAVA_SOURCE.read_bytes() + str(libs).encode()).hexdigest()[:16]
+    out = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "topiclake" / "java-churn" / digest
+    if not (out / "Churn.class").exists():
+        tmp = out.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        javac = Path(java()).with_name("javac")
+        subprocess.run([str(javac), "-cp", f"{libs}/*", "-d", str(tmp), str(JAVA_SOURCE)], check=True)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return out
+
+
+def _member_process(
+    client: str, bootstrap: str, tag: str, workers: int, *, protocol: str, strategy: str, static: bool
+) -> subprocess.Popen[str]:
+    """The members of every stage in one process of `client` (java, go), until its stdin closes."""
+    args = [bootstrap, tag, str(STAGES), str(workers), protocol, strategy, str(static).lower()]
+    if client == "java":
+        libs = ensure_jars()
+        cmd = [java(), "-Xmx512m", f"-Dlog4j2.configurationFile={libs.parent / 'log4j2.xml'}"]
+        cmd += ["-cp", f"{_java_classes(libs)}:{libs}/*", "Churn", *args]
+    else:
+        from tests.e2e import go_kafka_clients
+
+        cmd = [str(go_kafka_clients.build()), bootstrap, "franzchurn", *args[1:]]
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def _stopped(proc: subprocess.Popen[str], errors: collections.Counter[str]) -> int:
+    """Close the members' stdin (they stop and leave), read their summary; the members started."""
+    out, _ = proc.communicate(input="", timeout=120)
+    fields = dict(item.split("=", 1) for item in out.split())
+    for kind, n in fields.items():
+        if kind != "started":
+            errors[kind.replace("_", " ")] += int(n)
+    return int(fields.get("started", 0))

@@ -1,7 +1,9 @@
 """Consumer groups under churn, as Kafka's clients run them (tests/e2e/churn.py): a chain of three
 groups whose members join and leave while records flow delivers every record exactly once, in
 order per key, on one gateway and across two; with the eager `range` assignor (assigned by the
-coordinator), `cooperative-sticky` (by the group's leader, incrementally) and static members."""
+coordinator), `cooperative-sticky` (by the group's leader, incrementally), static members, and
+Kafka 4's consumer protocol (KIP-848); with librdkafka, Kafka's Java client and franz-go as the
+members."""
 
 from __future__ import annotations
 
@@ -11,33 +13,67 @@ from tests.e2e.churn import run_chain
 from tests.e2e.server import ServerProcess
 from tests.e2e.test_cluster import FAST_MEMBERSHIP, wait_for
 
+#: consumer-protocol members heartbeat every 0.5 s (Kafka's 5 s would outlast the members' lives)
+FAST_CONSUMER_GROUPS = {
+    "TOPICLAKE_SERVER__CONSUMER_GROUP_HEARTBEAT_INTERVAL_MS": "500",
+    "TOPICLAKE_SERVER__CONSUMER_GROUP_SESSION_TIMEOUT_MS": "6000",
+}
+
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("churn") / "data").start()
+    srv = ServerProcess(tmp_path_factory.mktemp("churn") / "data", env=FAST_CONSUMER_GROUPS).start()
     yield srv
     srv.stop()
 
 
-def check(result) -> None:
+def check(result, *, lost_ok: bool = False) -> None:
     """Nothing lost; no member lost its partitions (the coordinator dropped none that was alive);
     and no record twice, nor a key out of order, unless a member's commit was refused (a newer
     generation had begun: its work since the last commit is done again, at least once, as on
-    Kafka: the same workload against Kafka 4.3.1 shows such commits and their duplicates too)."""
+    Kafka: the same workload against Kafka 4.3.1 shows such commits and their duplicates too).
+    `lost_ok`: a client that reports lost partitions under this churn on Kafka too (Java's classic
+    consumer: 7 and 4 in two runs against Kafka 4.3.1, with 31,998 and 0 duplicates)."""
     assert result.missing == 0, result
-    assert result.errors["partitions lost"] == 0, result
-    if not any(kind.startswith("commit ") for kind in result.errors):
+    if not lost_ok:
+        assert result.errors["partitions lost"] == 0, result
+    if not any(kind.startswith("commit ") or kind == "partitions lost" for kind in result.errors):
         assert (result.duplicates, result.keys_out_of_order) == (0, 0), result
     assert result.members_started > 2 * 3 * 3  # members did come and go while the records flowed
 
 
 @pytest.mark.parametrize(
-    ("strategy", "static"),
-    [("range", False), ("cooperative-sticky", False), ("cooperative-sticky", True)],
-    ids=["eager-range", "cooperative", "cooperative-static"],
+    ("strategy", "static", "protocol"),
+    [
+        ("range", False, "classic"),
+        ("cooperative-sticky", False, "classic"),
+        ("cooperative-sticky", True, "classic"),
+        ("uniform", False, "consumer"),
+    ],
+    ids=["eager-range", "cooperative", "cooperative-static", "consumer-protocol"],
 )
-def test_a_churning_chain_of_groups_sees_every_record_once(gateway, strategy, static):
-    check(run_chain(gateway.kafka, strategy=strategy, static=static))
+def test_a_churning_chain_of_groups_sees_every_record_once(gateway, strategy, static, protocol):
+    check(run_chain(gateway.kafka, strategy=strategy, static=static, protocol=protocol))
+
+
+@pytest.mark.parametrize(
+    ("client", "strategy", "protocol"),
+    [
+        ("java", "cooperative-sticky", "classic"),
+        ("java", "uniform", "consumer"),
+        ("go", "cooperative-sticky", "classic"),
+        ("go", "uniform", "consumer"),
+    ],
+    ids=["java-cooperative", "java-consumer-protocol", "go-cooperative", "go-consumer-protocol"],
+)
+def test_a_churning_chain_of_java_and_go_members_sees_every_record_once(gateway, client, strategy, protocol):
+    """The same chain with Kafka's Java client (4.3.1) and with franz-go as the members."""
+    if client == "go":
+        from tests.e2e.test_kafka_go_clients import go_clients_or_skip
+
+        go_clients_or_skip()
+    result = run_chain(gateway.kafka, strategy=strategy, protocol=protocol, client=client)
+    check(result, lost_ok=client == "java" and protocol == "classic")
 
 
 def test_a_churning_chain_across_two_gateways(tmp_path):

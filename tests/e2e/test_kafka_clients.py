@@ -407,7 +407,7 @@ def java_libs():
     return ensure_jars()
 
 
-def test_a_consumer_refused_a_topic_is_told_so_and_does_not_spin(secured, java_libs):
+def test_a_consumer_refused_a_topic_is_told_so_and_does_not_spin(secured, java_libs, tmp_path):
     """librdkafka, kafka-python and the Java consumer, each reading a topic its key may describe and
     not read (the refusal is the Fetch's): the application sees TOPIC_AUTHORIZATION_FAILED, and the client does not re-fetch in a loop."""
     import json
@@ -455,7 +455,7 @@ def test_a_consumer_refused_a_topic_is_told_so_and_does_not_spin(secured, java_l
 
     from tests.e2e.test_kafka_tools import CONSUMER
 
-    props = java_libs.parent / "refused.properties"
+    props = tmp_path / "refused.properties"
     props.write_text(
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
         'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="orders-app" '

@@ -18,14 +18,20 @@ from tests.e2e import go_kafka_clients
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def go_clients():
+def go_clients_or_skip():
+    """The Go clients' binary, built if need be; skips (fails with TOPICLAKE_REQUIRE_GO=1) when Go
+    is missing."""
     reason = go_kafka_clients.unavailable_reason()
     if reason is not None:
         if os.environ.get("TOPICLAKE_REQUIRE_GO") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
     return go_kafka_clients.build()
+
+
+@pytest.fixture(scope="module")
+def go_clients():
+    return go_clients_or_skip()
 
 
 @pytest.mark.parametrize("client", ["franz", "sarama", "kafkago"])

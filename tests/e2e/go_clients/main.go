@@ -4,6 +4,7 @@
 // all back in a consumer group, commits, and checks what it can (offsets, headers, lag).
 //
 //	go-clients BOOTSTRAP franz|franz848|sarama|kafkago
+//	go-clients BOOTSTRAP franzchurn TAG STAGES WORKERS PROTOCOL STRATEGY STATIC
 //
 // franz848: two franz-go members of one group on Kafka 4's consumer protocol (KIP-848,
 // kgo.ServerSideBalancer with the uniform assignor): the second joins while the first reads,
@@ -16,15 +17,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand"
 	"os"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 const n = 3000
@@ -182,6 +190,169 @@ func franz848(boot, topic string) {
 	fmt.Println("franz-go 848 ok", len(seen), got[a], got[b])
 }
 
+// franzchurn: the churning chain of consumer groups (tests/e2e/churn.py) with franz-go members:
+// each stage's group reads topic i and produces every record into topic i+1; each member lives a
+// random 1-3 s, commits what it processed on revoke (after flushing what it produced) and leaves,
+// and a new member takes its place. Runs until stdin closes, then prints "started=N" and
+// " kind=count" for what the clients reported.
+func franzChurn(boot, tag string, stages, workers int, protocol, strategy string, static bool) {
+	var stop atomic.Bool
+	var started atomic.Int64
+	var mu sync.Mutex
+	counts := map[string]int{}
+	count := func(kind string) {
+		mu.Lock()
+		counts[strings.ReplaceAll(kind, " ", "_")]++
+		mu.Unlock()
+	}
+	member := func(stage, slot int) {
+		src, dst := fmt.Sprintf("churn-%s-%d", tag, stage), fmt.Sprintf("churn-%s-%d", tag, stage+1)
+		seeds := strings.Split(boot, ",")
+		prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerLinger(5*time.Millisecond))
+		if err != nil {
+			count("producer not created")
+			time.Sleep(100 * time.Millisecond)
+			return
+		}
+		defer prod.Close()
+		var pmu sync.Mutex
+		processed := map[int32]int64{}
+		var cl *kgo.Client
+		commit := func(ctx context.Context, parts []int32, drop bool) {
+			if err := prod.Flush(ctx); err != nil { // what was produced is acked before its input is committed
+				count("flush")
+			}
+			pmu.Lock()
+			offsets := map[int32]kgo.EpochOffset{}
+			for _, p := range parts {
+				if o, ok := processed[p]; ok {
+					offsets[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+				}
+			}
+			pmu.Unlock()
+			if len(offsets) > 0 {
+				cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{src: offsets}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+					if err != nil {
+						count("commit request failed")
+						return
+					}
+					for _, t := range resp.Topics {
+						for _, p := range t.Partitions {
+							if e, ok := kerr.ErrorForCode(p.ErrorCode).(*kerr.Error); ok {
+								count("commit " + e.Message)
+							}
+						}
+					}
+				})
+			}
+			if drop {
+				pmu.Lock()
+				for _, p := range parts {
+					delete(processed, p)
+				}
+				pmu.Unlock()
+			}
+		}
+		all := func() []int32 {
+			pmu.Lock()
+			defer pmu.Unlock()
+			out := make([]int32, 0, len(processed))
+			for p := range processed {
+				out = append(out, p)
+			}
+			return out
+		}
+		opts := []kgo.Opt{
+			kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(src), kgo.ConsumeTopics(src), kgo.DisableAutoCommit(),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.BlockRebalanceOnPoll(),
+			kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) { commit(ctx, m[src], true) }),
+			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				count("partitions lost")
+				pmu.Lock()
+				for _, p := range m[src] {
+					delete(processed, p)
+				}
+				pmu.Unlock()
+			}),
+		}
+		balancer := kgo.CooperativeStickyBalancer()
+		if strategy == "range" {
+			balancer = kgo.RangeBalancer()
+		}
+		if protocol == "consumer" {
+			balancer = kgo.StickyBalancer() // the server's uniform assignor
+			if strategy == "range" {
+				balancer = kgo.RangeBalancer()
+			}
+			opts = append(opts, kgo.ServerSideBalancer())
+		} else {
+			opts = append(opts, kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond))
+		}
+		opts = append(opts, kgo.Balancers(balancer))
+		if static {
+			opts = append(opts, kgo.InstanceID(fmt.Sprintf("%s-%d-%d", tag, stage, slot)))
+		}
+		cl, err = kgo.NewClient(opts...)
+		if err != nil {
+			count("consumer not created")
+			time.Sleep(100 * time.Millisecond)
+			return
+		}
+		started.Add(1)
+		until := time.Now().Add(time.Duration(1000+rand.Intn(2000)) * time.Millisecond)
+		lastCommit := time.Now()
+		for time.Now().Before(until) && !stop.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			fs := cl.PollRecords(ctx, 200)
+			cancel()
+			fs.EachRecord(func(r *kgo.Record) {
+				prod.Produce(context.Background(), &kgo.Record{Topic: dst, Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
+					if err != nil {
+						count("produce failed")
+					}
+				})
+				pmu.Lock()
+				processed[r.Partition] = r.Offset + 1
+				pmu.Unlock()
+			})
+			cl.AllowRebalance()
+			if time.Since(lastCommit) > time.Second {
+				commit(context.Background(), all(), false)
+				lastCommit = time.Now()
+			}
+		}
+		commit(context.Background(), all(), false)
+		cl.Close() // revokes (committing) and leaves
+	}
+	var wg sync.WaitGroup
+	for s := 0; s < stages; s++ {
+		for n := 0; n < workers; n++ {
+			wg.Add(1)
+			go func(stage, slot int) {
+				defer wg.Done()
+				for !stop.Load() {
+					member(stage, slot)
+				}
+			}(s, n)
+		}
+	}
+	io.Copy(io.Discard, os.Stdin) // run until the caller closes our stdin
+	stop.Store(true)
+	wg.Wait()
+	out := fmt.Sprintf("started=%d", started.Load())
+	mu.Lock()
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out += fmt.Sprintf(" %s=%d", k, counts[k])
+	}
+	mu.Unlock()
+	fmt.Println(out)
+}
+
 type handler struct {
 	seen map[string]bool
 	mu   *sync.Mutex
@@ -326,6 +497,10 @@ func main() {
 		franz(boot, "go-franz")
 	case "franz848":
 		franz848(boot, "go-franz-848")
+	case "franzchurn": // TAG STAGES WORKERS PROTOCOL STRATEGY STATIC
+		stages, _ := strconv.Atoi(os.Args[4])
+		workers, _ := strconv.Atoi(os.Args[5])
+		franzChurn(boot, os.Args[3], stages, workers, os.Args[6], os.Args[7], os.Args[8] == "true")
 	case "sarama":
 		saramaProbe(boot, "go-sarama")
 	case "kafkago":

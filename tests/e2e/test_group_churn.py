@@ -12,12 +12,7 @@ import pytest
 from tests.e2e.churn import run_chain
 from tests.e2e.server import ServerProcess
 from tests.e2e.test_cluster import FAST_MEMBERSHIP, wait_for
-
-#: consumer-protocol members heartbeat every 0.5 s (Kafka's 5 s would outlast the members' lives)
-FAST_CONSUMER_GROUPS = {
-    "TOPICLAKE_SERVER__CONSUMER_GROUP_HEARTBEAT_INTERVAL_MS": "500",
-    "TOPICLAKE_SERVER__CONSUMER_GROUP_SESSION_TIMEOUT_MS": "6000",
-}
+from tests.e2e.test_kafka_consumer_protocol import FAST_CONSUMER_GROUPS
 
 
 @pytest.fixture(scope="module")

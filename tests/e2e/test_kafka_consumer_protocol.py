@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 _ids = itertools.count()
 
 #: members heartbeat every 0.5 s and are removed after 6 s of silence (Kafka's defaults: 5 s, 45 s)
-ENV = {
+FAST_CONSUMER_GROUPS = {
     "TOPICLAKE_SERVER__CONSUMER_GROUP_HEARTBEAT_INTERVAL_MS": "500",
     "TOPICLAKE_SERVER__CONSUMER_GROUP_SESSION_TIMEOUT_MS": "6000",
 }
@@ -31,7 +31,7 @@ ENV = {
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("k848") / "data", env=ENV).start()
+    srv = ServerProcess(tmp_path_factory.mktemp("k848") / "data", env=FAST_CONSUMER_GROUPS).start()
     yield srv
     srv.stop()
 

@@ -78,6 +78,8 @@ def prepare(
     table: pa.Table,
     producer: ProducerSequence | None,
     placement: Placement | None = None,
+    *,
+    codec: str = "none",
 ) -> PreparedRequest:
     """Assign partitions (explicit, key hash or sticky) and validate against the topic's config.
 
@@ -96,7 +98,7 @@ def prepare(
     batch, parts, sorted_parts = partitioned_batch(
         table, config, topic=topic, null_key_partition=sticky, now_us=int(time.time() * 1_000_000)
     )
-    append = AppendRequest(batch=batch, producer=producer, partitions=sorted_parts)
+    append = AppendRequest(batch=batch, producer=producer, partitions=sorted_parts, codec=codec)
     owner = None
     if placement is not None and len(sorted_parts):
         targets = {owners[p] for p in np.unique(sorted_parts).tolist()}
@@ -195,13 +197,16 @@ def plan_produce(
     *,
     placement: Placement | None = None,
     forwarded: bool = False,
+    codec: str = "none",
 ) -> ProducePlan:
     """The rules of one produce request: the key may produce to the topic; values are checked
     against the topic's schema (one bad value refuses the request, or with errors.tolerance=all
     goes to the dead-letter topic, which the key must also be allowed to produce to); records are
     partitioned and validated. `placement` steers a request to its owner gateway (HTTP);
     `forwarded`: another gateway sent it, having read an older registry (a bad value then refuses
-    the request, so that gateway decides with the client's indexes). Blocking: call it in a thread
+    the request, so that gateway decides with the client's indexes). `codec`: how the client
+    compressed the records (Kafka's batches), what Fetch returns on a topic whose compression.type
+    is `producer`. Blocking: call it in a thread
     unless the table is small and the topic has no schema.
 
     Raises: AuthorizationError, TopicNotFoundError, PartitionNotFoundError, RecordTooLargeError,
@@ -220,7 +225,8 @@ def plan_produce(
         if split.valid.num_rows == 0:
             return ProducePlan(None, dead)
         table = split.valid
-    return ProducePlan(prepare(registry, topic, table, producer, placement if dead is None else None), dead)
+    prepared = prepare(registry, topic, table, producer, placement if dead is None else None, codec=codec)
+    return ProducePlan(prepared, dead)
 
 
 async def append_here(

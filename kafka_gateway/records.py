@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 import kafka_gateway._codec as _codec
+from delta_log.core.records import CODEC_KEY
 from delta_log.log.reader import Encoded
 
 HEADER_STRUCT: Final = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
@@ -357,7 +358,8 @@ def _millis(timestamps: pa.Array) -> np.ndarray:
 
 class StoredBatches:
     """The Kafka face's `delta_log.log.reader.Encoder`: record batches of stored records,
-    compressed with `compression` (none, gzip, snappy, lz4, zstd), split into runs as
+    compressed with `compression` (none, gzip, snappy, lz4, zstd; producer: as the records'
+    producers compressed theirs, a file's or table's `CODEC_KEY` metadata), split into runs as
     `encode_stored` splits them, made from a table in memory or by the codec straight from a local
     file's row groups (the codec keeps the last `max_files` files it read open, with their parsed
     footers, up to `max_footer_bytes`; a file deleted meanwhile stays readable while it is held).
@@ -381,8 +383,12 @@ class StoredBatches:
         return sibling
 
     def table(self, records: pa.Table) -> bytes:
+        compression = self.compression
+        if compression == "producer":  # as the records' producers compressed them (CODEC_KEY)
+            compression = (records.schema.metadata or {}).get(CODEC_KEY.encode(), b"none").decode()
+            compression = compression if compression in COMPRESSIONS else "none"
         return b"".join(
-            batch for chunk in records.to_batches() for batch in encode_stored(chunk, compression=self.compression)
+            batch for chunk in records.to_batches() for batch in encode_stored(chunk, compression=compression)
         )
 
     def stored(

@@ -63,6 +63,11 @@ MAX_TIMESTAMP_MS = 253_402_300_799_999
 DIGITS = r"^[0-9]{1,15}$"
 #: Kafka's "no timestamp": the server's time is used.
 NO_TIMESTAMP = -1
+#: The codec a partition's producers compressed their Kafka batches with (none, gzip, snappy, lz4,
+#: zstd), kept as metadata with the records it applies to: a segment file's parquet key-value
+#: metadata, a tail table's schema metadata. Fetch returns it on a topic whose compression.type is
+#: `producer` (read by the compiled codec too: kafka_gateway/codec/src/stored.rs).
+CODEC_KEY = "topiclake.codec"
 
 
 def check_offset(offset: int, *, what: str = "Offset") -> int:

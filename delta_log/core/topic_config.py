@@ -250,7 +250,8 @@ class TopicConfig:
     @property
     def compression_type(self) -> str:
         """Kafka's compression.type: the codec of the batches Kafka's Fetch returns ("producer":
-        as stored, uncompressed; "uncompressed", or a codec name)."""
+        the one the records' producer used, kept as their metadata, records.CODEC_KEY;
+        "uncompressed", or a codec name)."""
         return self.values.get("compression.type", "producer")
 
     @property

@@ -31,7 +31,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from conf import ReaderSettings
-from delta_log.core.records import TIMESTAMP_TYPE, TOPIC_SCHEMA, check_offset, record_sizes
+from delta_log.core.records import CODEC_KEY, TIMESTAMP_TYPE, TOPIC_SCHEMA, check_offset, record_sizes
 from delta_log.core.segments import SegmentInfo
 from delta_log.core.topic_config import TopicConfig
 from delta_log.errors import (
@@ -436,7 +436,7 @@ class TopicReader:
     def on_commit(self, info: CommitInfo) -> None:
         """Feed the tail cache with records this process just committed (of a `log` topic: acked
         in the write-ahead log)."""
-        self._tail.add(info.records)
+        self._tail.add(info.records, info.codecs)
 
     def hold_tail(self) -> None:
         """A `log` topic: keep acked records in the tail until `flushed` (fetches see them at once)."""
@@ -866,8 +866,10 @@ class TopicReader:
         return table, record_sizes(table)
 
     def _as_topic_rows(self, raw: pa.Table, partition: int) -> pa.Table:
-        """A decoded row group in TOPIC_SCHEMA (the partition lives in the file's path)."""
+        """A decoded row group in TOPIC_SCHEMA (the partition lives in the file's path), with the
+        file's producers' codec (`CODEC_KEY`) as schema metadata when it names one."""
         n = raw.num_rows
+        codec = (raw.schema.metadata or {}).get(CODEC_KEY.encode())
         timestamp = raw.column("timestamp")
         if timestamp.type != TIMESTAMP_TYPE:
             timestamp = timestamp.cast(TIMESTAMP_TYPE)
@@ -882,7 +884,7 @@ class TopicReader:
                 raw.column("timestampType"),
                 raw.column("headers"),
             ],
-            schema=TOPIC_SCHEMA,
+            schema=TOPIC_SCHEMA if codec is None else TOPIC_SCHEMA.with_metadata({CODEC_KEY: codec}),
         )
 
     def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int | None:

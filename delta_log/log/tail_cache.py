@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from delta_log.core.records import binary_offsets, partition_runs
+from delta_log.core.records import CODEC_KEY, binary_offsets, partition_runs
 
 
 @dataclass(slots=True)
@@ -63,8 +64,9 @@ class TailCache:
             tail.nbytes -= nbytes
             tail.first_offset = tail.tables[0][0]
 
-    def add(self, records: pa.Table) -> None:
-        """Add committed records (TOPIC_SCHEMA, sorted by partition then offset)."""
+    def add(self, records: pa.Table, codecs: Mapping[int, str] | None = None) -> None:
+        """Add committed records (TOPIC_SCHEMA, sorted by partition then offset); `codecs`:
+        partition -> its producers' codec, kept as the partition's tables' `CODEC_KEY` metadata."""
         parts = records.column("partition").to_numpy()
         n = len(parts)
         if not n or (self.max_bytes <= 0 and self._flushed is None):
@@ -75,6 +77,8 @@ class TailCache:
         with self._lock:
             for (p, s, e), nbytes in zip(runs, sizes, strict=True):
                 piece = records.slice(s, e - s)
+                if codecs and (codec := codecs.get(p, "none")) != "none":
+                    piece = piece.replace_schema_metadata({CODEC_KEY: codec})
                 base = int(offsets[s])
                 tail = self._tails.get(p)
                 if tail is None or tail.end_offset != base:

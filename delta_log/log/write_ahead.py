@@ -101,6 +101,7 @@ class _Acked:
     txns: dict[str, int]
     at: float
     nbytes: int
+    codecs: dict[int, str]  # partition -> its producers' codec (Staged.codecs)
 
     def high_watermarks(self) -> dict[int, int]:
         """The partitions' high watermarks once these records are in (their `hw-<p>` txns)."""
@@ -422,7 +423,7 @@ class LogTopic:
                 # the buffers' size, not `nbytes`: 0.5 against 14 us, and no GIL released and waited
                 # for again on this thread (the records are built for this write: the same figure)
                 nbytes = staged.records.get_total_buffer_size()
-                self._unflushed.append(_Acked(staged.records, staged.producer_ranges, txns, now, nbytes))
+                self._unflushed.append(_Acked(staged.records, staged.producer_ranges, txns, now, nbytes, staged.codecs))
                 self._unflushed_bytes += nbytes
             self._lock.notify_all()
             return self._due_locked()
@@ -457,10 +458,11 @@ class LogTopic:
         try:
             records = _by_partition([a.records for a in batch])
             producers = [r for a in batch for r in a.producers]
+            codecs = {p: c for a in batch for p, c in a.codecs.items()}  # (the last one acked)
             start, mono = time.perf_counter(), time.monotonic()
             lease = (self.holder, int(time.time() * 1000 + self.lease_s * 1000))
             with self._writer_lock:
-                renewed = self.writer.commit_staged(records, producers, lease=lease) > 0
+                renewed = self.writer.commit_staged(records, producers, lease=lease, codecs=codecs) > 0
             seconds = time.perf_counter() - start
         except OwnerNotAvailableError as exc:
             # another gateway took partitions over after this one's lease ended: it replayed this
@@ -533,7 +535,8 @@ class LogTopic:
                 if rest.num_rows:
                     txns = {k: v for k, v in a.txns.items() if partition_of(k) not in taken}
                     producers = [r for r in a.producers if r[1] not in taken]
-                    kept.append(_Acked(rest, producers, txns, a.at, rest.nbytes))
+                    codecs = {q: c for q, c in a.codecs.items() if q not in taken}
+                    kept.append(_Acked(rest, producers, txns, a.at, rest.nbytes, codecs))
             self._unflushed = kept
             self._unflushed_bytes = sum(a.nbytes for a in kept)
             for gone in taken:
@@ -738,7 +741,11 @@ class WriteAhead:
             if s.records is not None:  # readers first: an answered client may fetch at once
                 topic.on_ack(
                     CommitInfo(
-                        topic=topic.topic, table_version=-1, records=s.records, high_watermarks=s.high_watermarks
+                        topic=topic.topic,
+                        table_version=-1,
+                        records=s.records,
+                        high_watermarks=s.high_watermarks,
+                        codecs=s.codecs,
                     )
                 )
             for it, result in zip(group, s.results, strict=True):

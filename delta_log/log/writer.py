@@ -34,7 +34,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -60,6 +60,7 @@ from delta_log.core.records import (
 )
 from delta_log.errors import (
     CommitConflictError,
+    OutOfOrderSequenceError,
     OwnerNotAvailableError,
     StorageUnavailableError,
     TopiclakeError,
@@ -122,6 +123,9 @@ class AppendRequest:
     batch: pa.Table
     producer: ProducerSequence | None = None
     partitions: np.ndarray | None = None
+    #: how the client compressed the records (Kafka's batches: none, gzip, snappy, lz4, zstd),
+    #: kept with the segment file (segment_files.CODEC_KEY) for Fetch's compression.type=producer
+    codec: str = "none"
     _partition_set: frozenset[int] | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def partition_array(self) -> np.ndarray:
@@ -156,6 +160,7 @@ class CommitInfo:
     table_version: int
     records: pa.Table  # TOPIC_SCHEMA, sorted by (partition, offset)
     high_watermarks: dict[int, int]
+    codecs: Mapping[int, str] = dataclasses.field(default_factory=dict)  # partition -> its producers' codec
 
 
 class TopicWriter:
@@ -298,6 +303,13 @@ class TopicWriter:
 
     def _attempt(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         staged = stage(requests, self._txns, self.topic, tick=self._tick)
+        if any(isinstance(r.error, OutOfOrderSequenceError) for r in staged.results):
+            # a gap may be this object's lag, not the producer's: another gateway may have
+            # appended the batches in between (it led the partition before). Appends are checked
+            # at commit (the txn rule); a refusal is not, so it is decided on the newest version.
+            self.refresh()
+            self._planned = self._version
+            staged = stage(requests, self._txns, self.topic, tick=self._tick)
         if staged.records is None:
             return staged.results
         # one clock reading for both lease decisions below: a lease that ends between them was
@@ -312,11 +324,15 @@ class TopicWriter:
                 return staged.results
         self._refuse_leased(staged.high_watermarks, holder=None, now_ms=now_ms)
         txns = append_transactions(staged.high_watermarks, staged.producer_ranges)
-        self._commit(staged.records, txns + [Transaction(lease_app_id(p), 0) for p in lapsed])
+        self._commit(staged.records, txns + [Transaction(lease_app_id(p), 0) for p in lapsed], staged.codecs)
         version = self._version
         self._after_commit(
             CommitInfo(
-                topic=self.topic, table_version=version, records=staged.records, high_watermarks=staged.high_watermarks
+                topic=self.topic,
+                table_version=version,
+                records=staged.records,
+                high_watermarks=staged.high_watermarks,
+                codecs=staged.codecs,
             )
         )
         return [dataclasses.replace(r, table_version=version) if r.error is None else r for r in staged.results]
@@ -414,6 +430,7 @@ class TopicWriter:
         *,
         lease: tuple[int, int] | None = None,
         skip_leased: bool = False,
+        codecs: Mapping[int, str] | None = None,
     ) -> int:
         """Commit records whose offsets were assigned before (by a write-ahead log, which acked
         them), in ONE commit with their high watermarks and producers' txns; returns how many rows
@@ -424,7 +441,8 @@ class TopicWriter:
         `records`: TOPIC_SCHEMA sorted by (partition, offset); `producers`: (producer, partition,
         base offset) in the order they were acked; `lease`: (holder, expires_ms) renewed with the
         commit (the holder's flush); `skip_leased`: leave out the partitions another gateway holds
-        the lease of instead of refusing (a replay: that gateway is alive and flushes them itself).
+        the lease of instead of refusing (a replay: that gateway is alive and flushes them itself);
+        `codecs`: partition -> its producers' codec (kept in the file's metadata).
 
         Raises: OwnerNotAvailableError (another gateway holds a partition's lease), WriteAheadGapError
         (records missing before these), CommitConflictError, StorageUnavailableError,
@@ -447,9 +465,15 @@ class TopicWriter:
             txns = append_transactions(ends, kept)
             if lease is not None:
                 txns += lease_transactions(partitions, *lease)
-            self._commit(fresh, txns)
+            self._commit(fresh, txns, codecs)
             self._after_commit(
-                CommitInfo(topic=self.topic, table_version=self._version, records=fresh, high_watermarks=ends)
+                CommitInfo(
+                    topic=self.topic,
+                    table_version=self._version,
+                    records=fresh,
+                    high_watermarks=ends,
+                    codecs=codecs or {},
+                )
             )
             return fresh.num_rows
 
@@ -461,8 +485,9 @@ class TopicWriter:
         (single-threaded, as the writer)."""
         return self._txns
 
-    def _commit(self, records: pa.Table, txns: list[Transaction]) -> None:
-        """Write one parquet file per partition, then commit their add actions and `txns` at once.
+    def _commit(self, records: pa.Table, txns: list[Transaction], codecs: Mapping[int, str] | None = None) -> None:
+        """Write one parquet file per partition, then commit their add actions and `txns` at once;
+        `codecs`: partition -> its producers' codec, kept in the file's metadata.
 
         We write the files with pyarrow and commit their log entry ourselves on local disk
         (delta_log.table.log_entries), elsewhere through `create_write_transaction`: measured against
@@ -477,7 +502,7 @@ class TopicWriter:
         own = self.settings.own_log_entries and self.storage.is_local and plain_protocol(self._dt)
         if not own and self._dt.version() != read_version:  # planned on versions it has not read: plan again
             raise CommitFailedError("The table object trails this writer's version.")
-        files = write_segments(self.storage, self.uri, records, self._parquet_options)
+        files = write_segments(self.storage, self.uri, records, self._parquet_options, codecs=codecs or {})
         self._tick("parquet")
         # the records and bytes each commit appended, in its commitInfo: a topic's throughput over
         # time is then its Delta history (GET /topics/{t}/throughput)
@@ -589,6 +614,8 @@ class Staged:
     records: pa.Table | None  # TOPIC_SCHEMA, sorted by (partition, offset); None: nothing to write
     high_watermarks: dict[int, int]  # the touched partitions' new high watermarks
     producer_ranges: list[tuple[ProducerSequence, int, int]]  # (producer, partition, base offset)
+    #: partition -> the codec of its last request written (its producers' codec; segment_files.CODEC_KEY)
+    codecs: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 def stage(
@@ -633,6 +660,7 @@ def stage(
         ]
         for i, ranges in zip(pending, plans, strict=True):
             results[i] = AppendResult(ranges=tuple(ranges))
+    codecs = {p: requests[i].codec for i in pending for p in counts[i]}
     for i, first in plan.same_as.items():  # in-flush retries share their first copy's result
         results[i] = AppendResult(ranges=results[first].ranges, duplicate=True)
     return Staged(
@@ -640,6 +668,7 @@ def stage(
         records=records,
         high_watermarks=new_hws,
         producer_ranges=producer_ranges,
+        codecs=codecs,
     )
 
 

@@ -31,7 +31,7 @@ from delta_log.core.segments import SegmentInfo
 from delta_log.core.topic_config import TopicConfig
 from delta_log.errors import SourcesGoneError
 from delta_log.table.file_commit import commit_file_changes
-from delta_log.table.segment_files import ParquetOptions, remove_files, segments_of, write_segments
+from delta_log.table.segment_files import ParquetOptions, codec_of, remove_files, segments_of, write_segments
 from delta_log.table.storage import StorageRoot
 
 
@@ -98,7 +98,8 @@ def compact_topic(
         else:
             runs = plan_merge(ordered, target_bytes=target_bytes)
         for run in runs:
-            table = pa.concat_tables([_read(storage, uri, s) for s in run]).sort_by("offset")
+            pieces = [_read(storage, uri, s) for s in run]
+            table = pa.concat_tables(pieces).sort_by("offset")
             n_before = table.num_rows
             if key_compaction:
                 table = surviving_rows(
@@ -113,6 +114,7 @@ def compact_topic(
                     table.select(TOPIC_SCHEMA.names).cast(TOPIC_SCHEMA),
                     options,
                     first_offset=run[0].first_offset,
+                    codecs={partition: codec_of(pieces)},
                 )
             else:
                 files = []

@@ -22,7 +22,7 @@ from delta_log.core.topic_config import TopicConfig
 from delta_log.errors import PartitionNotFoundError, SourcesGoneError, StorageUnavailableError
 from delta_log.table.app_transactions import read_high_watermark
 from delta_log.table.file_commit import commit_file_changes
-from delta_log.table.segment_files import ParquetOptions, remove_files, segments_of, write_segments
+from delta_log.table.segment_files import ParquetOptions, codec_of, remove_files, segments_of, write_segments
 from delta_log.table.storage import StorageRoot
 
 #: plans made again when a concurrent roll-up or retention removed a planned file first
@@ -57,11 +57,14 @@ def delete_records(
             fs, _ = storage.filesystem()
             with fs.open_input_file(storage.file_path(uri, plan.straddling.path)) as f:
                 kept = pq.ParquetFile(f).read()
+            codecs = {partition: codec_of([kept])}
             kept = kept.filter(pc.greater_equal(kept.column("offset"), plan.log_start_offset))
             kept = kept.append_column("partition", pa.array([partition] * kept.num_rows, pa.int32()))
             rewritten = kept.select(TOPIC_SCHEMA.names).cast(TOPIC_SCHEMA)
             # the segment starts at the new log start offset, even where compaction left a gap after it
-            for w in write_segments(storage, uri, rewritten, parquet, first_offset=plan.log_start_offset):
+            for w in write_segments(
+                storage, uri, rewritten, parquet, first_offset=plan.log_start_offset, codecs=codecs
+            ):
                 written.append(w.relative_path)
                 actions.append(w.action)
         try:

@@ -42,6 +42,7 @@ from delta_log.table.file_commit import commit_file_changes, commit_own_file_cha
 from delta_log.table.segment_files import (
     ParquetOptions,
     WrittenSegment,
+    codec_of,
     merge_segments,
     remove_files,
     segments_of,
@@ -151,4 +152,4 @@ def _write_merged(
         merged = merged.sort_by("offset")
     n = merged.num_rows
     merged = merged.append_column("partition", pa.array([partition] * n, pa.int32())).select(TOPIC_SCHEMA.names)
-    return write_segments(storage, uri, merged.cast(TOPIC_SCHEMA), parquet)
+    return write_segments(storage, uri, merged.cast(TOPIC_SCHEMA), parquet, codecs={partition: codec_of(tables)})

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
 from conf.settings import WriterSettings
-from delta_log.core.records import partition_runs
+from delta_log.core.records import CODEC_KEY, partition_runs
 from delta_log.core.segments import SegmentInfo, StatsFallback, parse_add_actions
 from delta_log.table.storage import StorageRoot
 
@@ -124,9 +125,16 @@ def _stats_json(records: int, stats: dict[str, ColumnStats], *, first_offset: in
 
 
 def write_segments(
-    storage: StorageRoot, table_uri: str, records: pa.Table, options: ParquetOptions, *, first_offset: int | None = None
+    storage: StorageRoot,
+    table_uri: str,
+    records: pa.Table,
+    options: ParquetOptions,
+    *,
+    first_offset: int | None = None,
+    codecs: Mapping[int, str] | None = None,
 ) -> list[WrittenSegment]:
-    """Write `records` (TOPIC_SCHEMA, sorted by partition then offset) as one file per partition."""
+    """Write `records` (TOPIC_SCHEMA, sorted by partition then offset) as one file per partition;
+    `codecs`: partition -> its producers' codec (`CODEC_KEY`, when not none)."""
     fs, _ = storage.filesystem()
     base = storage.fs_path(table_uri)
     parts = records.column("partition").to_numpy()
@@ -138,8 +146,13 @@ def write_segments(
         piece = records.slice(s, e - s)
         data = piece.drop_columns(["partition"])  # a partition value lives in the path (Hive style)
         offsets = piece.column("offset").to_numpy()
+        meta: dict[str, str] = {}
         if bool(np.all(offsets[1:] > offsets[:-1])):  # what merge_segments may copy without sorting
-            data = data.replace_schema_metadata(SORTED_BY_OFFSET)
+            meta |= SORTED_BY_OFFSET
+        if (codec := (codecs or {}).get(partition, "none")) != "none":
+            meta[CODEC_KEY] = codec
+        if meta:
+            data = data.replace_schema_metadata(meta)
         rel = f"partition={partition}/part-{uuid.uuid4()}-c000.{options.compression}.parquet"
         path = f"{base}/{rel}"
         fs.create_dir(f"{base}/partition={partition}", recursive=True)
@@ -158,6 +171,13 @@ def write_segments(
         )
         out.append(WrittenSegment(relative_path=rel, partition=partition, records=piece.num_rows, action=action))
     return out
+
+
+def codec_of(tables: Sequence[pa.Table]) -> str:
+    """The producers' codec (`CODEC_KEY`) of segment files read into `tables` (in offset order),
+    for the file that replaces them: the newest one's, as the writer keeps its last request's."""
+    meta = (tables[-1].schema.metadata or {}) if tables else {}
+    return meta.get(CODEC_KEY.encode(), b"none").decode()
 
 
 def merge_segments(

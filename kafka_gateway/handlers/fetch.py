@@ -38,9 +38,9 @@ MAX_RECORDS = 100_000
 #: the records of every Kafka fetch, as record batches (one per process and codec: read-aheads are
 #: kept per encoder)
 KAFKA_BATCHES = StoredBatches()
-#: a topic's compression.type -> the codec of the batches Fetch returns ("producer" and
-#: "uncompressed": none; the records are stored uncompressed, in the table's own compression)
-FETCH_CODECS = {"gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
+#: a topic's compression.type -> the codec of the batches Fetch returns ("uncompressed": none;
+#: "producer": the codec the records' producers used, kept with them as metadata, CODEC_KEY)
+FETCH_CODECS = {"gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd", "producer": "producer"}
 
 
 def encoder_for(compression_type: str) -> StoredBatches:

@@ -121,7 +121,14 @@ def _plan(conn: Connection, topic: str, records: bytes, partition: int, budget: 
     if any(b.is_transactional or b.is_control for b in decoded.batches):
         raise RecordBatchError("INVALID_TXN_STATE", "Transactions are not supported yet (docs/KAFKA.md).")
     producer = _producer(decoded)
-    plan = plan_produce(conn.services.registry, conn.principal, topic, _table(decoded, partition), producer)
+    plan = plan_produce(
+        conn.services.registry,
+        conn.principal,
+        topic,
+        _table(decoded, partition),
+        producer,
+        codec=decoded.batches[-1].compression if decoded.batches else "none",
+    )
     return plan, reader.config.log_append_time
 
 

@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,9 +47,16 @@ class ChurnResult:
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
-def _producer(bootstrap: str) -> Producer:
+def _producer(bootstrap: str, errors: collections.Counter[str] | None = None) -> Producer:
+    """An idempotent producer; a record it fails to deliver is counted in `errors` ("delivery CODE")."""
+
+    def delivered(err, _msg) -> None:
+        if err is not None and errors is not None:
+            errors.update([f"delivery {err.name()}"])
+
     return Producer(
         {
+            "on_delivery": delivered,
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "compression.type": "snappy",
@@ -71,12 +79,14 @@ def run_chain(
     lifetime_s: tuple[float, float] = (1.0, 3.0),
     timeout_s: float = 120.0,
     client: str = "librdkafka",
+    midway: Callable[[], None] | None = None,
 ) -> ChurnResult:
     """Run the chained workload to completion (or `timeout_s`); what the last topic holds.
     `protocol` "consumer": Kafka 4's consumer protocol (KIP-848; `strategy` names the server's
     assignor, `group.remote.assignor`). `client` "java": the members are Kafka's Java client
     (java_churn/Churn.java, one JVM); "go": franz-go's (go_clients' `franzchurn`, one process);
-    the topics, the input and the check are the same."""
+    the topics, the input and the check are the same. `midway`: called once when half the records
+    have reached the last topic (to kill a gateway under load)."""
     tag = uuid.uuid4().hex[:8]
     topics = [f"churn-{tag}-{i}" for i in range(STAGES + 1)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -113,7 +123,7 @@ def run_chain(
             }
         if static:
             conf["group.instance.id"] = f"{tag}-{stage}-{slot}"
-        out = _producer(bootstrap)
+        out = _producer(bootstrap, errors)
         processed: dict[int, int] = {}  # partition -> next offset to commit
         c = Consumer(conf)
         started[0] += 1
@@ -182,6 +192,9 @@ def run_chain(
     deadline = t0 + timeout_s
     while len(got) < records and time.monotonic() < deadline:
         read(0.5)
+        if midway is not None and len(got) >= records // 2:
+            midway()
+            midway = None
     settle = time.monotonic() + 3  # duplicates arrive after the last new record
     while time.monotonic() < settle:
         read(0.5)

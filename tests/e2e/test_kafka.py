@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import json
 import socket
 import struct
 import time
@@ -496,39 +497,59 @@ def test_a_topics_compression_type_compresses_the_batches_fetch_returns(gateway,
     """Batches of a topic with compression.type gzip/snappy/lz4/zstd come back in that codec
     (produced with another one: re-encoded), decompress with the codecs' own libraries, and a
     client reads every value byte for byte."""
-    import json
 
+    for codec in CODECS:
+        name = new_topic(admin, partitions=1, **{"compression.type": codec})
+        other = "lz4" if codec != "lz4" else "zstd"
+        _fetched_in(gateway, name, codec, produced_with=other)
+
+
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+JSON_VALUES = [json.dumps({"id": i, "name": f"customer-{i % 7}", "note": "x" * 900}).encode() for i in range(200)]
+
+
+def _fetched_in(gateway, name: str, codec: str, *, produced_with: str) -> None:
+    """Produce JSON_VALUES to `name` compressed with `produced_with`: Fetch returns them in batches
+    compressed with `codec` that decompress with the codec's own library, and a client reads every
+    value byte for byte."""
     from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
     from kio.static.primitive import i32, i64
 
     from kafka_gateway.records import decode_batches
     from tests.e2e import kafka_wire
 
-    values = [json.dumps({"id": i, "name": f"customer-{i % 7}", "note": "x" * 900}).encode() for i in range(200)]
-    for codec, attribute in (("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)):
-        name = new_topic(admin, partitions=1, **{"compression.type": codec})
-        other = "lz4" if codec != "lz4" else "zstd"
-        produce(gateway, name, [(None, v) for v in values], **{"compression.type": other})
-        with kafka_wire.connect(gateway.kafka) as s:
-            part = FetchPartition(partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(8 << 20))
-            answer = kafka_wire.call(
-                s,
-                1,
-                12,
-                max_wait=datetime.timedelta(0),
-                min_bytes=i32(1),
-                topics=(FetchTopic(topic=name, partitions=(part,)),),
-                forgotten_topics_data=(),
-            )
-        records = bytes(answer.responses[0].partitions[0].records)
-        at, sections = 0, []
-        while at < len(records):
-            length = struct.unpack(">i", records[at + 8 : at + 12])[0]
-            attributes = struct.unpack(">h", records[at + 21 : at + 23])[0]
-            assert attributes & 7 == attribute, (codec, attributes)
-            sections.append(_decompress(codec, records[at + 61 : at + 12 + length]))
-            at += 12 + length
-        assert sum(len(x) for x in sections) > 2 * len(records)  # 1 KB JSON compresses
-        assert decode_batches(records, max_records=10_000, max_bytes=64 << 20).value.to_pylist() == values
-        got = consume(gateway, name, f"g-{name}", len(values))
-        assert [m.value() for m in got] == values
+    values = JSON_VALUES
+    produce(gateway, name, [(None, v) for v in values], **{"compression.type": produced_with})
+    with kafka_wire.connect(gateway.kafka) as s:
+        part = FetchPartition(partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(8 << 20))
+        answer = kafka_wire.call(
+            s,
+            1,
+            12,
+            max_wait=datetime.timedelta(0),
+            min_bytes=i32(1),
+            topics=(FetchTopic(topic=name, partitions=(part,)),),
+            forgotten_topics_data=(),
+        )
+    records = bytes(answer.responses[0].partitions[0].records)
+    at, sections = 0, []
+    while at < len(records):
+        length = struct.unpack(">i", records[at + 8 : at + 12])[0]
+        attributes = struct.unpack(">h", records[at + 21 : at + 23])[0]
+        assert attributes & 7 == CODECS[codec], (codec, attributes)
+        sections.append(_decompress(codec, records[at + 61 : at + 12 + length]))
+        at += 12 + length
+    assert sum(len(x) for x in sections) > 2 * len(records)  # 1 KB JSON compresses
+    assert decode_batches(records, max_records=10_000, max_bytes=64 << 20).value.to_pylist() == values
+    got = consume(gateway, name, f"g-{name}", len(values))
+    assert [m.value() for m in got] == values
+
+
+@pytest.mark.parametrize("ack_mode", ["table", "log"])
+def test_by_default_fetch_returns_the_codec_each_producer_used(gateway, admin, ack_mode):
+    """compression.type=producer (the default): batches come back in the codec their producer
+    compressed them with, on a `table` topic and on a `log` one (acked from the write-ahead log).
+    (From segment files: tests/integration/test_fetch_codec.py.)"""
+    for codec in CODECS:
+        name = new_topic(admin, partitions=1, **{"topiclake.ack.mode": ack_mode})
+        _fetched_in(gateway, name, codec, produced_with=codec)

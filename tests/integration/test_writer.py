@@ -8,7 +8,7 @@ import pytest
 from deltalake import DeltaTable
 
 from delta_log import AppendRequest, ProducerSequence, TopicReader, TopicWriter
-from delta_log.errors import DuplicateSequenceError, InvalidRecordError, TopicNotFoundError
+from delta_log.errors import DuplicateSequenceError, InvalidRecordError, OutOfOrderSequenceError, TopicNotFoundError
 from delta_log.maintenance.topic_maintenance import TopicMaintenance
 from delta_log.table.app_transactions import read_high_watermark, read_high_watermarks, read_producer_state
 from tests.integration.conftest import make_batch
@@ -91,6 +91,26 @@ def test_two_writer_objects_interleave_without_duplicates(storage, settings, top
     assert sorted(seen) == list(range(0, 100, 5))
     assert b.conflicts > 0
     assert all_offsets(storage, topic) == {0: list(range(100))}
+
+
+def test_a_kafka_producer_moving_to_a_writer_with_a_stale_snapshot_continues(storage, settings, topic_factory):
+    """A partition's leader moves (a gateway died): the producer's next batch reaches a writer that
+    has not read the batches the old leader appended since. That is no gap: the writer reads the
+    newest version before it refuses, and the batch is appended; a real gap is still refused."""
+    topic = topic_factory()
+    old, new = TopicWriter(storage, topic, settings.writer), TopicWriter(storage, topic, settings.writer)
+
+    def batch(first: int, n: int = 5) -> ProducerSequence:
+        return ProducerSequence(producer_id="k.7.0", sequence=first + n - 1, first_sequence=first)
+
+    new.append(make_batch(5), batch(0))
+    for first in (5, 10, 15):
+        old.append(make_batch(5), batch(first))
+    got = new.append(make_batch(5), batch(20))
+    assert [(r.partition, r.base_offset) for r in got.ranges] == [(0, 20)]
+    with pytest.raises(OutOfOrderSequenceError):
+        new.append(make_batch(5), batch(30))
+    assert all_offsets(storage, topic) == {0: list(range(25))}
 
 
 def test_append_retries_after_concurrent_delete(storage, settings, topic_factory):

@@ -380,7 +380,8 @@ impl StoredBatches {
     /// The records of `row_groups` of the local parquet file at `path` with offset >= `start`,
     /// within `max_records` and `max_bytes` (key + value + header bytes; the first record even
     /// when larger if `take_one`), as record batches compressed with `compression` ("none",
-    /// "gzip", "snappy", "lz4", "zstd"): `(data, count, last_offset, size, full)`, `full` when the
+    /// "gzip", "snappy", "lz4", "zstd"; "producer": the codec the file's metadata names):
+    /// `(data, count, last_offset, size, full)`, `full` when the
     /// next record did not fit; or, as a str, why the file is not in the layout this path encodes
     /// (the caller reads it the general way). The GIL is released for the whole read. Raises
     /// OSError when the file cannot be opened, ValueError for an unknown compression.
@@ -400,8 +401,12 @@ impl StoredBatches {
         partition_leader_epoch: i32,
         compression: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let codec = Codec::from_name(compression)
-            .ok_or_else(|| PyValueError::new_err(format!("unknown compression {compression:?}")))?;
+        let codec = match compression {
+            "producer" => None,
+            name => Some(Codec::from_name(name).ok_or_else(|| {
+                PyValueError::new_err(format!("unknown compression {name:?}"))
+            })?),
+        };
         let req = stored::Request {
             path,
             row_groups: &row_groups,

@@ -50,8 +50,24 @@ pub struct Request<'a> {
     /// little past its last record)
     pub batch_rows: usize,
     pub partition_leader_epoch: i32,
-    /// how the batches' records are compressed (the topic's compression.type)
-    pub codec: Codec,
+    /// how the batches' records are compressed (the topic's compression.type); None: as the
+    /// file's producers compressed theirs (its `CODEC_KEY` metadata; none when it has none)
+    pub codec: Option<Codec>,
+}
+
+/// The parquet key-value metadata naming the codec a segment file's producers compressed their
+/// batches with (delta_log.table.segment_files.CODEC_KEY).
+pub const CODEC_KEY: &str = "topiclake.codec";
+
+/// The codec a file's metadata names (none when it names none, or one this codec does not know).
+fn file_codec(meta: &ArrowReaderMetadata) -> Codec {
+    meta.metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == CODEC_KEY))
+        .and_then(|e| e.value.as_deref())
+        .and_then(Codec::from_name)
+        .unwrap_or(Codec::None)
 }
 
 /// What a read returned: the batches, their record count, last offset and record bytes, and
@@ -379,6 +395,11 @@ pub fn fetch(footers: &Footers, req: &Request<'_>) -> Result<Outcome, std::io::E
         Err(e) => return Ok(Outcome::Unsupported(e)),
     };
     let meta = &footer.meta;
+    let resolved = Request {
+        codec: Some(req.codec.unwrap_or_else(|| file_codec(meta))),
+        ..*req
+    };
+    let req = &resolved;
     let cols = match Columns::of(meta.schema()) {
         Ok(c) => c,
         Err(e) => return Ok(Outcome::Unsupported(e)),
@@ -601,7 +622,7 @@ fn take(batch: &RecordBatch, req: &Request<'_>, state: &mut State) -> Result<boo
                 producer_epoch: -1,
                 base_sequence: -1,
                 log_append_time,
-                codec: req.codec,
+                codec: req.codec.unwrap_or(Codec::None),
             };
             encode_into(&records, &params, &mut state.out).map_err(|e| e.0)?;
             a = b;

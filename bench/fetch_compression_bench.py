@@ -1,12 +1,12 @@
 """What Kafka's Fetch costs with compression, beside Apache Kafka in one run: bytes on the wire
 per record, and the server's CPU per record, for a topic whose compression.type is none, lz4 or
-zstd.
+zstd, and for one whose compression.type is `producer` (the default) written by an lz4 producer.
 
     python -m bench.fetch_compression_bench            # 50,000 records of 1 KB
     python -m bench.fetch_compression_bench --quick    # 10,000
 
-Each topic gets the same JSON-like 1 KB values, produced uncompressed through each system's Kafka
-listener; then one librdkafka consumer reads the topic from the start (in batches, as a tailing
+Each topic gets the same JSON-like 1 KB values, produced uncompressed (lz4 for the `producer`
+topic) through each system's Kafka listener; then one librdkafka consumer reads the topic from the start (in batches, as a tailing
 application with a backlog does). Measured during the read only:
 - wire bytes per record: librdkafka's own count of bytes received from the brokers;
 - server CPU per record: the gateway's (or the Kafka broker's JVM) user + system CPU time from
@@ -32,7 +32,8 @@ from bench.common import print_table, write_results
 from bench.kafka_broker import KafkaBroker
 from tests.e2e.server import ServerProcess
 
-CODECS = ("uncompressed", "lz4", "zstd")
+#: (the topic's compression.type, the producer's compression.type)
+CASES = (("uncompressed", "none"), ("lz4", "none"), ("zstd", "none"), ("producer", "lz4"))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -58,10 +59,12 @@ def values(n: int) -> list[bytes]:
     ]
 
 
-def setup(bootstrap: str, topic: str, codec: str, payload: list[bytes]) -> None:
+def setup(bootstrap: str, topic: str, codec: str, payload: list[bytes], producer_codec: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": codec})])[topic].result(60)
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "compression.type": producer_codec}
+    )
     for v in payload:
         while True:
             try:
@@ -108,14 +111,14 @@ def main() -> int:
         try:
             with KafkaBroker(Path(tmp) / "kafka") as kafka:
                 assert srv.proc is not None and kafka.proc is not None
-                for codec in CODECS:
-                    setup(srv.kafka, f"t-{codec}", codec, payload)
-                    setup(kafka.bootstrap, f"k-{codec}", codec, payload)
+                for codec, producer_codec in CASES:
+                    setup(srv.kafka, f"t-{codec}", codec, payload, producer_codec)
+                    setup(kafka.bootstrap, f"k-{codec}", codec, payload, producer_codec)
                     ours = read(srv.kafka, f"t-{codec}", n, srv.proc.pid)
                     theirs = read(kafka.bootstrap, f"k-{codec}", n, kafka.proc.pid)
                     rows.append(
                         {
-                            "compression.type": codec,
+                            "compression.type": codec if producer_codec == "none" else f"{codec} ({producer_codec})",
                             "topiclake_bytes_per_record": round(ours["bytes_per_record"], 1),
                             "kafka_bytes_per_record": round(theirs["bytes_per_record"], 1),
                             "bytes_ratio": round(ours["bytes_per_record"] / theirs["bytes_per_record"], 2),

@@ -42,7 +42,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from conf import ServerSettings
 from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics
+from delta_log.core.group_config import GroupConfigBounds, apply_updates
 from delta_log.core.group_rules import (
     AWAITING_SYNC,
     DEAD,
@@ -69,10 +71,22 @@ from delta_log.errors import (
 from delta_log.log.catalog import CATALOG_MARKER
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
+from delta_log.system.group_configs import GroupConfigStore
 from delta_log.system.groups import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
 from delta_log.system.offsets import OffsetCommit, validate_commit
 
 log = logging.getLogger(__name__)
+
+
+def group_config_bounds(server: ServerSettings) -> GroupConfigBounds:
+    """Consumer-protocol groups' default timing and the bounds of their group configs."""
+    return GroupConfigBounds.of(
+        server.consumer_group_session_timeout_ms,
+        server.consumer_group_heartbeat_interval_ms,
+        (server.consumer_group_min_session_timeout_ms, server.consumer_group_max_session_timeout_ms),
+        (server.consumer_group_min_heartbeat_interval_ms, server.consumer_group_max_heartbeat_interval_ms),
+    )
+
 
 __all__ = ["GroupCoordinator", "GroupLag", "GroupSummary", "HeartbeatResult", "JoinResult"]
 
@@ -120,6 +134,7 @@ class GroupCoordinator:
         owns: Callable[[str], bool] | None = None,
         consumer_session_timeout_ms: int = 45_000,
         consumer_heartbeat_interval_ms: int = 5_000,
+        group_config_bounds: GroupConfigBounds | None = None,
     ) -> None:
         self.registry = registry
         self.offsets = registry.offsets
@@ -132,6 +147,13 @@ class GroupCoordinator:
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer_session_timeout_ms = consumer_session_timeout_ms
         self.consumer_heartbeat_interval_ms = consumer_heartbeat_interval_ms
+        #: consumer-protocol groups' timing: the defaults above, and the bounds of group configs
+        self.config_bounds = group_config_bounds or GroupConfigBounds.of(
+            consumer_session_timeout_ms, consumer_heartbeat_interval_ms, (45_000, 60_000), (5_000, 15_000)
+        )
+        self._config_store: GroupConfigStore | None = None  # opened on first use
+        #: groups' config overrides (delta_log.core.group_config), as last read or set here
+        self._group_configs: dict[str, dict[str, str]] = {}
         self._topic_index = _TopicIndex()
         self._lag_weights: dict[str, tuple[float, dict[tuple[str, int], int]]] = {}
         self._changed: dict[str, asyncio.Event] = {}
@@ -272,7 +294,9 @@ class GroupCoordinator:
                 log.exception("syncing consumer group state failed; retrying")
 
     async def sync(self) -> None:
-        """Adopt generations written by the rebalance job since the last look."""
+        """Adopt generations written by the rebalance job, and group configs set on any gateway,
+        since the last look."""
+        await self.reload_group_configs()
         version, latest = await asyncio.to_thread(self.store.load_if_changed, self._seen_version)
         self._seen_version = version
         for rec in (latest or {}).values():
@@ -582,6 +606,9 @@ class GroupCoordinator:
                     heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
                 ),
             )
+        g.session_timeout_ms, g.heartbeat_interval_ms = self.config_bounds.effective(
+            self._group_configs.get(group_id, {})
+        )
         topics = await self.topics()
         weights = None
         if hb.assignor == "lag" or g.assignor == "lag":
@@ -592,6 +619,38 @@ class GroupCoordinator:
         if not g.members and hb.epoch < 0:
             self._lag_weights.pop(group_id, None)
         return answer, g
+
+    # -- group configs (Kafka's GROUP resource) --------------------------------------------------
+    def _configs(self) -> GroupConfigStore:
+        if self._config_store is None:
+            self._config_store = GroupConfigStore(self.registry.storage)
+        return self._config_store
+
+    async def reload_group_configs(self) -> dict[str, dict[str, str]]:
+        """Every group's config overrides, read from the root now. Raises: StorageUnavailableError."""
+        _, self._group_configs = await asyncio.to_thread(lambda: self._configs().load())
+        return self._group_configs
+
+    async def group_config(self, group_id: str) -> dict[str, str]:
+        """The group's config overrides, as read from the root now (the gateway's defaults are
+        `config_bounds.defaults()`). Raises: InvalidGroupError, StorageUnavailableError."""
+        validate_group_id(group_id)
+        return dict((await self.reload_group_configs()).get(group_id, {}))
+
+    async def alter_group_config(
+        self, group_id: str, updates: Mapping[str, str | None], *, validate_only: bool = False
+    ) -> dict[str, str]:
+        """Apply `updates` to the group's overrides (None: back to the default); they apply from
+        each member's next heartbeat, on whichever gateway coordinates the group.
+
+        Raises: InvalidGroupError, InvalidConfigError, StorageUnavailableError."""
+        validate_group_id(group_id)
+        if validate_only:
+            current = (await self.reload_group_configs()).get(group_id, {})
+            return apply_updates(current, updates, self.config_bounds)
+        new = await asyncio.to_thread(lambda: self._configs().alter(group_id, updates, self.config_bounds))
+        self._group_configs[group_id] = new
+        return new
 
     async def _claim(self, group_id: str) -> None:
         """Act for the group here (its coordinator epoch claimed on first use, with several

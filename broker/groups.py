@@ -387,3 +387,42 @@ def lag_history(
         total = None if unknown or not rows else sum(r.lag for r in rows)
         out.append(LagPoint(at_ms=at, lag=total, partitions=rows))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfigEntry:
+    """One of a group's configs: its value, and whether it is the gateway's default."""
+
+    name: str
+    value: str
+    is_default: bool
+
+
+async def describe_group_config(
+    coordinator: GroupCoordinator, principal: Principal, group: str
+) -> list[GroupConfigEntry]:
+    """Every config of the group (Kafka's GROUP resource): its overrides, else the gateway's
+    defaults. Raises: AuthorizationError (DESCRIBE on the group), InvalidGroupError,
+    StorageUnavailableError."""
+    authorize_group(principal, "describe", group)
+    overrides = await coordinator.group_config(group)
+    defaults = coordinator.config_bounds.defaults()
+    return [
+        GroupConfigEntry(name=k, value=overrides.get(k, v), is_default=k not in overrides)
+        for k, v in sorted(defaults.items())
+    ]
+
+
+async def alter_group_config(
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    updates: Mapping[str, str | None],
+    *,
+    validate_only: bool = False,
+) -> dict[str, str]:
+    """Set (or, with None, reset) group configs; the group's overrides after. Raises:
+    AuthorizationError (admin on the group: Kafka's ALTER_CONFIGS), InvalidGroupError,
+    InvalidConfigError, StorageUnavailableError."""
+    authorize_group(principal, "admin", group)
+    return await coordinator.alter_group_config(group, updates, validate_only=validate_only)

@@ -311,6 +311,34 @@ class ServerSettings(BaseModel):
         description="Consumer-protocol groups: how often members heartbeat, told to them in every answer "
         "(Kafka's group.consumer.heartbeat.interval.ms).",
     )
+    consumer_group_min_session_timeout_ms: int = Field(
+        45_000,
+        ge=1_000,
+        le=3_600_000,
+        description="The least consumer.session.timeout.ms a group config may set (Kafka's "
+        "group.consumer.min.session.timeout.ms); the bounds always include the default above.",
+    )
+    consumer_group_max_session_timeout_ms: int = Field(
+        60_000,
+        ge=1_000,
+        le=3_600_000,
+        description="The most consumer.session.timeout.ms a group config may set "
+        "(Kafka's group.consumer.max.session.timeout.ms).",
+    )
+    consumer_group_min_heartbeat_interval_ms: int = Field(
+        5_000,
+        ge=100,
+        le=600_000,
+        description="The least consumer.heartbeat.interval.ms a group config may set "
+        "(Kafka's group.consumer.min.heartbeat.interval.ms).",
+    )
+    consumer_group_max_heartbeat_interval_ms: int = Field(
+        15_000,
+        ge=100,
+        le=600_000,
+        description="The most consumer.heartbeat.interval.ms a group config may set "
+        "(Kafka's group.consumer.max.heartbeat.interval.ms).",
+    )
     allowed_hosts: tuple[str, ...] = Field(
         (),
         description='Host names the server answers to besides localhost, 127.0.0.1 and ::1 ("*": any). Empty: a '

@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.cluster import Cluster
-from broker.coordinator import GroupCoordinator
+from broker.coordinator import GroupCoordinator, group_config_bounds
 from broker.notifier import CommitNotifier
 from broker.services import Services
 from conf import AuthSettings, Settings, load_settings
@@ -312,6 +312,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             heartbeat_persist_s=settings.server.heartbeat_persist_interval_s,
             consumer_session_timeout_ms=settings.server.consumer_group_session_timeout_ms,
             consumer_heartbeat_interval_ms=settings.server.consumer_group_heartbeat_interval_ms,
+            group_config_bounds=group_config_bounds(settings.server),
             owns=(lambda g: cluster.owns(group_resource(g))) if cluster else None,
         )
         await coordinator.start()

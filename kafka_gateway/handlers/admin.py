@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import admin
+from broker import admin, groups
 from delta_log.core.topic_config import DEFAULT_CONFIG
 from delta_log.errors import InvalidConfigError, TopiclakeError
 from kafka_gateway.apis import api
@@ -31,9 +31,11 @@ if TYPE_CHECKING:
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32
 #: DescribeConfigs' config sources
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_SOURCE = 5
+GROUP_CONFIG_SOURCE = 8
 #: IncrementalAlterConfigs' operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 #: a topic id that names no topic (Kafka's Uuid.ZERO_UUID)
@@ -165,89 +167,134 @@ async def create_partitions(conn: Connection, request: Any, version: int) -> dic
     return await asyncio.to_thread(_add_partitions, conn, request)
 
 
-def _describe_configs(conn: Connection, request: Any) -> dict[str, Any]:
+def _config_entry(name: str, value: str, source: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "read_only": False,
+        "config_source": source,
+        "is_default": source == DEFAULT_SOURCE,
+        "is_sensitive": False,
+        "synonyms": [],
+        "config_type": 0,
+        "documentation": None,
+    }
+
+
+def _describe_topic_configs(conn: Connection, r: Any) -> list[dict[str, Any]]:
+    """Raises: TopiclakeError."""
     assert conn.principal is not None
-    results = []
-    for r in request.resources:
-        base = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_message": None}
-        if r.resource_type == BROKER_RESOURCE:
-            results.append(base | {"error_code": 0, "configs": []})
-            continue
-        if r.resource_type != TOPIC_RESOURCE:
-            results.append(base | {"error_code": ErrorCode.invalid_request, "configs": []})
-            continue
-        try:
-            d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
-        except TopiclakeError as exc:
-            results.append(base | _error(exc) | {"configs": []})
-            continue
-        keys = set(r.configuration_keys) if r.configuration_keys is not None else None
-        configs: list[dict[str, Any]] = [
-            {
-                "name": k,
-                "value": v,
-                "read_only": False,
-                "config_source": DEFAULT_SOURCE if DEFAULT_CONFIG.get(k) == v else DYNAMIC_TOPIC_CONFIG,
-                "is_default": DEFAULT_CONFIG.get(k) == v,
-                "is_sensitive": False,
-                "synonyms": [],
-                "config_type": 0,
-                "documentation": None,
-            }
-            for k, v in sorted(d.config.values.items())
-            if keys is None or k in keys
-        ]
-        results.append(base | {"error_code": 0, "configs": configs})
-    return {"throttle_time": 0, "results": results}
+    d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
+    keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+    return [
+        _config_entry(k, v, DEFAULT_SOURCE if DEFAULT_CONFIG.get(k) == v else DYNAMIC_TOPIC_CONFIG)
+        for k, v in sorted(d.config.values.items())
+        if keys is None or k in keys
+    ]
+
+
+async def _describe_group_configs(conn: Connection, r: Any) -> list[dict[str, Any]]:
+    """Raises: TopiclakeError."""
+    assert conn.principal is not None
+    entries = await groups.describe_group_config(conn.services.coordinator, conn.principal, r.resource_name)
+    keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+    return [
+        _config_entry(e.name, e.value, DEFAULT_SOURCE if e.is_default else GROUP_CONFIG_SOURCE)
+        for e in entries
+        if keys is None or e.name in keys
+    ]
 
 
 @api(32, "DescribeConfigs", 1, 4)
 async def describe_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
-    return await asyncio.to_thread(_describe_configs, conn, request)
+    results = []
+    for r in request.resources:
+        base = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_message": None}
+        try:
+            if r.resource_type == BROKER_RESOURCE:
+                configs: list[dict[str, Any]] = []
+            elif r.resource_type == TOPIC_RESOURCE:
+                configs = await asyncio.to_thread(_describe_topic_configs, conn, r)
+            elif r.resource_type == GROUP_RESOURCE:
+                configs = await _describe_group_configs(conn, r)
+            else:
+                results.append(base | {"error_code": ErrorCode.invalid_request, "configs": []})
+                continue
+        except TopiclakeError as exc:
+            results.append(base | _error(exc) | {"configs": []})
+            continue
+        results.append(base | {"error_code": 0, "configs": configs})
+    return {"throttle_time": 0, "results": results}
 
 
-def _alter(conn: Connection, request: Any, incremental: bool) -> dict[str, Any]:
+def _incremental_updates(r: Any, what: str) -> dict[str, str | None]:
+    """IncrementalAlterConfigs' SET and DELETE of one resource. Raises: InvalidConfigError."""
+    updates: dict[str, str | None] = {}
+    for c in r.configs:
+        if c.config_operation == SET:
+            updates[c.name] = c.value
+        elif c.config_operation == DELETE:
+            updates[c.name] = None
+        else:
+            raise InvalidConfigError(
+                f"{c.name}: APPEND and SUBTRACT are for list configs; {what} configs here are single values.",
+                key=c.name,
+            )
+    return updates
+
+
+def _alter_topic(conn: Connection, r: Any, incremental: bool, validate_only: bool) -> None:
+    """Raises: TopiclakeError."""
+    assert conn.principal is not None
+    d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
+    updates: dict[str, object]
+    if incremental:
+        updates = dict(_incremental_updates(r, "topic"))
+    else:  # AlterConfigs replaces the whole set: what it leaves out returns to its default
+        given = {c.name: c.value for c in r.configs}  # an unknown key is refused (INVALID_CONFIG)
+        updates = {k: None for k in d.config.values if k in DEFAULT_CONFIG} | given
+    if not validate_only:
+        admin.alter_config(conn.services.registry, conn.principal, r.resource_name, updates)
+
+
+async def _alter(conn: Connection, request: Any, incremental: bool) -> dict[str, Any]:
     assert conn.principal is not None
     out = []
     for r in request.resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
-        if r.resource_type != TOPIC_RESOURCE:
-            why = "Only topic configs can be changed here; gateway settings are in topiclake.toml."
-            out.append(base | {"error_code": ErrorCode.invalid_request, "error_message": why})
-            continue
         try:
-            d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
-            updates: dict[str, object] = {}
-            if incremental:
-                for c in r.configs:
-                    if c.config_operation == SET:
-                        updates[c.name] = c.value
-                    elif c.config_operation == DELETE:
-                        updates[c.name] = None
-                    else:
-                        raise InvalidConfigError(
-                            f"{c.name}: APPEND and SUBTRACT are for list configs; topic configs here are single values.",
-                            key=c.name,
-                        )
-            else:  # AlterConfigs replaces the whole set: what it leaves out returns to its default
-                given = {c.name: c.value for c in r.configs}  # an unknown key is refused (INVALID_CONFIG)
-                updates = {k: None for k in d.config.values if k in DEFAULT_CONFIG} | given
-            if not request.validate_only:
-                admin.alter_config(conn.services.registry, conn.principal, r.resource_name, updates)
-            out.append(base | {"error_code": 0, "error_message": None})
+            if r.resource_type == TOPIC_RESOURCE:
+                await asyncio.to_thread(_alter_topic, conn, r, incremental, request.validate_only)
+            elif r.resource_type == GROUP_RESOURCE and incremental:  # (Kafka's AlterConfigs has no groups)
+                await groups.alter_group_config(
+                    conn.services.coordinator,
+                    conn.principal,
+                    r.resource_name,
+                    _incremental_updates(r, "group"),
+                    validate_only=request.validate_only,
+                )
+            else:
+                why = (
+                    "Topic configs, and group configs with IncrementalAlterConfigs, can be changed here; "
+                    "gateway settings are in topiclake.toml."
+                )
+                out.append(base | {"error_code": ErrorCode.invalid_request, "error_message": why})
+                continue
         except TopiclakeError as exc:
             out.append(base | _error(exc))
+            continue
+        out.append(base | {"error_code": 0, "error_message": None})
     return {"throttle_time": 0, "responses": out}
 
 
 @api(44, "IncrementalAlterConfigs", 0, 1)
 async def incremental_alter_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
-    return await asyncio.to_thread(_alter, conn, request, True)
+    return await _alter(conn, request, True)
 
 
 @api(33, "AlterConfigs", 0, 2)
 async def alter_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
-    return await asyncio.to_thread(_alter, conn, request, False)
+    return await _alter(conn, request, False)
 
 
 @api(22, "InitProducerId", 0, 5)

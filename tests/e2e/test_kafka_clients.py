@@ -384,6 +384,26 @@ def test_refusals_are_answered_as_kafka_answers_them(secured):
         ).responses
         assert [(r.name, r.topic_id, r.error_code) for r in deleted] == [("hidden-by-id", hidden_id, ErrorCode.none)]
         assert "hidden-by-id" not in admin.list_topics(timeout=10).topics
+        # group configs: DESCRIBE on the group to read them, ALTER (admin here) to change them
+        from kio.schema.describe_configs.v4.request import DescribeConfigsResource
+        from kio.schema.incremental_alter_configs.v1.request import AlterableConfig, AlterConfigsResource
+
+        def described(sock, group: str) -> int:
+            resource = DescribeConfigsResource(resource_type=i8(32), resource_name=group, configuration_keys=None)
+            answer = kafka_wire.call(
+                sock, 32, 4, resources=(resource,), include_synonyms=False, include_documentation=False
+            )
+            return answer.results[0].error_code
+
+        def altered(sock, group: str) -> int:
+            config = AlterableConfig(name="consumer.session.timeout.ms", config_operation=i8(0), value="50000")
+            resource = AlterConfigsResource(resource_type=i8(32), resource_name=group, configs=(config,))
+            return kafka_wire.call(sock, 44, 1, resources=(resource,), validate_only=False).responses[0].error_code
+
+        assert described(s, "orders-configs") == ErrorCode.none  # READ implies DESCRIBE, as in Kafka
+        assert described(s, "billing") == ErrorCode.group_authorization_failed
+        assert altered(s, "orders-configs") == ErrorCode.group_authorization_failed
+        assert altered(root, "orders-configs") == ErrorCode.none
         # SASL once per connection: a second handshake is refused, the connection still serves
         assert kafka_wire.call(s, 17, 1, mechanism="PLAIN").error_code == ErrorCode.illegal_sasl_state
         assert kafka_wire.call(s, 18, 0).error_code == ErrorCode.none

@@ -337,3 +337,72 @@ def test_the_java_consumer_reads_on_the_consumer_protocol_and_the_tools_describe
     live.close()
     assert described.returncode == 0, described.stderr[-3000:]
     assert group in described.stdout and "rdkafka" in described.stdout, described.stdout
+
+
+def test_group_configs_set_with_kafka_configs_reach_the_members(gateway, admin):
+    """`kafka-configs --entity-type groups` (Kafka's ConfigCommand, 4.3.1) sets a group's
+    consumer.session.timeout.ms and consumer.heartbeat.interval.ms (IncrementalAlterConfigs on a
+    GROUP resource), describes them, and the group's members are told the new interval in their
+    next heartbeat answer; a value outside the gateway's bounds, or a key groups do not take, is
+    refused with Kafka's INVALID_CONFIG and changes nothing."""
+    import datetime
+    import uuid
+
+    from kio.static.primitive import i32
+
+    from tests.e2e import kafka_wire
+
+    libs = ensure_jars()
+    topic = new_topic(admin, 2)
+    group = f"g-{topic}"
+    base = [java(), "-Xmx256m", "-cp", f"{libs}/*", "kafka.admin.ConfigCommand", "--bootstrap-server", gateway.kafka]
+    entity = ["--entity-type", "groups", "--entity-name", group]
+
+    def configs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *entity, *args], capture_output=True, text=True, timeout=180)
+
+    def heartbeat_interval(member_id: str, epoch: int) -> int:
+        with kafka_wire.connect(gateway.kafka) as s:
+            answer = kafka_wire.call(
+                s,
+                68,
+                0,
+                group_id=group,
+                member_id=member_id,
+                member_epoch=i32(epoch),
+                instance_id=None,
+                rack_id=None,
+                rebalance_timeout=datetime.timedelta(seconds=30)
+                if epoch == 0
+                else datetime.timedelta(seconds=-1 / 1000),
+                subscribed_topic_names=(topic,) if epoch == 0 else None,
+                server_assignor=None,
+                topic_partitions=() if epoch == 0 else None,
+            )
+        assert answer.error_code == 0, answer
+        return int(answer.heartbeat_interval.total_seconds() * 1000)
+
+    member_id = uuid.uuid4().hex[:22]
+    assert heartbeat_interval(member_id, 0) == 500  # the gateway's default (this module's settings)
+    described = configs("--describe")  # the tool lists a group's overrides (none yet), as Kafka's
+    assert described.returncode == 0, described.stderr[-3000:]
+    assert "consumer." not in described.stdout, described.stdout
+    altered = configs("--alter", "--add-config", "consumer.heartbeat.interval.ms=1500,consumer.session.timeout.ms=9000")
+    assert altered.returncode == 0, altered.stderr[-3000:]
+    described = configs("--describe")
+    assert "consumer.heartbeat.interval.ms=1500" in described.stdout, described.stdout
+    assert "consumer.session.timeout.ms=9000" in described.stdout, described.stdout
+    assert heartbeat_interval(member_id, 1) == 1500
+    for bad in (
+        "consumer.session.timeout.ms=99999999",
+        "consumer.heartbeat.interval.ms=9000",
+        "share.session.timeout.ms=50000",
+    ):
+        refused = configs("--alter", "--add-config", bad)
+        assert refused.returncode != 0 and "InvalidConfigurationException" in refused.stdout + refused.stderr, bad
+    reset = configs("--alter", "--delete-config", "consumer.heartbeat.interval.ms")
+    assert reset.returncode == 0, reset.stderr[-3000:]
+    assert heartbeat_interval(member_id, 1) == 500
+    described = configs("--describe")
+    assert "consumer.session.timeout.ms=9000" in described.stdout, described.stdout
+    assert "consumer.heartbeat.interval.ms" not in described.stdout, described.stdout

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from conf import ServerSettings
-from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics
+from delta_log.core.consumer_group import ClassicProtocol, ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics
 from delta_log.core.group_config import GroupConfigBounds, apply_updates
 from delta_log.core.group_rules import (
     AWAITING_SYNC,
@@ -62,6 +62,7 @@ from delta_log.errors import (
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
+    MemberIdRequiredError,
     NotCoordinatorError,
     PartitionNotFoundError,
     RebalanceInProgressError,
@@ -365,6 +366,9 @@ class GroupCoordinator:
         client: tuple[str, str] = ("", ""),
         rebalance_timeout_ms: int = 0,
         require_member_id: bool = False,
+        protocol_type: str = "",
+        embedded: Sequence[tuple[str, bytes]] = (),
+        owned: Mapping[str, Sequence[int]] | None = None,
     ) -> JoinResult:
         """Join (or rejoin) and wait for the group's next generation (Stable; or, where the leader
         assigns, CompletingRebalance until the leader's SyncGroup: see `sync`), by Kafka's rules
@@ -375,8 +379,12 @@ class GroupCoordinator:
         `missing_topics_ok`: topics that do not exist are joined with no partitions (Kafka's way)
         instead of refused. `rebalance_timeout_ms`: how long a rebalance waits for this member
         (Kafka's JoinGroup field; 0: its session timeout). `require_member_id`: a new dynamic
-        member first gets its member id (Kafka's JoinGroup v4+).
+        member first gets its member id (Kafka's JoinGroup v4+). `protocol_type`: Kafka's JoinGroup
+        protocol type ("consumer": a Kafka consumer, whose group may be upgraded to the consumer
+        protocol); `embedded`: the protocols a Kafka consumer offers, and `owned` what its
+        subscription says it owns (for a consumer-protocol group it joins as a classic member).
         """
+        owned = owned or {}
         validate_group_id(group_id)
         topics = validate_join(assignor, session_timeout_ms, topics)
         validate_instance_id(instance_id)
@@ -384,10 +392,24 @@ class GroupCoordinator:
         if consumer is not None:
             self._check_owned(group_id)
             if consumer.members:
-                raise InconsistentGroupProtocolError(
-                    f"Group {group_id!r} is a consumer-protocol group (KIP-848) with members; join it with "
-                    "group.protocol=consumer, or use another group id.",
-                    group=group_id,
+                if protocol_type != "consumer":  # (HTTP members, other protocol types)
+                    raise InconsistentGroupProtocolError(
+                        f"Group {group_id!r} is a consumer-protocol group (KIP-848) with members; only Kafka "
+                        "consumers join it (or use another group id).",
+                        group=group_id,
+                    )
+                return await self._classic_join_consumer(
+                    consumer,
+                    member_id=member_id,
+                    instance_id=instance_id,
+                    topics=topics,
+                    owned=owned,
+                    protocols=embedded,
+                    session_timeout_ms=session_timeout_ms,
+                    rebalance_timeout_ms=rebalance_timeout_ms,
+                    principal=principal,
+                    client=client,
+                    require_member_id=require_member_id,
                 )
             del self.consumer_groups[group_id]  # an empty consumer group becomes a classic one
         if not missing_topics_ok:  # (Kafka's consumers may subscribe to topics not created yet)
@@ -410,6 +432,7 @@ class GroupCoordinator:
             rebalance_timeout_ms=rebalance_timeout_ms,
             require_member_id=require_member_id,
         )
+        member.protocol_type = protocol_type
         if settled:
             if replaced is not None:  # a static member took its instance id over: persist its new id
                 await self._save([g])
@@ -428,10 +451,12 @@ class GroupCoordinator:
             remaining = (g.rebalance_deadline or self.clock()) - self.clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout=max(0.01, min(remaining, 0.5)))
-            if self.groups.get(group_id) is not g:
-                raise NotCoordinatorError(f"Group {group_id!r} moved to another gateway; join again.", group=group_id)
+            if (moved := self._moved(g)) is not None:
+                raise moved
             if mid in g.members:
                 g.members[mid].last_heartbeat = self.clock()  # waiting in join counts as alive
+        if (moved := self._moved(g)) is not None:
+            raise moved
         # dropped meanwhile: UnknownMemberError, join again; its instance taken over: FencedInstanceIdError
         return g.result(g.member(mid, instance_id=instance_id))
 
@@ -451,6 +476,9 @@ class GroupCoordinator:
 
         Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, FencedInstanceIdError,
         AuthorizationError, RebalanceInProgressError, NotCoordinatorError."""
+        if group_id in self.consumer_groups:  # upgraded since the leader joined: it joins again
+            self._check_owned(group_id)
+            raise self._upgraded(group_id)
         await self._ensure(group_id)
         g = self.group(group_id)
         deadline = self.clock() + g.rebalance_timeout_s()  # Kafka's pending-sync timeout
@@ -473,8 +501,8 @@ class GroupCoordinator:
             event = self._event(g)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout=max(0.01, min(deadline - self.clock(), 0.5)))
-            if self.groups.get(group_id) is not g:
-                raise NotCoordinatorError(f"Group {group_id!r} moved to another gateway; join again.", group=group_id)
+            if (moved := self._moved(g)) is not None:
+                raise moved
             if member_id in g.members:
                 g.members[member_id].last_heartbeat = self.clock()  # waiting in sync counts as alive
 
@@ -527,6 +555,10 @@ class GroupCoordinator:
 
         Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError,
         NotCoordinatorError."""
+        if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
+            self._check_owned(group_id)
+            rejoin = cg.classic_heartbeat(member_id, instance_id, generation, self.clock(), principal)
+            return HeartbeatResult(generation=generation, rebalance=rejoin, assignment={})
         await self._ensure(group_id)
         g = self.group(group_id)
         result = g.heartbeat(member_id, generation, self.clock(), principal, instance_id=instance_id)
@@ -564,6 +596,11 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, *, principal: str | None = None, instance_id: str | None = None
     ) -> None:
         """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError, NotCoordinatorError."""
+        if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
+            self._check_owned(group_id)
+            left = cg.classic_leave(member_id, instance_id, principal)
+            log.info("group %r: classic member %r left", group_id, left)
+            return
         await self._ensure(group_id)
         g = self.group(group_id)
         g.leave(member_id, self.clock(), principal, instance_id=instance_id)
@@ -587,15 +624,16 @@ class GroupCoordinator:
         validate_group_id(group_id)
         await self._claim(group_id)
         g = self.consumer_groups.get(group_id)
-        if g is None:
-            classic = self.groups.get(group_id)
-            if classic is not None and classic.members:
+        if g is None and (classic := self.groups.get(group_id)) is not None and classic.members:
+            if not all(m.protocol_type == "consumer" for m in classic.members.values()):
                 raise UnknownGroupError(
-                    f"Group {group_id!r} is a classic group with members; it takes consumer-protocol members "
-                    "once it is empty (or use group.protocol=classic).",
+                    f"Group {group_id!r} is a classic group with members that are not Kafka consumers (HTTP "
+                    "members): it takes consumer-protocol members once it is empty (or use group.protocol=classic).",
                     group=group_id,
                 )
-            if classic is not None:  # an empty classic group becomes a consumer group (Kafka's upgrade)
+            g = await self._upgrade(classic)
+        if g is None:
+            if (classic := self.groups.get(group_id)) is not None:  # an empty classic group: Kafka's upgrade
                 self.groups.pop(group_id, None)
                 log.info("group %r: an empty classic group becomes a consumer-protocol group", group_id)
             g = self.consumer_groups.setdefault(
@@ -651,6 +689,105 @@ class GroupCoordinator:
         new = await asyncio.to_thread(lambda: self._configs().alter(group_id, updates, self.config_bounds))
         self._group_configs[group_id] = new
         return new
+
+    async def _upgrade(self, classic: GroupState) -> ConsumerGroup:
+        """Kafka's online upgrade: a classic group of Kafka consumers becomes a consumer group, its
+        members in it with their partitions (ConsumerGroup.from_classic), speaking the classic
+        protocol until they too move. Joins and syncs waiting in the classic group are answered
+        REBALANCE_IN_PROGRESS (they join the consumer group); the classic group is persisted as Dead
+        so no gateway restores it."""
+        group_id = classic.group_id
+        g = ConsumerGroup.from_classic(
+            group_id,
+            classic.generation,
+            classic.members.values(),
+            session_timeout_ms=self.consumer_session_timeout_ms,
+            heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
+        )
+        self.consumer_groups[group_id] = g
+        self.groups.pop(group_id, None)
+        classic.state = DEAD
+        self._wake(classic)
+        await self._save([classic])
+        log.info(
+            "group %r: a classic group of %d members becomes a consumer-protocol group (generation %d)",
+            group_id,
+            len(g.members),
+            classic.generation,
+        )
+        return g
+
+    def _upgraded(self, group_id: str) -> RebalanceInProgressError:
+        return RebalanceInProgressError(
+            f"Group {group_id!r} now runs Kafka's consumer protocol; the member joins it again.", group=group_id
+        )
+
+    def _moved(self, g: GroupState) -> TopiclakeError | None:
+        """Why a join or sync waiting in `g` cannot go on: the group became a consumer group, or
+        it moved to another gateway."""
+        if self.groups.get(g.group_id) is g:
+            return None
+        if g.group_id in self.consumer_groups:
+            return self._upgraded(g.group_id)
+        return NotCoordinatorError(f"Group {g.group_id!r} moved to another gateway; join again.", group=g.group_id)
+
+    async def _classic_join_consumer(
+        self,
+        g: ConsumerGroup,
+        *,
+        member_id: str | None,
+        instance_id: str | None,
+        topics: list[str],
+        owned: Mapping[str, Sequence[int]],
+        protocols: Sequence[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        principal: str | None,
+        client: tuple[str, str],
+        require_member_id: bool,
+    ) -> JoinResult:
+        """A classic member's JoinGroup to a consumer group (ConsumerGroup.classic_join).
+
+        Raises: MemberIdRequiredError, and as ConsumerGroup.classic_join."""
+        if not member_id:
+            member_id = str(uuid.uuid4())
+            if require_member_id and instance_id is None:  # KIP-394, as in a classic group
+                raise MemberIdRequiredError(
+                    f"Join group {g.group_id!r} again with member id {member_id!r}.", member_id=member_id
+                )
+        weights = await self._weights(g) if g.assignor == "lag" else None
+        m = g.classic_join(
+            member_id=member_id,
+            instance_id=instance_id,
+            topics=topics,
+            owned={t: frozenset(ps) for t, ps in owned.items() if ps},
+            classic=ClassicProtocol(session_timeout_ms=session_timeout_ms, protocols=tuple(protocols)),
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            now=self.clock(),
+            known_topics=await self.topics(),
+            principal=principal,
+            client=client,
+            weights=lambda: weights or {},
+        )
+        return JoinResult(
+            member_id=m.member_id,
+            generation=m.epoch,
+            assignment={t: sorted(ps) for t, ps in m.assigned.items()},
+            members=len(g.members),
+            protocol=protocols[0][0] if protocols else None,
+            leader="",  # nobody assigns: every member syncs for its own partitions
+        )
+
+    def classic_sync_consumer(
+        self, group_id: str, member_id: str, generation: int, *, principal: str | None, instance_id: str | None
+    ) -> dict[str, list[int]] | None:
+        """A classic member's SyncGroup to a consumer group: its partitions; None when the group is
+        not a consumer group here. Raises: as ConsumerGroup.classic_sync."""
+        g = self.consumer_groups.get(group_id)
+        if g is None:
+            return None
+        self._check_owned(group_id)
+        return {t: sorted(ps) for t, ps in g.classic_sync(member_id, instance_id, generation, principal).items()}
 
     async def _claim(self, group_id: str) -> None:
         """Act for the group here (its coordinator epoch claimed on first use, with several

@@ -48,6 +48,9 @@ async def join(
     client: tuple[str, str] = ("", ""),
     rebalance_timeout_ms: int = 0,
     require_member_id: bool = False,
+    protocol_type: str = "",
+    embedded: Sequence[tuple[str, bytes]] = (),
+    owned: Mapping[str, Sequence[int]] | None = None,
 ) -> JoinResult:
     """Join (or rejoin) and wait for the group's next generation.
 
@@ -68,6 +71,9 @@ async def join(
         client=client,
         rebalance_timeout_ms=rebalance_timeout_ms,
         require_member_id=require_member_id,
+        protocol_type=protocol_type,
+        embedded=embedded,
+        owned=owned,
     )
 
 
@@ -426,3 +432,21 @@ async def alter_group_config(
     InvalidConfigError, StorageUnavailableError."""
     authorize_group(principal, "admin", group)
     return await coordinator.alter_group_config(group, updates, validate_only=validate_only)
+
+
+def classic_sync(
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    member_id: str,
+    generation: int,
+    instance_id: str | None,
+) -> dict[str, list[int]] | None:
+    """A classic member's SyncGroup in a consumer-protocol group: its partitions; None when the
+    group is no consumer-protocol group here.
+
+    Raises: AuthorizationError, and as ConsumerGroup.classic_sync."""
+    authorize_group(principal, "read", group)
+    return coordinator.classic_sync_consumer(
+        group, member_id, generation, principal=owner_of(principal), instance_id=instance_id
+    )

@@ -23,7 +23,7 @@ import types
 import typing
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -267,6 +267,23 @@ def decode_subscription(metadata: bytes) -> list[str]:
     """The topics of a ConsumerProtocolSubscription (any version: fields are only ever appended).
 
     Raises: MalformedFrameError."""
+    return _subscription(metadata).topics
+
+
+class _Subscription(NamedTuple):
+    topics: list[str]
+    owned: dict[str, list[int]]  # topic -> partitions
+
+
+def decode_owned(metadata: bytes) -> dict[str, list[int]]:
+    """The partitions a ConsumerProtocolSubscription (v1+) says its member owns (a cooperative
+    member's; an eager one owns none when it joins).
+
+    Raises: MalformedFrameError."""
+    return _subscription(metadata).owned
+
+
+def _subscription(metadata: bytes) -> _Subscription:
     if len(metadata) < 2:
         raise MalformedFrameError("A consumer subscription starts with its int16 version.")
     (version,) = struct.unpack_from(">h", metadata)
@@ -279,7 +296,10 @@ def decode_subscription(metadata: bytes) -> list[str]:
         except Exception as exc:
             error = error or exc
             continue
-        return [str(t) for t in sub.topics]
+        owned: dict[str, list[int]] = {}
+        for tp in getattr(sub, "owned_partitions", None) or ():
+            owned.setdefault(str(tp.topic), []).extend(int(p) for p in tp.partitions)
+        return _Subscription([str(t) for t in sub.topics], owned)
     raise MalformedFrameError(f"The consumer subscription does not parse: {error}")
 
 

@@ -28,6 +28,13 @@ its group coordinator (GroupMetadataManager, CurrentAssignmentBuilder) runs them
   `uniform` (balanced, sticky: Kafka's default), `range` (per topic, contiguous ranges in member
   order, so co-partitioned topics line up) and `lag` (topiclake's: balanced by backlog, not count:
   a member holding a partition with a large lag gets fewer others).
+- **Classic members** (Kafka's online upgrade, `group.consumer.migration.policy`): a classic group
+  of Kafka consumers becomes a consumer group when a consumer-protocol member joins it
+  (`from_classic`: every member keeps its partitions at an epoch equal to the generation), and its
+  classic members stay in it, on the same machinery: a JoinGroup is one reconciliation step (their
+  subscription says what they still own), SyncGroup hands them their partitions, and a Heartbeat
+  answers REBALANCE_IN_PROGRESS when they have partitions to give up or to take, or the group epoch
+  moved past theirs. Their own session timeout applies to them.
 """
 
 from __future__ import annotations
@@ -40,13 +47,17 @@ from dataclasses import dataclass, field, replace
 import re2
 
 from delta_log.core.assignors import assign_range, assign_sticky
+from delta_log.core.group_rules import MemberState
 from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import (
     AuthorizationError,
     FencedInstanceIdError,
     FencedMemberEpochError,
+    FencedMemberError,
+    InconsistentGroupProtocolError,
     InvalidGroupRequestError,
     InvalidRegularExpressionError,
+    RebalanceInProgressError,
     StaleMemberEpochError,
     UnknownMemberError,
     UnreleasedInstanceIdError,
@@ -107,6 +118,15 @@ class HeartbeatAnswer:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClassicProtocol:
+    """A member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) in a consumer
+    group: its session timeout, and the protocols it offers (name, ConsumerProtocol subscription)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerMember:
     member_id: str
     instance_id: str | None = None
@@ -131,6 +151,8 @@ class ConsumerMember:
     assigned_at: dict[tuple[str, int], int] = field(default_factory=dict)
     #: which topics its key may read (a regular expression matches only those); None: all
     readable: Callable[[str], bool] | None = field(default=None, compare=False)
+    #: a classic-protocol member (None: a consumer-protocol one)
+    classic: ClassicProtocol | None = None
 
     def holds(self) -> Iterable[tuple[str, int]]:
         for parts in (self.assigned, self.revoking):
@@ -209,8 +231,9 @@ class ConsumerGroup:
         epoch from the one each partition was given to it at up to its current one (the answer that
         moved its epoch may not have reached it yet); a partition it does not hold only at its
         current epoch. Without a member (epoch < 0, the admin tools) only while the group is empty.
+        A classic member commits at its generation, its member epoch.
 
-        Raises: UnknownMemberError, StaleMemberEpochError, AuthorizationError."""
+        Raises: UnknownMemberError, StaleMemberEpochError, FencedMemberError, AuthorizationError."""
         if epoch < 0 and not self.members:
             return
         m = self.members.get(member_id or "")
@@ -221,6 +244,9 @@ class ConsumerGroup:
                 member_id=member_id,
             )
         _check_principal(self.group_id, m, principal)
+        if m.classic is not None:  # a classic member commits at its generation (ILLEGAL_GENERATION)
+            self._check_generation(m, epoch)
+            return
         held = set(m.holds())
         stale = epoch > m.epoch or any(
             epoch < m.assigned_at.get(tp, m.epoch) if tp in held else epoch != m.epoch for tp in partitions
@@ -479,14 +505,183 @@ class ConsumerGroup:
             assigned_at=since,
         )
 
+    # -- classic members (Kafka's online upgrade) ------------------------------------------------
+    @classmethod
+    def from_classic(
+        cls,
+        group_id: str,
+        generation: int,
+        members: Iterable[MemberState],
+        *,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+    ) -> ConsumerGroup:
+        """A classic group of Kafka consumers as a consumer group (Kafka's ConsumerGroup
+        .fromClassicGroup): each member keeps its partitions, at an epoch equal to the generation,
+        which is the group's epoch and its target's."""
+        g = cls(
+            group_id=group_id,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            epoch=generation,
+            assignment_epoch=generation,
+        )
+        for m in members:
+            assigned = _partitions(m.assignment)
+            g.target[m.member_id] = assigned
+            g._put(
+                ConsumerMember(
+                    member_id=m.member_id,
+                    instance_id=m.instance_id,
+                    principal=m.principal,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms or m.session_timeout_ms,
+                    topics=m.topics,
+                    epoch=generation,
+                    previous_epoch=generation,
+                    assigned=assigned,
+                    assigned_at={(t, p): generation for t, ps in assigned.items() for p in ps},
+                    last_heartbeat=m.last_heartbeat,
+                    classic=ClassicProtocol(session_timeout_ms=m.session_timeout_ms, protocols=m.protocols),
+                )
+            )
+        return g
+
+    def classic_join(
+        self,
+        *,
+        member_id: str,
+        instance_id: str | None,
+        topics: Iterable[str],
+        owned: Partitions,
+        classic: ClassicProtocol,
+        rebalance_timeout_ms: int,
+        now: float,
+        known_topics: Topics,
+        principal: str | None = None,
+        client: tuple[str, str] = ("", ""),
+        weights: Callable[[], Mapping[tuple[str, int], int]] | None = None,
+    ) -> ConsumerMember:
+        """A classic member's JoinGroup (Kafka's classicGroupJoinToConsumerGroup): the member is
+        added or updated, and takes one reconciliation step; `owned`: what its subscription says
+        it still owns (an eager member owns nothing when it rejoins). Its epoch is the generation
+        the JoinGroup answers.
+
+        Raises: FencedInstanceIdError, AuthorizationError."""
+        before: ConsumerMember | None = None
+        if instance_id is not None and (existing := self.static_member(instance_id)) is not None:
+            _check_principal(self.group_id, existing, principal)
+            if existing.member_id != member_id:  # a new process of the instance takes it over
+                self._remove(existing.member_id, bump=False)
+                self.target[member_id] = self.target.pop(existing.member_id, {})
+                existing = replace(existing, member_id=member_id)
+            before = existing
+        elif (existing := self.members.get(member_id)) is not None:
+            _check_principal(self.group_id, existing, principal)
+            before = existing
+        base = before or ConsumerMember(member_id=member_id, instance_id=instance_id, principal=principal or "")
+        member = replace(
+            base,
+            topics=frozenset(topics),
+            regex=None,
+            assignor=None,
+            rebalance_timeout_ms=rebalance_timeout_ms or classic.session_timeout_ms,
+            client_id=client[0],
+            client_host=client[1],
+            last_heartbeat=now,
+            classic=classic,
+            epoch=0 if base.left_for_now else base.epoch,  # a static member back from leaving for now
+        )
+        changed = before is None or member.topics != before.topics or before.regex is not None
+        self._put(member)
+        self._refresh(known_topics, bump=changed, weights=weights)
+        member = self._reconcile(self.members[member.member_id], owned, now)
+        self._put(member)
+        return member
+
+    def classic_member(self, member_id: str, instance_id: str | None, principal: str | None) -> ConsumerMember:
+        """The classic member a SyncGroup, Heartbeat, LeaveGroup or commit is from.
+
+        Raises: UnknownMemberError, FencedInstanceIdError, AuthorizationError,
+        InconsistentGroupProtocolError (a consumer-protocol member)."""
+        m = self._known(Heartbeat(member_id=member_id, epoch=1, instance_id=instance_id), principal)
+        if m.classic is None:
+            raise InconsistentGroupProtocolError(
+                f"Member {member_id!r} of group {self.group_id!r} uses the consumer protocol; it heartbeats "
+                "with ConsumerGroupHeartbeat.",
+                group=self.group_id,
+            )
+        return m
+
+    def classic_sync(
+        self, member_id: str, instance_id: str | None, generation: int, principal: str | None
+    ) -> Partitions:
+        """A classic member's SyncGroup: its partitions (Kafka's classicGroupSyncToConsumerGroup).
+
+        Raises: as `classic_member`, FencedMemberError (another generation),
+        RebalanceInProgressError (the group epoch moved past the member's: it joins again)."""
+        m = self.classic_member(member_id, instance_id, principal)
+        self._check_generation(m, generation)
+        if self.epoch > m.epoch and m.state != UNREVOKED:
+            raise RebalanceInProgressError(
+                f"Group {self.group_id!r} is rebalancing (epoch {self.epoch}); the member joins again.",
+                group=self.group_id,
+            )
+        return m.assigned
+
+    def classic_heartbeat(
+        self, member_id: str, instance_id: str | None, generation: int, now: float, principal: str | None
+    ) -> bool:
+        """A classic member's Heartbeat; whether it must join again (Kafka's
+        classicGroupHeartbeatToConsumerGroup: the group epoch moved past its own, it has partitions
+        to give up, or partitions it waited for are free).
+
+        Raises: as `classic_member`, FencedMemberError."""
+        m = self.classic_member(member_id, instance_id, principal)
+        self._check_generation(m, generation)
+        self.members[m.member_id] = replace(m, last_heartbeat=now)
+        return m.epoch < self.epoch or m.state == UNREVOKED or (m.state == UNRELEASED and not self._waiting_on(m))
+
+    def classic_leave(self, member_id: str, instance_id: str | None, principal: str | None) -> str:
+        """A classic member's LeaveGroup; the member id that left.
+
+        Raises: as `classic_member`."""
+        m = self.classic_member(member_id, instance_id, principal)
+        self._remove(m.member_id, bump=True)
+        return m.member_id
+
+    def _check_generation(self, m: ConsumerMember, generation: int) -> None:
+        if generation != m.epoch:
+            raise FencedMemberError(
+                f"Generation {generation} is not member {m.member_id!r}'s ({m.epoch}); the consumer joins again.",
+                group=self.group_id,
+                member_id=m.member_id,
+            )
+
+    def _waiting_on(self, m: ConsumerMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        target = self.target.get(m.member_id, {})
+        return any(
+            p not in m.assigned.get(t, ()) and self.owners.get((t, p), m.member_id) != m.member_id
+            for t, ps in target.items()
+            for p in ps
+        )
+
+    @property
+    def classic_only(self) -> bool:
+        """Every member speaks the classic protocol (the group could be a classic one again)."""
+        return bool(self.members) and all(m.classic is not None for m in self.members.values())
+
     # -- time ------------------------------------------------------------------------------------
     def expire(self, now: float, topics: Topics) -> list[str]:
-        """Remove members whose session ended or that did not revoke within their rebalance
-        timeout; the ids removed (the group epoch moved if any)."""
+        """Remove members whose session ended (a classic member's own session timeout) or that did
+        not revoke within their rebalance timeout; the ids removed (the group epoch moved if any)."""
         gone = [
             m.member_id
             for m in self.members.values()
-            if now - m.last_heartbeat > self.session_timeout_ms / 1000
+            if now - m.last_heartbeat
+            > (m.classic.session_timeout_ms if m.classic is not None else self.session_timeout_ms) / 1000
             or (m.state == UNREVOKED and m.revoke_deadline is not None and now > m.revoke_deadline)
         ]
         for mid in gone:

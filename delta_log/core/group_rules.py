@@ -73,6 +73,8 @@ class MemberState:
     #: HTTP the join's `client_id`, else its User-Agent, and its address): DescribeGroups shows them
     client_id: str = ""
     client_host: str = ""
+    #: Kafka's JoinGroup protocol type ("consumer": a Kafka consumer; empty: an HTTP member)
+    protocol_type: str = ""
 
     def owns(self, topic: str, partition: int) -> bool:
         return partition in self.assignment.get(topic, ())

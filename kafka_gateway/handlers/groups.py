@@ -77,9 +77,11 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
     name, assignor = chosen
     leader_mode = leader_assigns(assignor)
     topics: list[str] = []
+    owned: dict[str, list[int]] = {}
     if protocol_type == "consumer":  # every consumer assignor's metadata is a ConsumerProtocolSubscription
         try:
             topics = messages.decode_subscription(dict(offered)[name])
+            owned = messages.decode_owned(dict(offered)[name])
         except messages.MalformedFrameError:
             return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
     assert conn.principal is not None
@@ -104,6 +106,9 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
                 client=(conn.client_id or "", f"/{conn.peer}"),
                 rebalance_timeout_ms=rebalance_ms,
                 require_member_id=version >= 4,  # KIP-394
+                protocol_type=protocol_type,
+                embedded=offered if protocol_type == "consumer" else (),
+                owned=owned,
             )
         except MemberIdRequiredError as exc:
             return fail | {"error_code": ErrorCode.member_id_required, "member_id": exc.details["member_id"]}
@@ -147,6 +152,23 @@ async def sync_group(conn: Connection, request: Any, version: int) -> Any:
     group = request.group_id
     base = {"throttle_time": 0, "protocol_type": "consumer", "protocol_name": None, "assignment": b""}
     assert conn.principal is not None
+    try:  # a classic member of a consumer-protocol group (Kafka's online upgrade): its partitions
+        assigned = groups.classic_sync(
+            conn.services.coordinator,
+            conn.principal,
+            group,
+            request.member_id,
+            request.generation_id,
+            getattr(request, "group_instance_id", None),
+        )
+    except TopiclakeError as exc:
+        return base | {"error_code": code_of(exc)}
+    if assigned is not None:
+        return base | {
+            "error_code": 0,
+            "protocol_name": getattr(request, "protocol_name", None),
+            "assignment": messages.encode_assignment(assigned),
+        }
     g = conn.services.coordinator.groups.get(group)
     if g is not None and g.leader_assigns:
         return _sync_from_leader(conn, request, g)
@@ -428,8 +450,8 @@ async def offset_delete(conn: Connection, request: Any, version: int) -> Any:
 
 
 # -- the consumer protocol (KIP-848) ----------------------------------------------------------------
-#: ConsumerGroupDescribe's member type for consumer-protocol members
-CONSUMER_MEMBER = 1
+#: ConsumerGroupDescribe's member types (v1): classic-protocol and consumer-protocol members
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
 def _by_id(coordinator: Any) -> dict[uuid.UUID, str]:
@@ -536,7 +558,7 @@ async def consumer_group_describe(conn: Connection, request: Any, version: int) 
                 "subscribed_topic_regex": m.regex,
                 "assignment": _assignment(coordinator, m.assigned, names=True),
                 "target_assignment": _assignment(coordinator, g.target.get(m.member_id, {}), names=True),
-                "member_type": CONSUMER_MEMBER,
+                "member_type": CONSUMER_MEMBER if m.classic is None else CLASSIC_MEMBER,
             }
             for m in g.members.values()
         ]

@@ -218,3 +218,102 @@ def test_a_commit_at_an_epoch_since_the_partition_was_given_is_the_members_kip_1
         g.check_commit("a", 1, None, [("orders", mine[0])])
     with pytest.raises(StaleMemberEpochError):
         g.check_commit("a", 3, None, [("orders", kept[0])])
+
+
+# -- classic members (Kafka's online upgrade) ----------------------------------------------------
+def classic_group() -> ConsumerGroup:
+    """A classic group of two Kafka consumers at generation 4, three partitions each, upgraded."""
+    from delta_log.core.group_rules import MemberState
+
+    members = [
+        MemberState(
+            member_id=mid,
+            instance_id=None,
+            topics=frozenset({"orders"}),
+            session_timeout_ms=10_000,
+            last_heartbeat=0.0,
+            rebalance_timeout_ms=30_000,
+            assignment={"orders": parts},
+            protocols=(("cooperative-sticky", b"\x00\x03"),),
+            protocol_type="consumer",
+        )
+        for mid, parts in (("c1", [0, 1, 2]), ("c2", [3, 4, 5]))
+    ]
+    return ConsumerGroup.from_classic("g", 4, members, session_timeout_ms=45_000, heartbeat_interval_ms=5_000)
+
+
+def classic_join(g: ConsumerGroup, member: str, owned, now: float = 1.0):
+    from delta_log.core.consumer_group import ClassicProtocol
+
+    return g.classic_join(
+        member_id=member,
+        instance_id=None,
+        topics=["orders"],
+        owned={t: frozenset(ps) for t, ps in owned.items()},
+        classic=ClassicProtocol(session_timeout_ms=10_000, protocols=(("cooperative-sticky", b"\x00\x03"),)),
+        rebalance_timeout_ms=30_000,
+        now=now,
+        known_topics=TOPICS,
+    )
+
+
+def test_an_upgraded_group_keeps_every_classic_members_partitions_at_its_generation():
+    g = classic_group()
+    assert (g.epoch, g.state) == (4, GROUP_STABLE)
+    assert {m: (g.members[m].epoch, count(g.members[m].assigned)) for m in g.members} == {"c1": (4, 3), "c2": (4, 3)}
+    assert g.classic_only
+    # nothing moved: their heartbeats go on, their syncs give what they hold
+    assert not g.classic_heartbeat("c1", None, 4, 1.0, None)
+    assert g.classic_sync("c2", None, 4, None) == {"orders": frozenset({3, 4, 5})}
+    g.check_commit("c1", 4, None, [("orders", 0)])  # a classic member commits at its generation
+    from delta_log.errors import FencedMemberError
+
+    with pytest.raises(FencedMemberError):
+        g.check_commit("c1", 3, None, [("orders", 0)])
+
+
+def test_a_consumer_protocol_member_joins_and_the_classic_ones_rejoin_to_give_partitions_up():
+    from delta_log.errors import FencedMemberError, RebalanceInProgressError
+
+    g = classic_group()
+    new = join(g, "n")
+    assert new.epoch == 5 and count(new.assignment) == 0 and g.members["n"].state == UNRELEASED
+    # the classic members learn of it from their heartbeat, and join again (cooperative: owning all)
+    assert g.classic_heartbeat("c1", None, 4, 1.0, None) is True
+    with pytest.raises(RebalanceInProgressError):
+        g.classic_sync("c1", None, 4, None)
+    c1 = classic_join(g, "c1", {"orders": [0, 1, 2]})
+    assert c1.state == UNREVOKED and c1.epoch == 4 and count(c1.assigned) == 2  # one to give up
+    assert g.classic_sync("c1", None, 4, None) == c1.assigned  # the client revokes what is missing
+    assert g.classic_heartbeat("c1", None, 4, 1.5, None) is True  # still to revoke: join again
+    c1 = classic_join(g, "c1", c1.assigned)
+    assert (c1.state, c1.epoch, count(c1.assigned)) == (STABLE, 5, 2)
+    with pytest.raises(FencedMemberError):
+        g.classic_heartbeat("c1", None, 4, 2.0, None)  # an old generation: ILLEGAL_GENERATION
+    c2 = classic_join(g, "c2", {"orders": [3, 4, 5]})
+    c2 = classic_join(g, "c2", c2.assigned)
+    assert (c2.epoch, count(c2.assigned)) == (5, 2)
+    # the consumer-protocol member gets what both released
+    n = beat(g, "n", 5, {})
+    assert count(n.assignment) == 2 and g.state == GROUP_STABLE
+    held = [p for m in g.members.values() for p in m.assigned.get("orders", ())]
+    assert sorted(held) == list(range(6))
+
+
+def test_a_classic_member_leaves_or_goes_silent_for_its_own_session_timeout():
+    g = classic_group()
+    assert g.classic_leave("c1", None, None) == "c1" and g.epoch == 5
+    with pytest.raises(UnknownMemberError):
+        g.classic_heartbeat("c1", None, 4, 1.0, None)
+    # c2's own session timeout is 10 s (the group's 45 s is for consumer-protocol members)
+    assert g.expire(9.0, TOPICS) == []
+    assert g.expire(10.5, TOPICS) == ["c2"]
+
+
+def test_a_consumer_protocol_member_is_not_served_classic_requests():
+    from delta_log.errors import InconsistentGroupProtocolError
+
+    g = classic_group()
+    join(g, "n")
+    with pytest.raises(InconsistentGroupProtocolError):
+        g.classic_heartbeat("n", None, 5, 1.0, None)

@@ -135,7 +135,11 @@ public class Churn {
             long lastCommit = System.nanoTime();
             while (System.nanoTime() < until && !stop.get()) {
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(100))) {
-                    out.send(new ProducerRecord<>(dst, r.key(), r.value()));
+                    out.send(new ProducerRecord<>(dst, r.key(), r.value()), (meta, e) -> {
+                        if (e != null) {
+                            count("delivery " + e.getClass().getSimpleName());
+                        }
+                    });
                     processed.put(r.partition(), r.offset() + 1);
                 }
                 if (System.nanoTime() - lastCommit > 1_000_000_000L) {

@@ -17,18 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import socket
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from conf import ClusterSettings
 from delta_log.core.ownership import owner, partition_resource
 from delta_log.system.gateways import GatewayDirectory, GatewayRecord, this_process
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: topics whose partition owners are cached at once (the cache starts over beyond that)
 _PARTITION_CACHE_TOPICS = 4096
@@ -74,9 +78,16 @@ class Cluster:
         self._published_ms = now
         self._listeners: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
+        #: the membership's own thread: its heartbeat never queues behind request work in the
+        #: event loop's default executor (a few threads on a small machine; when requests held
+        #: them all, a gateway missed its own heartbeat, counted itself out and dropped its groups)
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-membership")
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, functools.partial(fn, *args))
 
     @property
     def timeout_ms(self) -> int:
@@ -94,7 +105,8 @@ class Cluster:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(self.directory.remove, self.me.gateway_id)
+            await self._run(self.directory.remove, self.me.gateway_id)
+        self._io.shutdown(wait=False)
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """`listener()` runs on the event loop whenever the live membership changes."""
@@ -112,8 +124,8 @@ class Cluster:
         """Re-read the membership now (every heartbeat, and when a forward failed: the owner may
         have left). If the root cannot be read, the others stay as last seen."""
         try:
-            records = await asyncio.to_thread(self.directory.read_all)
-            await asyncio.to_thread(self._prune, records)
+            records = await self._run(self.directory.read_all)
+            await self._run(self._prune, records)
         except Exception as exc:
             log.warning("could not read the gateway membership: %s", exc)
             records = [r for r in self._members if r.gateway_id != self.me.gateway_id]
@@ -123,7 +135,7 @@ class Cluster:
         now = self._now_ms()
         record = dataclasses.replace(self.me, heartbeat_ms=now)
         try:
-            await asyncio.to_thread(self.directory.publish, record)
+            await self._run(self.directory.publish, record)
             self.me, self._published_ms = record, now
         except Exception as exc:  # storage trouble: we may be counted out soon
             log.warning("could not publish this gateway's heartbeat: %s", exc)

@@ -47,6 +47,20 @@ class ChurnResult:
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
+def close_consumer(c: Consumer, timeout_s: float = 10.0) -> None:
+    """Leave the group, then close: unsubscribe (the revoke callback runs, committing, while the
+    group still serves it), let the consumer give its partitions up, then close it. Closing with
+    partitions still assigned runs the revoke callback during close, where librdkafka can wait
+    forever for the rebalance protocol while the callback holds the GIL
+    (confluentinc/librdkafka#4041): the whole process hangs. Records returned meanwhile are left
+    unprocessed (their offsets are not committed: the next owner reads them)."""
+    c.unsubscribe()
+    deadline = time.monotonic() + timeout_s
+    while c.assignment() and time.monotonic() < deadline:
+        c.consume(100, timeout=0.1)
+    c.close()
+
+
 def _producer(bootstrap: str, errors: collections.Counter[str] | None = None) -> Producer:
     """An idempotent producer; a record it fails to deliver is counted in `errors` ("delivery CODE")."""
 
@@ -165,7 +179,7 @@ def run_chain(
                 commit(c.assignment(), False)
                 last_commit = time.monotonic()
         commit(c.assignment(), False)
-        c.close()  # revokes (committing) and leaves the group
+        close_consumer(c)  # revokes (committing) and leaves the group
         out.flush(30)
 
     def slot(stage: int, n: int) -> None:

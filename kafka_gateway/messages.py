@@ -263,27 +263,23 @@ def millis(value: datetime.timedelta | int) -> int:
 _SUBSCRIPTION_VERSIONS = 3  # kio's newest ConsumerProtocolSubscription; newer ones append fields
 
 
-def decode_subscription(metadata: bytes) -> list[str]:
-    """The topics of a ConsumerProtocolSubscription (any version: fields are only ever appended).
+class Subscription(NamedTuple):
+    """What a ConsumerProtocolSubscription says: the topics, and (v1+) the partitions its member
+    owns (a cooperative member's; an eager one owns none when it joins)."""
 
-    Raises: MalformedFrameError."""
-    return _subscription(metadata).topics
-
-
-class _Subscription(NamedTuple):
     topics: list[str]
     owned: dict[str, list[int]]  # topic -> partitions
 
 
-def decode_owned(metadata: bytes) -> dict[str, list[int]]:
-    """The partitions a ConsumerProtocolSubscription (v1+) says its member owns (a cooperative
-    member's; an eager one owns none when it joins).
+def decode_subscription(metadata: bytes) -> list[str]:
+    """The topics of a ConsumerProtocolSubscription. Raises: MalformedFrameError."""
+    return parse_subscription(metadata).topics
+
+
+def parse_subscription(metadata: bytes) -> Subscription:
+    """A ConsumerProtocolSubscription of any version (fields are only ever appended).
 
     Raises: MalformedFrameError."""
-    return _subscription(metadata).owned
-
-
-def _subscription(metadata: bytes) -> _Subscription:
     if len(metadata) < 2:
         raise MalformedFrameError("A consumer subscription starts with its int16 version.")
     (version,) = struct.unpack_from(">h", metadata)
@@ -299,7 +295,7 @@ def _subscription(metadata: bytes) -> _Subscription:
         owned: dict[str, list[int]] = {}
         for tp in getattr(sub, "owned_partitions", None) or ():
             owned.setdefault(str(tp.topic), []).extend(int(p) for p in tp.partitions)
-        return _Subscription([str(t) for t in sub.topics], owned)
+        return Subscription([str(t) for t in sub.topics], owned)
     raise MalformedFrameError(f"The consumer subscription does not parse: {error}")
 
 

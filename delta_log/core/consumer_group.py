@@ -318,7 +318,7 @@ class ConsumerGroup:
         """The member this heartbeat is from (new, rejoining with epoch 0, or known at a valid
         epoch), and whether it is new to the group."""
         if hb.epoch != 0:
-            known = self._known(hb, principal)
+            known = self._known(hb.member_id, hb.instance_id, principal)
             self._check_epoch(known, hb)
             return known, False
         if hb.instance_id is not None:
@@ -331,10 +331,7 @@ class ConsumerGroup:
                     group=self.group_id,
                 )
             _check_principal(self.group_id, existing, principal)
-            # the instance comes back under this member id: the old member's assignment is its
-            self._remove(existing.member_id, bump=False)
-            self.target[hb.member_id] = self.target.pop(existing.member_id, {})
-            return replace(existing, member_id=hb.member_id, epoch=0, previous_epoch=0), False
+            return replace(self._taken_over(existing, hb.member_id), epoch=0, previous_epoch=0), False
         existing = self.members.get(hb.member_id)
         if existing is None:
             return self._new_member(hb, now, principal), True
@@ -343,31 +340,40 @@ class ConsumerGroup:
         dropped = replace(existing, epoch=0, previous_epoch=0, state=STABLE, assigned={}, revoking={}, assigned_at={})
         return dropped, False
 
-    def _known(self, hb: Heartbeat, principal: str | None) -> ConsumerMember:
-        """The member a heartbeat or leave (not a join) is from: a static member by its instance id,
+    def _known(self, member_id: str, instance_id: str | None, principal: str | None) -> ConsumerMember:
+        """The member a request other than a join is from: a static member by its instance id,
         which a newer process may have taken over; any other by its member id.
 
         Raises: UnknownMemberError, FencedInstanceIdError, AuthorizationError."""
-        if hb.instance_id is not None:
-            m = self.static_member(hb.instance_id)
-            if m is not None and m.member_id != hb.member_id:
+        if instance_id is not None:
+            m = self.static_member(instance_id)
+            if m is not None and m.member_id != member_id:
                 raise FencedInstanceIdError(
-                    f"Instance id {hb.instance_id!r} was taken over by member {m.member_id!r}.",
+                    f"Instance id {instance_id!r} was taken over by member {m.member_id!r}.",
                     group=self.group_id,
-                    member_id=hb.member_id,
+                    member_id=member_id,
                 )
-            named = f"instance id {hb.instance_id!r}"
+            named = f"instance id {instance_id!r}"
         else:
-            m = self.members.get(hb.member_id)
-            named = f"member id {hb.member_id!r}"
+            m = self.members.get(member_id)
+            named = f"member id {member_id!r}"
         if m is None:
             raise UnknownMemberError(
                 f"No member of group {self.group_id!r} has {named}; the consumer rejoins with epoch 0.",
                 group=self.group_id,
-                member_id=hb.member_id,
+                member_id=member_id,
             )
         _check_principal(self.group_id, m, principal)
         return m
+
+    def _taken_over(self, static: ConsumerMember, member_id: str) -> ConsumerMember:
+        """A static member's instance back under `member_id` (a new process of it): the old
+        member's assignment is its own, and no rebalance follows."""
+        if static.member_id == member_id:
+            return static
+        self._remove(static.member_id, bump=False)
+        self.target[member_id] = self.target.pop(static.member_id, {})
+        return replace(static, member_id=member_id)
 
     def _new_member(self, hb: Heartbeat, now: float, principal: str | None) -> ConsumerMember:
         return ConsumerMember(
@@ -390,7 +396,7 @@ class ConsumerGroup:
             )
 
     def _leave(self, hb: Heartbeat, now: float, principal: str | None) -> HeartbeatAnswer:
-        m = self._known(hb, principal)
+        m = self._known(hb.member_id, hb.instance_id, principal)
         if hb.epoch == STATIC_LEAVE_EPOCH and m.instance_id is not None:
             # gone for now: its partitions wait for the instance to come back (or the session to end)
             self._put(replace(m, epoch=STATIC_LEAVE_EPOCH, last_heartbeat=now))
@@ -572,11 +578,7 @@ class ConsumerGroup:
         before: ConsumerMember | None = None
         if instance_id is not None and (existing := self.static_member(instance_id)) is not None:
             _check_principal(self.group_id, existing, principal)
-            if existing.member_id != member_id:  # a new process of the instance takes it over
-                self._remove(existing.member_id, bump=False)
-                self.target[member_id] = self.target.pop(existing.member_id, {})
-                existing = replace(existing, member_id=member_id)
-            before = existing
+            before = self._taken_over(existing, member_id)
         elif (existing := self.members.get(member_id)) is not None:
             _check_principal(self.group_id, existing, principal)
             before = existing
@@ -605,7 +607,7 @@ class ConsumerGroup:
 
         Raises: UnknownMemberError, FencedInstanceIdError, AuthorizationError,
         InconsistentGroupProtocolError (a consumer-protocol member)."""
-        m = self._known(Heartbeat(member_id=member_id, epoch=1, instance_id=instance_id), principal)
+        m = self._known(member_id, instance_id, principal)
         if m.classic is None:
             raise InconsistentGroupProtocolError(
                 f"Member {member_id!r} of group {self.group_id!r} uses the consumer protocol; it heartbeats "

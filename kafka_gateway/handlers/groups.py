@@ -80,8 +80,7 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
     owned: dict[str, list[int]] = {}
     if protocol_type == "consumer":  # every consumer assignor's metadata is a ConsumerProtocolSubscription
         try:
-            topics = messages.decode_subscription(dict(offered)[name])
-            owned = messages.decode_owned(dict(offered)[name])
+            topics, owned = messages.parse_subscription(dict(offered)[name])
         except messages.MalformedFrameError:
             return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
     assert conn.principal is not None

@@ -45,6 +45,12 @@ class ChurnResult:
     members_started: int
     #: what the clients reported (error callbacks, failed commits, lost partitions), by kind
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: when records are missing, where, read once every member has stopped: per stage, records its
+    #: group committed as processed that the next topic does not hold (lost), records its topic
+    #: holds beyond its group's committed offsets (unprocessed), and input records the next topic
+    #: does not hold (absent; those of the last stage that are not lost nor unprocessed arrived
+    #: after the reader stopped)
+    stages: list[dict[str, int]] = field(default_factory=list)
 
 
 def close_consumer(c: Consumer, timeout_s: float = 10.0) -> None:
@@ -197,16 +203,18 @@ def run_chain(
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{tag}", "log_level": 0})
     reader.assign([TopicPartition(topics[-1], q, 0) for q in range(partitions)])
     got: list[tuple[int, int, bytes]] = []
+    distinct: set[bytes] = set()  # duplicates do not count towards the end: every record must arrive
 
     def read(seconds: float) -> None:
         for m in reader.consume(1000, timeout=seconds):
             if m.error() is None:
                 got.append((m.partition(), m.offset(), m.value()))
+                distinct.add(m.value())
 
     deadline = t0 + timeout_s
-    while len(got) < records and time.monotonic() < deadline:
+    while len(distinct) < records and time.monotonic() < deadline:
         read(0.5)
-        if midway is not None and len(got) >= records // 2:
+        if midway is not None and len(distinct) >= records // 2:
             midway()
             midway = None
     settle = time.monotonic() + 3  # duplicates arrive after the last new record
@@ -221,6 +229,7 @@ def run_chain(
             t.join(60)
     reader.close()
     counts = collections.Counter(v for _, _, v in got)
+    stages = _stages(bootstrap, topics, partitions) if len(counts) < records else []
     by_key: dict[bytes, list[int]] = collections.defaultdict(list)
     for _, _, v in sorted(got):  # offset order within each partition (a key stays on one)
         key, _, n = v.partition(b":")
@@ -234,7 +243,46 @@ def run_chain(
         seconds=seconds,
         members_started=started[0],
         errors=errors,
+        stages=stages,
     )
+
+
+def _stages(bootstrap: str, topics: list[str], partitions: int) -> list[dict[str, int]]:
+    """Where the records missing from the last topic are (ChurnResult.stages)."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex}", "log_level": 0})
+    try:
+        contents = []  # per topic: (partition, offset, value) of every record
+        for topic in topics:
+            ends = {q: reader.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in range(partitions)}
+            reader.assign([TopicPartition(topic, q, 0) for q in range(partitions) if ends[q] > 0])
+            rows: list[tuple[int, int, bytes]] = []
+            while len(rows) < sum(ends.values()):
+                batch = reader.consume(1000, timeout=2)
+                if not batch:
+                    break
+                rows += [(m.partition(), m.offset(), m.value()) for m in batch if m.error() is None]
+            contents.append(rows)
+        out = []
+        for stage in range(len(topics) - 1):
+            group = Consumer({"bootstrap.servers": bootstrap, "group.id": topics[stage], "log_level": 0})
+            committed = {
+                tp.partition: tp.offset
+                for tp in group.committed([TopicPartition(topics[stage], q) for q in range(partitions)], timeout=30)
+            }
+            group.close()
+            forwarded = {v for _, _, v in contents[stage + 1]}
+            inputs = {v for _, _, v in contents[0]}
+            done = [v for q, o, v in contents[stage] if o < committed.get(q, -1)]
+            out.append(
+                {
+                    "lost": sum(1 for v in set(done) if v not in forwarded),
+                    "unprocessed": sum(1 for q, o, _ in contents[stage] if o >= max(committed.get(q, -1), 0)),
+                    "absent": len(inputs - forwarded),
+                }
+            )
+        return out
+    finally:
+        reader.close()
 
 
 JAVA_SOURCE = Path(__file__).with_name("java_churn") / "Churn.java"

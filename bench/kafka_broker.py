@@ -83,11 +83,20 @@ def _cluster_id() -> str:
 class KafkaBroker:
     """One KRaft broker+controller on 127.0.0.1, in `workdir`."""
 
-    def __init__(self, workdir: Path, *, heap: str = "2g", config: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        heap: str = "2g",
+        config: dict[str, str] | None = None,
+        client_config: dict[str, str] | None = None,
+    ) -> None:
         self.workdir = Path(workdir)
         self.heap = heap
         #: more broker settings (server.properties), after the defaults below
         self.config = dict(config or {})
+        #: what Kafka's tools need to connect (a SASL listener's login), as their --command-config
+        self.client_config = dict(client_config or {})
         self.port = free_port()
         self.controller_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -112,6 +121,13 @@ class KafkaBroker:
         if out.returncode != 0:
             raise RuntimeError(f"{main} failed: {out.stderr[-2000:]}")
         return out.stdout
+
+    def _command_config(self) -> list[str]:
+        if not self.client_config:
+            return []
+        path = self.workdir / "client.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.client_config.items()))
+        return ["--command-config", str(path)]
 
     def start(self, timeout: float = 120) -> KafkaBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +177,12 @@ class KafkaBroker:
                 raise RuntimeError(f"Kafka exited: {self.log.read_text()[-3000:]}")
             try:
                 self.tool(
-                    "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap, "--list", timeout=60
+                    "org.apache.kafka.tools.TopicCommand",
+                    "--bootstrap-server",
+                    self.bootstrap,
+                    "--list",
+                    *self._command_config(),
+                    timeout=60,
                 )
                 return self
             except RuntimeError:
@@ -181,6 +202,7 @@ class KafkaBroker:
             str(partitions),
             "--replication-factor",
             "1",
+            *self._command_config(),
         )
 
     def kill9(self) -> None:

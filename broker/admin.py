@@ -99,23 +99,34 @@ def describe_topic(registry: TopicRegistry, principal: Principal, name: str) -> 
 
 
 def alter_config(
-    registry: TopicRegistry, principal: Principal, name: str, updates: Mapping[str, object]
+    registry: TopicRegistry,
+    principal: Principal,
+    name: str,
+    updates: Mapping[str, object],
+    *,
+    validate_only: bool = False,
 ) -> TopicDescription:
-    """Set config keys (None resets one to its default). Raises: AuthorizationError,
-    TopicNotFoundError, InvalidConfigError."""
+    """Set config keys (None resets one to its default); `validate_only`: authorize and check
+    them, change nothing. Raises: AuthorizationError, TopicNotFoundError, InvalidConfigError."""
     authorize(principal, "admin", name)
-    return registry.alter_config(name, updates)
+    return registry.alter_config(name, updates, validate_only=validate_only)
 
 
-def add_partitions(registry: TopicRegistry, principal: Principal, name: str, total: int) -> TopicDescription:
-    """Raise the partition count to `total` (never lower). Raises: AuthorizationError,
-    TopicNotFoundError, InvalidPartitionsError."""
+def add_partitions(
+    registry: TopicRegistry, principal: Principal, name: str, total: int, *, validate_only: bool = False
+) -> TopicDescription:
+    """Raise the partition count to `total` (never lower); `validate_only`: authorize and check it,
+    change nothing. Raises: AuthorizationError, TopicNotFoundError, InvalidPartitionsError."""
     authorize(principal, "admin", name)
-    return registry.add_partitions(name, total)
+    return registry.add_partitions(name, total, validate_only=validate_only)
 
 
 def delete_topic(registry: TopicRegistry, principal: Principal, name: str) -> None:
-    """Delete a topic and its data. Raises: AuthorizationError, TopicNotFoundError."""
+    """Delete a topic and its data. A key that may describe the name learns that no such topic
+    exists before it is told it may not delete it (Kafka's order). Raises: AuthorizationError,
+    TopicNotFoundError, InvalidTopicError."""
+    if principal.allows("describe", name):
+        registry.catalog.open_topic(name)  # TopicNotFoundError, InvalidTopicError
     authorize(principal, "admin", name)
     registry.delete_topic(name)
 

@@ -350,8 +350,12 @@ class TopicRegistry:
         reader.refresh()
         return self.catalog.describe_topic(topic, reader.table), reader
 
-    def alter_config(self, topic: str, updates: Mapping[str, object]) -> TopicDescription:
+    def alter_config(
+        self, topic: str, updates: Mapping[str, object], *, validate_only: bool = False
+    ) -> TopicDescription:
         """Raises: TopicNotFoundError, InvalidConfigError."""
+        if validate_only:
+            return self.catalog.alter_config(topic, updates, validate_only=True)
         before = self.reader(topic).config
         desc = self.catalog.alter_config(topic, updates)
         self.reader(topic).refresh()  # the next produce validates against the new config
@@ -363,8 +367,10 @@ class TopicRegistry:
                 c.close()  # a `log` topic's acked records reach the table first
         return desc
 
-    def add_partitions(self, topic: str, total: int) -> TopicDescription:
+    def add_partitions(self, topic: str, total: int, *, validate_only: bool = False) -> TopicDescription:
         """Raises: TopicNotFoundError, InvalidPartitionsError."""
+        if validate_only:
+            return self.catalog.add_partitions(topic, total, validate_only=True)
         desc = self.catalog.add_partitions(topic, total)
         self.reader(topic).refresh()
         return desc

@@ -93,6 +93,52 @@ class Principal:
 
 ANONYMOUS = Principal(name="anonymous", anonymous=True)
 
+#: Kafka's "authorized operations" when not asked for, or for a resource refused
+NO_OPERATIONS = -(2**31)
+#: Kafka's AclOperation codes (bits of an "authorized operations" field)
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = (
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+    10,
+    11,
+    12,
+)
+#: (`describe` reads a resource's configs too: Kafka's DESCRIBE and DESCRIBE_CONFIGS)
+_KAFKA_TOPIC_OPERATIONS = {
+    "describe": {DESCRIBE, DESCRIBE_CONFIGS},
+    "consume": {READ},
+    "produce": {WRITE},
+    "admin": {CREATE, DELETE, ALTER, ALTER_CONFIGS},
+}
+_KAFKA_GROUP_OPERATIONS = {
+    "describe": {DESCRIBE, DESCRIBE_CONFIGS},
+    "read": {READ},
+    "admin": {DELETE, ALTER_CONFIGS},
+}
+_KAFKA_CLUSTER_OPERATIONS = {CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE}
+
+
+def kafka_operations(principal: Principal, resource: Literal["topic", "group", "cluster"], name: str = "") -> int:
+    """What `principal` may do with a resource, as the bit set of Kafka's operations that Metadata,
+    DescribeGroups, ConsumerGroupDescribe and DescribeCluster report when asked. The cluster:
+    `admin` on every topic and group is all of Kafka's cluster rights; `admin` on some topic is
+    DESCRIBE (the cluster's brokers, log dirs and reassignments)."""
+    if resource == "cluster":
+        if principal.administers_all():
+            granted = _KAFKA_CLUSTER_OPERATIONS
+        else:
+            granted = {DESCRIBE} if principal.allows("admin", None) else set()
+    elif resource == "topic":
+        granted = {op for p, ops in _KAFKA_TOPIC_OPERATIONS.items() if principal.allows(p, name) for op in ops}  # type: ignore[arg-type]
+    else:
+        granted = {op for p, ops in _KAFKA_GROUP_OPERATIONS.items() if principal.allows_group(p, name) for op in ops}  # type: ignore[arg-type]
+    return sum(1 << op for op in granted)
+
 
 def principal_of(
     name: str, topics: Mapping[str, Sequence[str]], groups: Mapping[str, Sequence[str]] | None

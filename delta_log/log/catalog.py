@@ -174,8 +174,11 @@ class Catalog:
             table_version=dt.version(),
         )
 
-    def alter_config(self, name: str, updates: Mapping[str, object]) -> TopicDescription:
+    def alter_config(
+        self, name: str, updates: Mapping[str, object], *, validate_only: bool = False
+    ) -> TopicDescription:
         """Set config keys (Kafka names); a value of None resets the key to its default.
+        `validate_only`: check them and change nothing (Kafka's validateOnly).
 
         Raises: TopicNotFoundError, InvalidConfigError.
         """
@@ -187,6 +190,8 @@ class Catalog:
         values.update({k: DEFAULT_CONFIG[k] for k in resets})
         _refuse_self_dead_letters(name, values)
         dt = self.open_topic(name)
+        if validate_only:
+            return self.describe_topic(name, dt)
         self._set_properties(dt, {f"topiclake.{k}": v for k, v in values.items()})
         self._changed()
         return self.describe_topic(name, dt)
@@ -200,8 +205,9 @@ class Catalog:
             )
         self._set_properties(self.open_topic(name), dict(properties))
 
-    def add_partitions(self, name: str, total: int) -> TopicDescription:
-        """Raise the partition count to `total` (never lower, as in Kafka).
+    def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicDescription:
+        """Raise the partition count to `total` (never lower, as in Kafka); `validate_only`: check
+        it and change nothing.
 
         Raises: TopicNotFoundError, InvalidPartitionsError.
         """
@@ -216,6 +222,8 @@ class Catalog:
                 partitions=total,
                 current=current,
             )
+        if validate_only:
+            return self.describe_topic(name, dt)
         self._set_properties(dt, {PARTITIONS_PROPERTY: str(total)})
         self._changed()
         return self.describe_topic(name, dt)

@@ -152,10 +152,9 @@ def _add_partitions(conn: Connection, request: Any) -> dict[str, Any]:
     out = []
     for t in request.topics:
         try:
-            if request.validate_only:
-                admin.describe_topic(conn.services.registry, conn.principal, t.name)
-            else:
-                admin.add_partitions(conn.services.registry, conn.principal, t.name, t.count)
+            admin.add_partitions(
+                conn.services.registry, conn.principal, t.name, t.count, validate_only=request.validate_only
+            )
             out.append({"name": t.name, "error_code": 0, "error_message": None})
         except TopiclakeError as exc:
             out.append({"name": t.name} | _error(exc))
@@ -253,8 +252,7 @@ def _alter_topic(conn: Connection, r: Any, incremental: bool, validate_only: boo
     else:  # AlterConfigs replaces the whole set: what it leaves out returns to its default
         given = {c.name: c.value for c in r.configs}  # an unknown key is refused (INVALID_CONFIG)
         updates = {k: None for k in d.config.values if k in DEFAULT_CONFIG} | given
-    if not validate_only:
-        admin.alter_config(conn.services.registry, conn.principal, r.resource_name, updates)
+    admin.alter_config(conn.services.registry, conn.principal, r.resource_name, updates, validate_only=validate_only)
 
 
 async def _alter(conn: Connection, request: Any, incremental: bool) -> dict[str, Any]:

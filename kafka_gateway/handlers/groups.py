@@ -26,10 +26,17 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker import groups
+from delta_log.core.acl import NO_OPERATIONS, kafka_operations
 from delta_log.core.consumer_group import Heartbeat
 from delta_log.core.group_rules import STABLE, leader_assignor, leader_assigns
 from delta_log.core.group_state import GroupState
-from delta_log.errors import GroupSubscribedToTopicError, MemberIdRequiredError, TopiclakeError, UnknownGroupError
+from delta_log.errors import (
+    AuthorizationError,
+    GroupSubscribedToTopicError,
+    MemberIdRequiredError,
+    TopiclakeError,
+    UnknownGroupError,
+)
 from kafka_gateway import messages
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
@@ -256,6 +263,8 @@ async def leave_group(conn: Connection, request: Any, version: int) -> Any:
         try:
             await groups.leave(conn.services.coordinator, conn.principal, group, member_id, instance_id=instance_id)
             code = 0
+        except AuthorizationError:  # the whole request is refused, as on Kafka
+            return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
         except UnknownGroupError:
             code = ErrorCode.unknown_member_id
         except TopiclakeError as exc:
@@ -403,13 +412,27 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
         "protocol_type": g.protocol_type,
         "protocol_data": (g.protocol if g.leader_assigns else g.assignor) if g.members else "",
         "members": members,
-        "authorized_operations": -(2**31),
+    }
+
+
+def _with_operations(conn: Connection, described: dict[str, Any], asked: bool) -> dict[str, Any]:
+    """A described group with what the key may do with it, when asked and not refused (Kafka's)."""
+    assert conn.principal is not None
+    granted = asked and described["error_code"] == 0
+    return described | {
+        "authorized_operations": kafka_operations(conn.principal, "group", described["group_id"])
+        if granted
+        else NO_OPERATIONS
     }
 
 
 @api(15, "DescribeGroups", 0, 5)
 async def describe_groups(conn: Connection, request: Any, version: int) -> Any:
-    return {"throttle_time": 0, "groups": [await _described(conn, g) for g in request.groups]}
+    asked = bool(getattr(request, "include_authorized_operations", False))
+    return {
+        "throttle_time": 0,
+        "groups": [_with_operations(conn, await _described(conn, g), asked) for g in request.groups],
+    }
 
 
 @api(42, "DeleteGroups", 0, 2)
@@ -444,7 +467,8 @@ async def offset_delete(conn: Connection, request: Any, version: int) -> Any:
     return {
         "throttle_time": 0,
         "error_code": top,
-        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+        # a group-level error answers for the whole request: no topics, as on Kafka
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()] if top == 0 else [],
     }
 
 
@@ -571,7 +595,7 @@ async def consumer_group_describe(conn: Connection, request: Any, version: int) 
                 "assignment_epoch": g.assignment_epoch,
                 "assignor_name": g.assignor,
                 "members": members,
-                "authorized_operations": -(2**31),
             }
         )
-    return {"throttle_time": 0, "groups": described}
+    asked = request.include_authorized_operations
+    return {"throttle_time": 0, "groups": [_with_operations(conn, d, asked) for d in described]}

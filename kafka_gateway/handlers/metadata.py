@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker import admin
+from delta_log.core.acl import NO_OPERATIONS, kafka_operations
 from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import TopiclakeError
 from kafka_gateway.apis import api
@@ -19,8 +20,6 @@ from kafka_gateway.errors import code_of, message_of
 if TYPE_CHECKING:
     from kafka_gateway.listener import Connection
 
-#: Kafka's "authorized operations not requested"
-NO_OPERATIONS = -(2**31)
 #: partitions carry no leader epoch: clients then never ask OffsetForLeaderEpoch to validate
 NO_EPOCH = -1
 
@@ -40,11 +39,12 @@ def internal_topic_id(conn: Connection, name: str) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"{conn.services.registry.storage.root}#{name}")
 
 
-def _topic(conn: Connection, name: str) -> dict[str, Any]:
-    """One topic's metadata, or its error."""
+def _topic(conn: Connection, name: str, operations: bool) -> dict[str, Any]:
+    """One topic's metadata, or its error; `operations`: with what the key may do with it."""
     assert conn.principal is not None
     if not conn.principal.allows("describe", name):
         return {"name": name, "error_code": ErrorCode.topic_authorization_failed, "partitions": []}
+    granted = kafka_operations(conn.principal, "topic", name) if operations else NO_OPERATIONS
     internal = name in INTERNAL_TOPICS
     try:
         if internal:
@@ -53,7 +53,7 @@ def _topic(conn: Connection, name: str) -> dict[str, Any]:
             reader = conn.services.registry.reader(name)
             n, topic_id = reader.config.partitions, reader.topic_id
     except TopiclakeError as exc:
-        return {"name": name, "error_code": code_of(exc), "partitions": []}
+        return {"name": name, "error_code": code_of(exc), "partitions": [], "topic_authorized_operations": granted}
     leaders = conn.brokers.leaders(name, n)
     return {
         "name": name,
@@ -72,11 +72,11 @@ def _topic(conn: Connection, name: str) -> dict[str, Any]:
             }
             for p, leader in enumerate(leaders)
         ],
-        "topic_authorized_operations": NO_OPERATIONS,
+        "topic_authorized_operations": granted,
     }
 
 
-def _metadata(conn: Connection, names: list[str] | None) -> dict[str, Any]:
+def _metadata(conn: Connection, names: list[str] | None, request: Any = None) -> dict[str, Any]:
     assert conn.principal is not None
     registry = conn.services.registry
     if names is None:  # every topic this key may describe (others are not even named)
@@ -86,17 +86,25 @@ def _metadata(conn: Connection, names: list[str] | None) -> dict[str, Any]:
         "brokers": brokers(conn),
         "cluster_id": cluster_id(conn),
         "controller_id": conn.brokers.me.node_id,
-        "topics": [_topic(conn, n) for n in names],
-        "cluster_authorized_operations": NO_OPERATIONS,
+        "topics": [_topic(conn, n, getattr(request, "include_topic_authorized_operations", False)) for n in names],
+        "cluster_authorized_operations": _cluster_operations(conn, request),
     }
 
 
-def _by_ids(conn: Connection, topics: Any, version: int) -> dict[str, Any]:
+def _cluster_operations(conn: Connection, request: Any) -> int:
+    """What the key may do with the cluster, when the request asks (Metadata v8-10, DescribeCluster)."""
+    assert conn.principal is not None
+    if getattr(request, "include_cluster_authorized_operations", False):
+        return kafka_operations(conn.principal, "cluster")
+    return NO_OPERATIONS
+
+
+def _by_ids(conn: Connection, topics: Any, request: Any) -> dict[str, Any]:
     """Metadata for topics named by id (v10+; the consumer protocol's clients ask so for the
     topics of their assignment): each id's topic, or UNKNOWN_TOPIC_ID."""
     wanted = [t.topic_id for t in topics if not t.name]
     found = admin.topics_by_id(conn.services.registry, set(wanted))
-    answer = _metadata(conn, [t.name for t in topics if t.name] + [found[i] for i in wanted if i in found])
+    answer = _metadata(conn, [t.name for t in topics if t.name] + [found[i] for i in wanted if i in found], request)
     answer["topics"] += [
         {"name": None, "topic_id": i, "error_code": ErrorCode.unknown_topic_id, "partitions": []}
         for i in wanted
@@ -109,9 +117,9 @@ def _by_ids(conn: Connection, topics: Any, version: int) -> dict[str, Any]:
 async def metadata(conn: Connection, request: Any, version: int) -> dict[str, Any]:
     topics = request.topics
     if topics and any(not t.name for t in topics):
-        return await asyncio.to_thread(_by_ids, conn, topics, version)
+        return await asyncio.to_thread(_by_ids, conn, topics, request)
     names = None if topics is None or (version == 0 and not topics) else [t.name for t in topics]
-    return await asyncio.to_thread(_metadata, conn, names)
+    return await asyncio.to_thread(_metadata, conn, names, request)
 
 
 @api(60, "DescribeCluster", 0, 1)
@@ -125,7 +133,7 @@ async def describe_cluster(conn: Connection, request: Any, version: int) -> dict
         "brokers": [
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None} for b in brokers(conn)
         ],
-        "cluster_authorized_operations": NO_OPERATIONS,
+        "cluster_authorized_operations": _cluster_operations(conn, request),
     }
 
 

@@ -44,15 +44,24 @@ def send(sock: socket.socket, api_key: int, version: int, correlation: int = 1, 
 
 def receive(sock: socket.socket, api_key: int, version: int) -> Any:
     """The next answer, typed; raises ConnectionError when the server closed the connection."""
-    head = sock.recv(4, socket.MSG_WAITALL)
-    if len(head) < 4:
-        raise ConnectionError("the server closed the connection")
-    frame = sock.recv(struct.unpack(">i", head)[0], socket.MSG_WAITALL)
+    head = _exactly(sock, 4)
+    frame = _exactly(sock, struct.unpack(">i", head)[0])
     schema = load_response_schema(api_key, version)
     flexible = bool(getattr(schema, "__flexible__", False)) and api_key != API_VERSIONS
     offset = 4 + (1 if flexible else 0)  # correlation id, then (flexible) its empty tagged fields
     body, _ = entity_reader(schema)(frame, offset)
     return body
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    """`n` bytes (a socket with a timeout is non-blocking underneath: MSG_WAITALL may return fewer)."""
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        out += chunk
+    return bytes(out)
 
 
 def call(sock: socket.socket, api_key: int, version: int, **fields: Any) -> Any:

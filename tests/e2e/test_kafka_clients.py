@@ -400,7 +400,7 @@ def test_refusals_are_answered_as_kafka_answers_them(secured):
             resource = AlterConfigsResource(resource_type=i8(32), resource_name=group, configs=(config,))
             return kafka_wire.call(sock, 44, 1, resources=(resource,), validate_only=False).responses[0].error_code
 
-        assert described(s, "orders-configs") == ErrorCode.none  # READ implies DESCRIBE, as in Kafka
+        assert described(s, "orders-configs") == ErrorCode.none  # `read` implies `describe`: configs too
         assert described(s, "billing") == ErrorCode.group_authorization_failed
         assert altered(s, "orders-configs") == ErrorCode.group_authorization_failed
         assert altered(root, "orders-configs") == ErrorCode.none

@@ -2,7 +2,14 @@ import pytest
 from pydantic import SecretStr
 
 from conf import ApiKeySettings, AuthSettings
-from delta_log.core.acl import authenticate, authorize, authorize_group, legacy_group_acls
+from delta_log.core.acl import (
+    authenticate,
+    authorize,
+    authorize_group,
+    kafka_operations,
+    legacy_group_acls,
+    principal_of,
+)
 from delta_log.errors import AuthenticationError, AuthorizationError, all_error_classes
 from ingest_gateway.errors import STATUS, status_for
 
@@ -77,3 +84,30 @@ def test_key_files_without_group_acls_keep_working():
     with pytest.raises(AuthorizationError):
         authorize_group(producer_only, "describe", "any-group")
     assert legacy_group_acls({"x": ["produce"]}) == {}
+
+
+def test_authorized_operations_are_kafkas_bits_for_each_kind_of_key():
+    """The bit sets Kafka 4.3.1 reports for the same rights (tests/e2e/kafka_refusals.json)."""
+    keys = {
+        "nobody": ({}, {}),
+        "monitor": ({"orders-*": ["describe"]}, {"*": ["describe"]}),
+        "consumer": ({"orders-*": ["consume"]}, {"orders-*": ["read"]}),
+        "producer": ({"orders-*": ["produce"]}, {}),
+        "owner": ({"orders-*": ["admin"]}, {"orders-*": ["admin"]}),
+        "admin": ({"*": ["admin"]}, {"*": ["admin"]}),
+    }
+    got = {
+        name: tuple(
+            kafka_operations(principal_of(name, topics, groups), kind, resource)
+            for kind, resource in (("topic", "orders-a"), ("topic", "secret-a"), ("group", "orders-g"), ("cluster", ""))
+        )
+        for name, (topics, groups) in keys.items()
+    }
+    assert got == {
+        "nobody": (0, 0, 0, 0),
+        "monitor": (1280, 0, 1280, 0),  # DESCRIBE, DESCRIBE_CONFIGS
+        "consumer": (1288, 0, 1288, 0),  # and READ
+        "producer": (1296, 0, 0, 0),  # DESCRIBE, DESCRIBE_CONFIGS, WRITE
+        "owner": (3576, 0, 3400, 256),  # all of a topic's, all of a group's; DESCRIBE on the cluster
+        "admin": (3576, 3576, 3400, 8096),
+    }

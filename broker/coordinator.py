@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import time
@@ -72,6 +73,7 @@ from delta_log.errors import (
 from delta_log.log.catalog import CATALOG_MARKER
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
+from delta_log.system.consumer_protocol_groups import ConsumerGroupSnapshots
 from delta_log.system.group_configs import GroupConfigStore
 from delta_log.system.groups import HEARTBEAT, REBALANCE_JOB, SERVER, GroupRecord, GroupStore, MemberRecord
 from delta_log.system.offsets import OffsetCommit, validate_commit
@@ -90,6 +92,13 @@ def group_config_bounds(server: ServerSettings) -> GroupConfigBounds:
 
 
 __all__ = ["GroupCoordinator", "GroupLag", "GroupSummary", "HeartbeatResult", "JoinResult"]
+
+#: how long the snapshot saver gathers changes after the first before it commits them
+SNAPSHOT_BATCH_S = 0.05
+
+
+def _snapshot_text(snapshot: Mapping[str, object]) -> str:
+    return json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
 
 
 class GroupSummary(NamedTuple):
@@ -136,6 +145,8 @@ class GroupCoordinator:
         consumer_session_timeout_ms: int = 45_000,
         consumer_heartbeat_interval_ms: int = 5_000,
         group_config_bounds: GroupConfigBounds | None = None,
+        group_max_size: int = 1000,
+        consumer_group_max_size: int = 200,
     ) -> None:
         self.registry = registry
         self.offsets = registry.offsets
@@ -148,6 +159,8 @@ class GroupCoordinator:
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.consumer_session_timeout_ms = consumer_session_timeout_ms
         self.consumer_heartbeat_interval_ms = consumer_heartbeat_interval_ms
+        #: the most members of a classic group, and of a consumer-protocol group
+        self.group_max_size, self.consumer_group_max_size = group_max_size, consumer_group_max_size
         #: consumer-protocol groups' timing: the defaults above, and the bounds of group configs
         self.config_bounds = group_config_bounds or GroupConfigBounds.of(
             consumer_session_timeout_ms, consumer_heartbeat_interval_ms, (45_000, 60_000), (5_000, 15_000)
@@ -171,6 +184,16 @@ class GroupCoordinator:
         self._persisted_groups: Mapping[str, GroupRecord] = {}
         #: when each group's subscribed topics were last compared with its assignment
         self._checked: dict[str, float] = {}
+        # consumer-protocol groups' snapshots (delta_log.system.consumer_protocol_groups): the store
+        # (opened on first use), what was last saved of each group held here, the groups whose
+        # snapshot was looked for since this gateway began acting for them, the groups changed
+        # since the last save, and the event that wakes the saver
+        self._snapshot_store: ConsumerGroupSnapshots | None = None
+        self._saved: dict[str, str] = {}
+        self._looked: set[str] = set()
+        self._restoring: dict[str, asyncio.Lock] = {}
+        self._dirty: set[str] = set()
+        self._dirty_event = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -180,7 +203,11 @@ class GroupCoordinator:
                 if rec.state != DEAD:
                     self.groups[rec.group] = self._restore(rec)
         self._seen_version = self.store.version
-        self._tasks = [asyncio.create_task(self._expire_loop()), asyncio.create_task(self._sync_loop())]
+        self._tasks = [
+            asyncio.create_task(self._expire_loop()),
+            asyncio.create_task(self._sync_loop()),
+            asyncio.create_task(self._snapshot_loop()),
+        ]
 
     def _restore(self, rec: GroupRecord) -> GroupState:
         """A persisted group, live again here; its members get a full session from now."""
@@ -258,6 +285,9 @@ class GroupCoordinator:
         """Stop acting for a group (another gateway owns it now); its waiters wake and find it gone."""
         g = self.groups.pop(group_id, None)
         self._epochs.pop(group_id, None)
+        self._saved.pop(group_id, None)
+        self._looked.discard(group_id)
+        self._dirty.discard(group_id)
         if self.consumer_groups.pop(group_id, None) is not None:
             log.info("group %r: released to another gateway", group_id)
         if g is not None:
@@ -310,11 +340,18 @@ class GroupCoordinator:
                 self._wake(g)
 
     async def persist_heartbeats(self) -> None:
-        """One row per stable group with members, so liveness survives this process."""
+        """One row per stable group with members, so liveness survives this process; and the
+        bookkeeping of groups no longer held here is dropped (a client names any group id)."""
+        held = set(self.groups) | set(self.consumer_groups) | set(self._epochs)
+        self._looked &= held
+        for group_id in [g for g, lock in self._restoring.items() if g not in held and not lock.locked()]:
+            del self._restoring[group_id]
         live = [g for g in self.groups.values() if g.members and g.state == STABLE]
         if live:
             await self._save(live, writer=HEARTBEAT)
             await asyncio.to_thread(self.store.compact)
+        if self._snapshot_store is not None:
+            await asyncio.to_thread(self._snapshot_store.compact)
         await asyncio.to_thread(self.offsets.compact)  # one file per commit otherwise, forever
 
     async def _expire_loop(self) -> None:
@@ -332,6 +369,7 @@ class GroupCoordinator:
             for cg in list(self.consumer_groups.values()):
                 for mid in cg.expire(self.clock(), self._topic_index.topics):
                     log.info("group %r: member %r removed (session or rebalance timeout)", cg.group_id, mid)
+                    self._touched(cg.group_id)
 
     # -- membership -----------------------------------------------------------------------------
     def group(self, group_id: str) -> GroupState:
@@ -388,6 +426,7 @@ class GroupCoordinator:
         validate_group_id(group_id)
         topics = validate_join(assignor, session_timeout_ms, topics)
         validate_instance_id(instance_id)
+        await self.restored(group_id)
         consumer = self.consumer_groups.get(group_id)
         if consumer is not None:
             self._check_owned(group_id)
@@ -412,6 +451,7 @@ class GroupCoordinator:
                     require_member_id=require_member_id,
                 )
             del self.consumer_groups[group_id]  # an empty consumer group becomes a classic one
+            self._touched(group_id)
         if not missing_topics_ok:  # (Kafka's consumers may subscribe to topics not created yet)
             for t in topics:
                 await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
@@ -431,6 +471,7 @@ class GroupCoordinator:
             client=client,
             rebalance_timeout_ms=rebalance_timeout_ms,
             require_member_id=require_member_id,
+            max_size=self.group_max_size,
         )
         member.protocol_type = protocol_type
         if settled:
@@ -555,9 +596,11 @@ class GroupCoordinator:
 
         Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError,
         NotCoordinatorError."""
+        await self.restored(group_id)
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
             self._check_owned(group_id)
             rejoin = cg.classic_heartbeat(member_id, instance_id, generation, self.clock(), principal)
+            self._touched(group_id)
             return HeartbeatResult(generation=generation, rebalance=rejoin, assignment={})
         await self._ensure(group_id)
         g = self.group(group_id)
@@ -596,9 +639,11 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, *, principal: str | None = None, instance_id: str | None = None
     ) -> None:
         """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError, NotCoordinatorError."""
+        await self.restored(group_id)
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
             self._check_owned(group_id)
             left = cg.classic_leave(member_id, instance_id, principal)
+            self._touched(group_id)
             log.info("group %r: classic member %r left", group_id, left)
             return
         await self._ensure(group_id)
@@ -623,6 +668,7 @@ class GroupCoordinator:
         members: not a consumer group), and as ConsumerGroup.heartbeat."""
         validate_group_id(group_id)
         await self._claim(group_id)
+        await self.restored(group_id)
         g = self.consumer_groups.get(group_id)
         if g is None and (classic := self.groups.get(group_id)) is not None and classic.members:
             if not all(m.protocol_type == "consumer" for m in classic.members.values()):
@@ -647,16 +693,106 @@ class GroupCoordinator:
         g.session_timeout_ms, g.heartbeat_interval_ms = self.config_bounds.effective(
             self._group_configs.get(group_id, {})
         )
+        g.max_size = self.consumer_group_max_size
         topics = await self.topics()
         weights = None
         if hb.assignor == "lag" or g.assignor == "lag":
             weights = await self._weights(g)
-        answer = g.heartbeat(
-            hb, self.clock(), topics, weights=lambda: weights or {}, principal=principal, readable=readable
-        )
+        try:
+            answer = g.heartbeat(
+                hb, self.clock(), topics, weights=lambda: weights or {}, principal=principal, readable=readable
+            )
+        finally:
+            self._touched(group_id)
         if not g.members and hb.epoch < 0:
             self._lag_weights.pop(group_id, None)
         return answer, g
+
+    # -- consumer-protocol groups' snapshots: a takeover goes on where the group was ---------------
+    def _snapshots(self) -> ConsumerGroupSnapshots:
+        """Blocking on first use (opens the table): call in a thread."""
+        if self._snapshot_store is None:
+            self._snapshot_store = ConsumerGroupSnapshots(self.registry.storage)
+        return self._snapshot_store
+
+    async def restored(self, group_id: str) -> None:
+        """Take a consumer-protocol group over from its last snapshot, the first time this gateway
+        acts for it (after a failover or a restart): its members keep their ids, epochs and
+        partitions, and a revocation in progress goes on, as on Kafka when a coordinator loads a
+        group. A group another gateway coordinates is left to it. Raises: StorageUnavailableError."""
+        if group_id in self.consumer_groups or group_id in self._looked or not self.owns(group_id):
+            return
+        async with self._restoring.setdefault(group_id, asyncio.Lock()):
+            if group_id in self._looked or group_id in self.consumer_groups:
+                return
+            found = await asyncio.to_thread(lambda: self._snapshots().load(group_id))
+            snapshot = found.get(group_id)
+            if snapshot is not None:
+                await self._claim(group_id)
+                classic = self.groups.get(group_id)
+                if group_id not in self.consumer_groups and (classic is None or not classic.members):
+                    self.groups.pop(group_id, None)
+                    self.consumer_groups[group_id] = ConsumerGroup.restore(
+                        group_id,
+                        snapshot,
+                        now=self.clock(),
+                        session_timeout_ms=self.consumer_session_timeout_ms,
+                        heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
+                    )
+                    self._saved[group_id] = _snapshot_text(snapshot)
+                    log.info("group %r: restored at epoch %s from its snapshot", group_id, snapshot["epoch"])
+            self._looked.add(group_id)
+
+    def _touched(self, group_id: str) -> None:
+        """A consumer-protocol group may have changed: the saver looks at it soon."""
+        self._dirty.add(group_id)
+        self._dirty_event.set()
+
+    async def _snapshot_loop(self) -> None:
+        """Save changed consumer-protocol groups, woken by a change; the changes of one burst of
+        heartbeats (SNAPSHOT_BATCH_S) go in one commit."""
+        while True:
+            await self._dirty_event.wait()
+            await asyncio.sleep(SNAPSHOT_BATCH_S)
+            self._dirty_event.clear()
+            dirty, self._dirty = self._dirty, set()
+            try:
+                await self.save_snapshots(dirty)
+            except Exception:
+                log.exception("saving consumer group snapshots failed; retrying")
+                self._dirty |= dirty
+                self._dirty_event.set()
+                await asyncio.sleep(1.0)
+
+    async def save_snapshots(self, group_ids: set[str]) -> None:
+        """Save the snapshot of each of these groups that changed since its last save here (a
+        group gone from here since: an empty snapshot). With several gateways, only of the groups
+        this one still coordinates (its coordinator epoch checked first, as `_save` does).
+        Raises: StorageUnavailableError."""
+        changed: dict[str, tuple[int, int, dict[str, object] | None]] = {}
+        texts: dict[str, str] = {}
+        for group_id in sorted(group_ids):
+            g = self.consumer_groups.get(group_id)
+            snapshot = g.snapshot() if g is not None else None
+            text = _snapshot_text(snapshot) if snapshot is not None else ""
+            if self._saved.get(group_id, "") == text:
+                continue
+            epoch = 0
+            if self._fenced:
+                held = self._epochs.get(group_id)
+                if held is None:
+                    continue
+                try:
+                    await asyncio.to_thread(self.offsets.check_coordinator, group_id, held)
+                except NotCoordinatorError:
+                    self.release(group_id)
+                    continue
+                epoch = held
+            changed[group_id] = (epoch, g.epoch if g is not None else -1, snapshot)
+            texts[group_id] = text
+        if changed:
+            await asyncio.to_thread(lambda: self._snapshots().save(changed))
+            self._saved.update(texts)
 
     # -- group configs (Kafka's GROUP resource) --------------------------------------------------
     def _configs(self) -> GroupConfigStore:
@@ -708,6 +844,7 @@ class GroupCoordinator:
         self.groups.pop(group_id, None)
         classic.state = DEAD
         self._wake(classic)
+        self._touched(group_id)
         await self._save([classic])
         log.info(
             "group %r: a classic group of %d members becomes a consumer-protocol group (generation %d)",
@@ -749,7 +886,9 @@ class GroupCoordinator:
         """A classic member's JoinGroup to a consumer group (ConsumerGroup.classic_join).
 
         Raises: MemberIdRequiredError, and as ConsumerGroup.classic_join."""
+        g.max_size = self.consumer_group_max_size
         if not member_id:
+            g.check_room()  # (Kafka refuses a new member at its first join)
             member_id = str(uuid.uuid4())
             if require_member_id and instance_id is None:  # KIP-394, as in a classic group
                 raise MemberIdRequiredError(
@@ -769,6 +908,7 @@ class GroupCoordinator:
             client=client,
             weights=lambda: weights or {},
         )
+        self._touched(g.group_id)
         return JoinResult(
             member_id=m.member_id,
             generation=m.epoch,
@@ -787,7 +927,9 @@ class GroupCoordinator:
         if g is None:
             return None
         self._check_owned(group_id)
-        return {t: sorted(ps) for t, ps in g.classic_sync(member_id, instance_id, generation, principal).items()}
+        synced = g.classic_sync(member_id, instance_id, generation, principal)
+        self._touched(group_id)
+        return {t: sorted(ps) for t, ps in synced.items()}
 
     async def _claim(self, group_id: str) -> None:
         """Act for the group here (its coordinator epoch claimed on first use, with several
@@ -868,6 +1010,7 @@ class GroupCoordinator:
         for c in commits:
             validate_commit(c)
         await asyncio.to_thread(self._check_partitions_exist, commits)
+        await self.restored(group_id)
         cg = self.consumer_groups.get(group_id)
         if cg is not None:  # Kafka's rule there: the member's current epoch (no generations)
             self._check_owned(group_id)
@@ -909,9 +1052,17 @@ class GroupCoordinator:
                 if c.topic == topic and c.partition >= n:
                     raise PartitionNotFoundError(topic, c.partition, n)
 
-    async def committed(self, group_id: str) -> dict[tuple[str, int], OffsetCommit]:
+    async def committed(
+        self, group_id: str, *, member_id: str | None = None, epoch: int = -1
+    ) -> dict[tuple[str, int], OffsetCommit]:
         """The group's committed offsets, including commits by other writers (Spark queries with
-        groupId, other servers). Raises: UnknownGroupError (no members and no commits)."""
+        groupId, other servers). `member_id`, `epoch`: the member asking (Kafka's OffsetFetch
+        v9+), checked as ConsumerGroup.check_fetch in a consumer-protocol group coordinated here.
+
+        Raises: UnknownGroupError (no members and no commits), and as ConsumerGroup.check_fetch."""
+        await self.restored(group_id)
+        if (cg := self.consumer_groups.get(group_id)) is not None and self.owns(group_id):
+            cg.check_fetch(member_id, epoch)
         await asyncio.to_thread(self.offsets.load)
         out = self.offsets.committed(group_id)
         if not out and group_id not in self.groups:
@@ -981,6 +1132,7 @@ class GroupCoordinator:
         Raises: UnknownGroupError, NotCoordinatorError."""
         await self._ensure(group_id)
         await asyncio.to_thread(self.offsets.load)
+        await self.restored(group_id)
         cg = self.consumer_groups.get(group_id)
         g = self.groups.get(group_id) if cg is None else _classic_view(cg)
         if g is None and not self.offsets.committed(group_id):
@@ -1006,6 +1158,7 @@ class GroupCoordinator:
         """
         validate_group_id(group_id)
         g = await self._ensure(group_id)
+        await self.restored(group_id)
         cg = self.consumer_groups.get(group_id)
         members = len(g.members) if g is not None else len(cg.members) if cg is not None else 0
         if members:
@@ -1034,6 +1187,7 @@ class GroupCoordinator:
         await asyncio.to_thread(self.offsets.load)
         committed = self.offsets.committed(group_id)
         known = group_id in self.groups or group_id in await self._persisted() or committed
+        await self.restored(group_id)
         cg = self.consumer_groups.get(group_id)
         if not known and cg is None:
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
@@ -1042,6 +1196,7 @@ class GroupCoordinator:
             if cg.members:
                 raise GroupNotEmptyError(f"Group {group_id!r} has {len(cg.members)} active members.", group=group_id)
             del self.consumer_groups[group_id]
+            self._touched(group_id)
             if not known:
                 log.info("group %r: deleted", group_id)
                 return
@@ -1064,6 +1219,7 @@ class GroupCoordinator:
         NotCoordinatorError, StorageUnavailableError."""
         validate_group_id(group_id)
         await asyncio.to_thread(self.offsets.load)
+        await self.restored(group_id)
         cg = self.consumer_groups.get(group_id)
         if not self.offsets.committed(group_id) and group_id not in self.groups and cg is None:
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)

@@ -136,6 +136,7 @@ async def consumer_groups(
     for name in names:
         try:
             authorize_group(principal, "describe", name)
+            await coordinator.restored(name)
             out.append(coordinator.consumer_group(name))
         except TopiclakeError as exc:
             out.append(exc)
@@ -200,13 +201,16 @@ async def commit(
 
 
 async def committed(
-    coordinator: GroupCoordinator, principal: Principal, group: str
+    coordinator: GroupCoordinator, principal: Principal, group: str, *, member_id: str | None = None, epoch: int = -1
 ) -> dict[tuple[str, int], OffsetCommit]:
-    """The group's committed offsets, of the topics this key may describe.
+    """The group's committed offsets, of the topics this key may describe; `member_id`, `epoch`:
+    the member asking (GroupCoordinator.committed).
 
-    Raises: AuthorizationError, UnknownGroupError."""
+    Raises: AuthorizationError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
+    FencedMemberError."""
     authorize_group(principal, "describe", group)
-    return {k: c for k, c in (await coordinator.committed(group)).items() if principal.allows("describe", k[0])}
+    found = await coordinator.committed(group, member_id=member_id, epoch=epoch)
+    return {k: c for k, c in found.items() if principal.allows("describe", k[0])}
 
 
 async def summaries(
@@ -434,7 +438,7 @@ async def alter_group_config(
     return await coordinator.alter_group_config(group, updates, validate_only=validate_only)
 
 
-def classic_sync(
+async def classic_sync(
     coordinator: GroupCoordinator,
     principal: Principal,
     group: str,
@@ -445,8 +449,9 @@ def classic_sync(
     """A classic member's SyncGroup in a consumer-protocol group: its partitions; None when the
     group is no consumer-protocol group here.
 
-    Raises: AuthorizationError, and as ConsumerGroup.classic_sync."""
+    Raises: AuthorizationError, StorageUnavailableError, and as ConsumerGroup.classic_sync."""
     authorize_group(principal, "read", group)
+    await coordinator.restored(group)
     return coordinator.classic_sync_consumer(
         group, member_id, generation, principal=owner_of(principal), instance_id=instance_id
     )

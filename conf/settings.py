@@ -297,6 +297,19 @@ class ServerSettings(BaseModel):
     heartbeat_persist_interval_s: float = Field(
         5.0, gt=0, description="How often live groups' heartbeats are persisted to _system/consumer_groups."
     )
+    group_max_size: int = Field(
+        1000,
+        ge=1,
+        le=100_000,
+        description="The most members a classic group (Kafka's classic protocol, HTTP members) may have; a "
+        "new member beyond it is refused GROUP_MAX_SIZE_REACHED (Kafka's group.max.size).",
+    )
+    consumer_group_max_size: int = Field(
+        200,
+        ge=1,
+        le=100_000,
+        description="The most members a consumer-protocol group (KIP-848) may have (Kafka's group.consumer.max.size).",
+    )
     consumer_group_session_timeout_ms: int = Field(
         45_000,
         ge=1_000,

@@ -370,6 +370,17 @@ class MemberIdRequiredError(TopiclakeError):
     hint = "Join again with the member id given."
 
 
+class GroupMaxSizeReachedError(TopiclakeError):
+    """A new member would take the group past its most members (`server.group_max_size`, or
+    `server.consumer_group_max_size` for Kafka's consumer protocol)."""
+
+    code = "GROUP_MAX_SIZE_REACHED"
+    hint = "Use another group id for more consumers, or ask an operator to raise the group's limit."
+
+    def __init__(self, group: str, limit: int) -> None:
+        super().__init__(f"Group {group!r} has its most members ({limit}).", group=group, limit=limit)
+
+
 class FencedInstanceIdError(TopiclakeError):
     """Kafka's KIP-345: a static member (`group.instance.id`) was taken over by a newer process with
     the same instance id; the older one is fenced."""

@@ -313,6 +313,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             consumer_session_timeout_ms=settings.server.consumer_group_session_timeout_ms,
             consumer_heartbeat_interval_ms=settings.server.consumer_group_heartbeat_interval_ms,
             group_config_bounds=group_config_bounds(settings.server),
+            group_max_size=settings.server.group_max_size,
+            consumer_group_max_size=settings.server.consumer_group_max_size,
             owns=(lambda g: cluster.owns(group_resource(g))) if cluster else None,
         )
         await coordinator.start()

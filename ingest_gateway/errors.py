@@ -56,6 +56,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.UnknownMemberError: 404,
     e.FencedMemberError: 409,
     e.MemberIdRequiredError: 409,
+    e.GroupMaxSizeReachedError: 409,
     e.FencedInstanceIdError: 409,
     e.NotCoordinatorError: 503,
     e.CoordinatorNotAvailableError: 503,

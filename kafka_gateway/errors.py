@@ -44,6 +44,7 @@ CODES: dict[type[e.TopiclakeError], ErrorCode] = {
     e.PartitionRecoveringError: ErrorCode.not_leader_or_follower,
     e.FencedMemberError: ErrorCode.illegal_generation,
     e.MemberIdRequiredError: ErrorCode.member_id_required,
+    e.GroupMaxSizeReachedError: ErrorCode.group_max_size_reached,
     e.FencedInstanceIdError: ErrorCode.fenced_instance_id,
     e.UnknownAssignorError: ErrorCode.inconsistent_group_protocol,
     e.FencedMemberEpochError: ErrorCode.fenced_member_epoch,

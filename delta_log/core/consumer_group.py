@@ -39,10 +39,12 @@ its group coordinator (GroupMetadataManager, CurrentAssignmentBuilder) runs them
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import re2
 
@@ -54,6 +56,7 @@ from delta_log.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
     FencedMemberError,
+    GroupMaxSizeReachedError,
     InconsistentGroupProtocolError,
     InvalidGroupRequestError,
     InvalidRegularExpressionError,
@@ -169,6 +172,71 @@ def _partitions(assignment: Mapping[str, Iterable[int]]) -> Partitions:
     return {t: frozenset(ps) for t, ps in assignment.items() if ps}
 
 
+def _listed(parts: Partitions) -> dict[str, list[int]]:
+    return {t: sorted(ps) for t, ps in sorted(parts.items())}
+
+
+def _member_snapshot(m: ConsumerMember) -> dict[str, object]:
+    return {
+        "member_id": m.member_id,
+        "instance_id": m.instance_id,
+        "rack_id": m.rack_id,
+        "principal": m.principal,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "rebalance_timeout_ms": m.rebalance_timeout_ms,
+        "topics": sorted(m.topics),
+        "regex": m.regex,
+        "assignor": m.assignor,
+        "epoch": m.epoch,
+        "previous_epoch": m.previous_epoch,
+        "state": m.state,
+        "assigned": _listed(m.assigned),
+        "revoking": _listed(m.revoking),
+        "assigned_at": sorted([t, p, e] for (t, p), e in m.assigned_at.items()),
+        "revoke_pending": m.revoke_deadline is not None,
+        "classic": None
+        if m.classic is None
+        else {
+            "session_timeout_ms": m.classic.session_timeout_ms,
+            "protocols": [[name, base64.b64encode(meta).decode()] for name, meta in m.classic.protocols],
+        },
+    }
+
+
+def _member_restored(raw: Mapping[str, Any], now: float) -> ConsumerMember:
+    """A member of a snapshot, alive as of `now` (a revocation it owed is due a rebalance timeout
+    from now)."""
+    classic = raw["classic"]
+    timeout = int(raw["rebalance_timeout_ms"])
+    return ConsumerMember(
+        member_id=str(raw["member_id"]),
+        instance_id=raw["instance_id"],
+        rack_id=raw["rack_id"],
+        principal=str(raw["principal"]),
+        client_id=str(raw["client_id"]),
+        client_host=str(raw["client_host"]),
+        rebalance_timeout_ms=timeout,
+        topics=frozenset(raw["topics"]),
+        regex=raw["regex"],
+        assignor=raw["assignor"],
+        epoch=int(raw["epoch"]),
+        previous_epoch=int(raw["previous_epoch"]),
+        state=str(raw["state"]),
+        assigned=_partitions(raw["assigned"]),
+        revoking=_partitions(raw["revoking"]),
+        assigned_at={(str(t), int(p)): int(e) for t, p, e in raw["assigned_at"]},
+        last_heartbeat=now,
+        revoke_deadline=now + timeout / 1000 if raw["revoke_pending"] else None,
+        classic=None
+        if classic is None
+        else ClassicProtocol(
+            session_timeout_ms=int(classic["session_timeout_ms"]),
+            protocols=tuple((str(n), base64.b64decode(m)) for n, m in classic["protocols"]),
+        ),
+    )
+
+
 def compile_regex(pattern: str) -> re2._Regexp:
     """Raises: InvalidRegularExpressionError."""
     if len(pattern) > MAX_REGEX_CHARS:
@@ -195,6 +263,8 @@ class ConsumerGroup:
     owners: dict[tuple[str, int], str] = field(default_factory=dict)
     #: the assignor of the current target
     assignor: str = ASSIGNORS[0]
+    #: the most members; a new one beyond is refused (GroupMaxSizeReachedError)
+    max_size: int | None = None
     #: the topics version the subscriptions were last resolved against, and each member's topics then
     _seen: int = -1
     _wanted: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -276,7 +346,7 @@ class ConsumerGroup:
 
         Raises: InvalidGroupRequestError, UnknownMemberError, FencedMemberEpochError,
         FencedInstanceIdError, UnreleasedInstanceIdError, UnsupportedAssignorError,
-        InvalidRegularExpressionError, AuthorizationError."""
+        InvalidRegularExpressionError, AuthorizationError, GroupMaxSizeReachedError (a new member)."""
         _validate(hb)
         if hb.epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(hb, now, principal)
@@ -376,12 +446,43 @@ class ConsumerGroup:
         return replace(static, member_id=member_id)
 
     def _new_member(self, hb: Heartbeat, now: float, principal: str | None) -> ConsumerMember:
+        self.check_room()
         return ConsumerMember(
             member_id=hb.member_id or str(uuid.uuid4()),
             instance_id=hb.instance_id,
             principal=principal or "",
             last_heartbeat=now,
         )
+
+    def check_room(self) -> None:
+        """Raises: GroupMaxSizeReachedError when a new member would be one too many."""
+        if self.max_size is not None and len(self.members) >= self.max_size:
+            raise GroupMaxSizeReachedError(self.group_id, self.max_size)
+
+    def check_fetch(self, member_id: str | None, epoch: int) -> None:
+        """Kafka's rule for OffsetFetch v9+ in a consumer group: without a member id and epoch (the
+        admin tools, a consumer outside group management) anyone; else the member at its current
+        epoch (a classic member at its generation).
+
+        Raises: UnknownMemberError, StaleMemberEpochError, FencedMemberError."""
+        if member_id is None and epoch < 0:
+            return
+        m = self.members.get(member_id or "")
+        if m is None:
+            raise UnknownMemberError(
+                f"Member {member_id!r} is not in group {self.group_id!r}; the consumer rejoins.",
+                group=self.group_id,
+                member_id=member_id,
+            )
+        if m.classic is not None:
+            self._check_generation(m, epoch)
+        elif epoch != m.epoch:
+            raise StaleMemberEpochError(
+                f"Member epoch {epoch} is not the member's current one ({m.epoch}): the consumer fetches its "
+                "offsets again at its new epoch.",
+                group=self.group_id,
+                member_id=member_id,
+            )
 
     def _check_epoch(self, m: ConsumerMember, hb: Heartbeat) -> None:
         if hb.epoch == m.epoch:
@@ -512,6 +613,45 @@ class ConsumerGroup:
         )
 
     # -- classic members (Kafka's online upgrade) ------------------------------------------------
+    # -- persistence -----------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, object]:
+        """What a coordinator taking the group over needs (JSON-able): epochs, target, members with
+        their assignments and reconciliation state. Times are not in it: a restored member gets a
+        full session from the takeover, as Kafka's coordinator gives it on loading a group."""
+        return {
+            "epoch": self.epoch,
+            "assignment_epoch": self.assignment_epoch,
+            "assignor": self.assignor,
+            "subscribed": dict(sorted(self.subscribed.items())),
+            "target": {mid: _listed(ps) for mid, ps in sorted(self.target.items())},
+            "members": [_member_snapshot(m) for _, m in sorted(self.members.items())],
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        group_id: str,
+        snapshot: Mapping[str, Any],
+        *,
+        now: float,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+    ) -> ConsumerGroup:
+        """The group a `snapshot` describes, live from `now`."""
+        g = cls(
+            group_id=group_id,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            epoch=int(snapshot["epoch"]),
+            assignment_epoch=int(snapshot["assignment_epoch"]),
+            assignor=str(snapshot["assignor"]),
+            subscribed={str(t): int(n) for t, n in snapshot["subscribed"].items()},
+            target={str(mid): _partitions(ps) for mid, ps in snapshot["target"].items()},
+        )
+        for raw in snapshot["members"]:
+            g._put(_member_restored(raw, now))
+        return g
+
     @classmethod
     def from_classic(
         cls,
@@ -574,7 +714,7 @@ class ConsumerGroup:
         it still owns (an eager member owns nothing when it rejoins). Its epoch is the generation
         the JoinGroup answers.
 
-        Raises: FencedInstanceIdError, AuthorizationError."""
+        Raises: FencedInstanceIdError, AuthorizationError, GroupMaxSizeReachedError."""
         before: ConsumerMember | None = None
         if instance_id is not None and (existing := self.static_member(instance_id)) is not None:
             _check_principal(self.group_id, existing, principal)
@@ -582,6 +722,8 @@ class ConsumerGroup:
         elif (existing := self.members.get(member_id)) is not None:
             _check_principal(self.group_id, existing, principal)
             before = existing
+        if before is None:
+            self.check_room()
         base = before or ConsumerMember(member_id=member_id, instance_id=instance_id, principal=principal or "")
         member = replace(
             base,

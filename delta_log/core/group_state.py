@@ -41,6 +41,7 @@ from delta_log.errors import (
     AuthorizationError,
     FencedInstanceIdError,
     FencedMemberError,
+    GroupMaxSizeReachedError,
     InconsistentGroupProtocolError,
     MemberIdRequiredError,
     RebalanceInProgressError,
@@ -199,6 +200,7 @@ class GroupState:
         client: tuple[str, str] = ("", ""),
         rebalance_timeout_ms: int = 0,
         require_member_id: bool = False,
+        max_size: int | None = None,
     ) -> tuple[MemberState, bool]:
         """Add or refresh a member, as Kafka's classic coordinator does. Returns (member, settled):
         when `settled`, the current generation stands and the join is answered now; otherwise a
@@ -218,14 +220,19 @@ class GroupState:
 
         `principal`: who joins (None while auth is off); a member id or a static instance id that
         another principal joined is refused, so no key can take over another key's member.
+        `max_size`: the most members (and members-to-be given an id); a new one beyond is refused.
         `assignor` "kafka:<protocol type>" with `protocols` (Kafka's (name, metadata), preferred
         first): a member of a group whose leader assigns.
 
         Raises: MemberIdRequiredError, UnknownMemberError (a `member_id` the group does not know),
         FencedInstanceIdError, AuthorizationError, InconsistentGroupProtocolError (the group's
-        members assign otherwise, or share no protocol).
+        members assign otherwise, or share no protocol), GroupMaxSizeReachedError.
         """
         subs = frozenset(topics)
+        if max_size is not None and member_id is None and len(self.members) + len(self.pending_members) >= max_size:
+            found = self.static_member(instance_id) if instance_id else None
+            if found is None:  # (a static member's new process takes its own place)
+                raise GroupMaxSizeReachedError(self.group_id, max_size)
         offered = tuple(protocols)
         self._check_protocols(member_id, assignor, offered)
         joined_anew = member_id is not None and self.pending_members.pop(member_id, None) is not None

@@ -159,7 +159,7 @@ async def sync_group(conn: Connection, request: Any, version: int) -> Any:
     base = {"throttle_time": 0, "protocol_type": "consumer", "protocol_name": None, "assignment": b""}
     assert conn.principal is not None
     try:  # a classic member of a consumer-protocol group (Kafka's online upgrade): its partitions
-        assigned = groups.classic_sync(
+        assigned = await groups.classic_sync(
             conn.services.coordinator,
             conn.principal,
             group,
@@ -314,12 +314,16 @@ async def offset_commit(conn: Connection, request: Any, version: int) -> Any:
     return answer()
 
 
-async def _fetched(conn: Connection, group: str, wanted: Any) -> dict[str, Any]:
+async def _fetched(
+    conn: Connection, group: str, wanted: Any, member_id: str | None = None, epoch: int = -1
+) -> dict[str, Any]:
     """One group's committed offsets, of the requested topics (none named: every topic it
-    committed that this key may describe)."""
+    committed that this key may describe); `member_id`, `epoch`: the member asking (v9+)."""
     assert conn.principal is not None
     try:
-        committed = await groups.committed(conn.services.coordinator, conn.principal, group)
+        committed = await groups.committed(
+            conn.services.coordinator, conn.principal, group, member_id=member_id, epoch=epoch
+        )
     except UnknownGroupError:
         committed = {}
     except TopiclakeError as exc:
@@ -353,7 +357,10 @@ async def _fetched(conn: Connection, group: str, wanted: Any) -> dict[str, Any]:
 @api(9, "OffsetFetch", 1, 9)
 async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
     if version >= 8:
-        fetched = [await _fetched(conn, g.group_id, g.topics) for g in request.groups]
+        fetched = [
+            await _fetched(conn, g.group_id, g.topics, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            for g in request.groups
+        ]
         return {"throttle_time": 0, "groups": fetched}
     one = await _fetched(conn, request.group_id, request.topics)
     return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}

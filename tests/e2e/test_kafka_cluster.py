@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.e2e import kafka_wire
 from tests.e2e.server import ServerProcess
 from tests.e2e.test_cluster import FAST_MEMBERSHIP, wait_for
 
@@ -158,10 +159,19 @@ def test_kill_9_of_a_gateway_under_produce_load_loses_and_duplicates_nothing_ack
             victim.stop()
 
 
+def _epochs(bootstrap: str, group: str) -> tuple[int, dict[str, int]]:
+    """The group's epoch and each member's, as its coordinator at `bootstrap` describes them."""
+    with kafka_wire.connect(bootstrap) as s:
+        g = kafka_wire.call(s, 69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
+    assert g.error_code == 0, g
+    return int(g.group_epoch), {m.member_id: int(m.member_epoch) for m in g.members}
+
+
 def test_a_consumer_protocol_group_across_gateways_survives_a_kill_9_of_its_coordinator(tmp_path_factory):
     """KIP-848 members bootstrapped on two gateways; the group's coordinator is killed with
-    kill -9 mid-read. The survivor takes the group over (its members rejoin, told UNKNOWN_MEMBER_ID)
-    and its partitions; every record is read, none past what was produced."""
+    kill -9 mid-read. The survivor takes the group over from its last snapshot, as Kafka loads a
+    group on a new coordinator: the members go on under their member ids, with their partitions;
+    every record is read, none past what was produced."""
     root = tmp_path_factory.mktemp("k848kill") / "data"
     env = FAST_MEMBERSHIP | {"TOPICLAKE_SERVER__CONSUMER_GROUP_HEARTBEAT_INTERVAL_MS": "500"}
     servers = [ServerProcess(root, env=env).start() for _ in range(2)]
@@ -204,6 +214,7 @@ def test_a_consumer_protocol_group_across_gateways_survives_a_kill_9_of_its_coor
         port = admin.describe_consumer_groups(["k848-readers"])["k848-readers"].result(30).coordinator.port
         coordinator = next(s for s in servers if s.kafka.endswith(f":{port}"))
         survivor = next(s for s in servers if s is not coordinator)
+        before = _epochs(coordinator.kafka, "k848-readers")
         coordinator.kill9()
         p = Producer({"bootstrap.servers": survivor.kafka, "enable.idempotence": True, "message.timeout.ms": 60000})
         for i in range(3000, 4000):
@@ -214,6 +225,9 @@ def test_a_consumer_protocol_group_across_gateways_survives_a_kill_9_of_its_coor
         after = AdminClient({"bootstrap.servers": survivor.kafka})
         described = after.describe_consumer_groups(["k848-readers"])["k848-readers"].result(30)
         assert len(described.members) == 2
+        # restored, not rejoined: a member that rejoins (fenced, or unknown to the new coordinator)
+        # comes back at epoch 0 and moves the group's epoch on; here nobody started over
+        assert _epochs(survivor.kafka, "k848-readers") == before
     finally:
         for c in members:
             c.close()

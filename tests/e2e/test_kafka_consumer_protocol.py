@@ -5,17 +5,21 @@ consumer and its kafka-consumer-groups tool (4.3.1), and franz-go (kgo.ServerSid
 from __future__ import annotations
 
 import collections
+import datetime
 import itertools
 import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.static.primitive import i32
 
 from bench.kafka_broker import ensure_jars, java
+from tests.e2e import kafka_wire
 from tests.e2e.churn import close_consumer
 from tests.e2e.server import REPO, ServerProcess
 
@@ -384,13 +388,6 @@ def test_group_configs_set_with_kafka_configs_reach_the_members(gateway, admin):
     GROUP resource), describes them, and the group's members are told the new interval in their
     next heartbeat answer; a value outside the gateway's bounds, or a key groups do not take, is
     refused with Kafka's INVALID_CONFIG and changes nothing."""
-    import datetime
-    import uuid
-
-    from kio.static.primitive import i32
-
-    from tests.e2e import kafka_wire
-
     libs = ensure_jars()
     topic = new_topic(admin, 2)
     group = f"g-{topic}"
@@ -448,3 +445,70 @@ def test_group_configs_set_with_kafka_configs_reach_the_members(gateway, admin):
     described = configs("--describe")
     assert "consumer.session.timeout.ms=9000" in described.stdout, described.stdout
     assert "consumer.heartbeat.interval.ms" not in described.stdout, described.stdout
+
+
+def test_offset_fetches_need_the_members_epoch_and_a_full_group_refuses_a_new_member(tmp_path, admin, gateway):
+    """OffsetFetch v9 from a member: at its current epoch (STALE_MEMBER_EPOCH otherwise, and
+    UNKNOWN_MEMBER_ID from one not in the group), as Kafka's ConsumerGroup.validateOffsetFetch;
+    and a group at its most members (`server.consumer_group_max_size`) refuses a new one
+    GROUP_MAX_SIZE_REACHED, which librdkafka reports to the application."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.offset_fetch.v9.request import OffsetFetchRequestGroup, OffsetFetchRequestTopics
+
+    topic, group = new_topic(admin, 2), f"fetch-epoch-{next(_ids)}"
+    member_id = uuid.uuid4().hex[:22]
+    with kafka_wire.connect(gateway.kafka) as s:
+        joined = kafka_wire.call(
+            s,
+            68,
+            0,
+            group_id=group,
+            member_id=member_id,
+            member_epoch=i32(0),
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=(topic,),
+            server_assignor=None,
+            topic_partitions=(),
+        )
+        assert joined.error_code == ErrorCode.none and joined.member_epoch > 0
+
+        def fetch(member: str | None, epoch: int) -> int:
+            wanted = OffsetFetchRequestGroup(
+                group_id=group,
+                member_id=member,
+                member_epoch=i32(epoch),
+                topics=(OffsetFetchRequestTopics(name=topic, partition_indexes=(i32(0),)),),
+            )
+            return kafka_wire.call(s, 9, 9, groups=(wanted,), require_stable=False).groups[0].error_code
+
+        assert fetch(member_id, int(joined.member_epoch)) == ErrorCode.none
+        assert fetch(member_id, int(joined.member_epoch) - 1) == ErrorCode.stale_member_epoch
+        assert fetch("not-a-member", 1) == ErrorCode.unknown_member_id
+        assert fetch(None, -1) == ErrorCode.none  # the admin tools
+
+    full = ServerProcess(
+        tmp_path / "data", env=FAST_CONSUMER_GROUPS | {"TOPICLAKE_SERVER__CONSUMER_GROUP_MAX_SIZE": "1"}
+    ).start()
+    try:
+        small = AdminClient({"bootstrap.servers": full.kafka})
+        topic = new_topic(small, 2)
+        first = member(full, "full-group")
+        first.subscribe([topic])
+        poll_until([first], lambda: len(first.assignment()) == 2)
+        errors: list = []
+        second = member(full, "full-group", error_cb=errors.append)
+        second.subscribe([topic])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not errors:
+            for m in second.consume(10, timeout=0.2):
+                if m.error() is not None:
+                    errors.append(m.error())
+            first.consume(10, timeout=0.05)
+        assert any(e.code() == KafkaError.GROUP_MAX_SIZE_REACHED for e in errors), errors
+        assert second.assignment() == [] and len(first.assignment()) == 2
+        second.close()
+        close_consumer(first)
+    finally:
+        full.stop()

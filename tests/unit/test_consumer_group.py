@@ -19,6 +19,7 @@ from delta_log.core.consumer_group import (
 from delta_log.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
+    GroupMaxSizeReachedError,
     InvalidGroupRequestError,
     InvalidRegularExpressionError,
     StaleMemberEpochError,
@@ -317,3 +318,56 @@ def test_a_consumer_protocol_member_is_not_served_classic_requests():
     join(g, "n")
     with pytest.raises(InconsistentGroupProtocolError):
         g.classic_heartbeat("n", None, 5, 1.0, None)
+
+
+def test_offset_fetches_from_a_member_need_its_current_epoch():
+    g = group()
+    a = join(g, "a")
+    g.check_fetch(None, -1)  # the admin tools, a consumer outside group management
+    g.check_fetch("a", a.epoch)
+    with pytest.raises(StaleMemberEpochError):
+        g.check_fetch("a", a.epoch - 1)
+    with pytest.raises(UnknownMemberError):
+        g.check_fetch("zombie", 1)
+
+
+def test_a_new_member_beyond_the_groups_most_is_refused_and_known_ones_stay():
+    g = group()
+    g.max_size = 2
+    join(g, "a")
+    b = join(g, "b")
+    with pytest.raises(GroupMaxSizeReachedError):
+        join(g, "c")
+    assert set(g.members) == {"a", "b"}
+    join(g, "b")  # a member rejoining (epoch 0) is no new one
+    beat(g, "b", b.epoch, None)
+    g.heartbeat(Heartbeat(member_id="a", epoch=-1), 2.0, TOPICS)  # a leaves: room for c
+    join(g, "c")
+    assert set(g.members) == {"b", "c"}
+
+
+def test_a_group_restored_from_its_snapshot_mid_reconciliation_goes_on_where_it_was():
+    """A coordinator taking the group over (its snapshot, through JSON) serves the members at the
+    epochs they hold: the revocation in progress completes, nobody is fenced or starts over."""
+    import json
+
+    g = group()
+    a = join(g, "a")
+    join(g, "b", instance_id="b-1", rack_id="r1")
+    a2 = beat(g, "a", 1, a.assignment)  # a is asked to revoke three
+    assert g.members["a"].state == UNREVOKED and g.state == RECONCILING
+    snapshot = json.loads(json.dumps(g.snapshot()))
+    taken = ConsumerGroup.restore("g", snapshot, now=100.0, session_timeout_ms=45_000, heartbeat_interval_ms=5_000)
+    assert taken.snapshot() == g.snapshot() and taken.owners == g.owners and taken.state == RECONCILING
+    assert taken.members["a"].revoke_deadline == 100.0 + taken.members["a"].rebalance_timeout_ms / 1000
+    a3 = beat(taken, "a", 1, a2.assignment, now=101.0)  # a has revoked: it moves on
+    b2 = beat(taken, "b", 2, {}, now=101.0, instance_id="b-1")
+    assert a3.epoch == 2 and count(b2.assignment) == 3 and taken.state == GROUP_STABLE
+    assert taken.members["b"].instance_id == "b-1" and taken.members["b"].rack_id == "r1"
+    # and a classic member (an upgraded group) keeps its protocols
+    c = classic_group()
+    again = ConsumerGroup.restore(
+        "g", json.loads(json.dumps(c.snapshot())), now=1.0, session_timeout_ms=45_000, heartbeat_interval_ms=5_000
+    )
+    assert again.snapshot() == c.snapshot()
+    assert {m.classic for m in again.members.values()} == {m.classic for m in c.members.values()}

@@ -1,0 +1,122 @@
+"""Consumer-protocol (KIP-848) groups: the `_system/consumer_protocol_groups` Delta table.
+
+One row per saved change of a group: the group, the coordinator epoch of the gateway that saved it
+(claimed on the offsets table: delta_log.system.offsets), the group's epoch, and its snapshot
+(JSON: `ConsumerGroup.snapshot`; empty when the group is gone). The latest row per group wins
+(highest coordinator epoch, then latest save). A gateway that takes a group over (a failover, a
+restart) restores it from here, so its members keep their ids, epochs and partitions, as Kafka's
+coordinator loads a group from `__consumer_offsets`.
+
+Only a group's coordinator writes it, and it checks its coordinator epoch first (as for
+`_system/consumer_groups`); a row from a coordinator that lost the group meanwhile is outranked by
+the new coordinator's epoch. `compact()` rewrites the table to one row per group; it loses to any
+concurrent append.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
+from deltalake.exceptions import DeltaError
+
+from delta_log.errors import StorageUnavailableError
+from delta_log.table.storage import StorageRoot, translate_storage_errors
+
+TABLE = "consumer_protocol_groups"
+SCHEMA = pa.schema(
+    [
+        pa.field("group", pa.string()),
+        pa.field("coordinator_epoch", pa.int64()),
+        pa.field("group_epoch", pa.int64()),
+        pa.field("snapshot", pa.string()),  # "": the group is gone
+        pa.field("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+#: a saved snapshot: (coordinator epoch, group epoch, snapshot or None when the group is gone)
+Saved = tuple[int, int, dict[str, Any] | None]
+
+
+def _latest(rows: list[dict[str, Any]]) -> dict[str, tuple[tuple[int, int], dict[str, Any]]]:
+    latest: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+    for i, r in enumerate(rows):  # rows in table order: a later save of one epoch wins
+        rank = (int(r["coordinator_epoch"]), i)
+        if r["group"] not in latest or rank >= latest[r["group"]][0]:
+            latest[r["group"]] = (rank, r)
+    return latest
+
+
+def _rows(saved: Mapping[str, Saved]) -> pa.Table:
+    now = int(time.time() * 1e6)
+    groups = sorted(saved)
+    return pa.table(
+        {
+            "group": groups,
+            "coordinator_epoch": pa.array([saved[g][0] for g in groups], pa.int64()),
+            "group_epoch": pa.array([saved[g][1] for g in groups], pa.int64()),
+            "snapshot": [json.dumps(saved[g][2], separators=(",", ":")) if saved[g][2] else "" for g in groups],
+            "updated_at": pa.array([now] * len(groups), pa.timestamp("us", tz="UTC")),
+        },
+        schema=SCHEMA,
+    )
+
+
+class ConsumerGroupSnapshots:
+    """The latest snapshot of each consumer-protocol group."""
+
+    def __init__(self, storage: StorageRoot) -> None:
+        self.storage = storage
+        self._lock = threading.Lock()
+        self._dt = storage.open_or_create_system_table(TABLE, SCHEMA)
+        self._rows_since_compaction = 0
+
+    def save(self, saved: Mapping[str, Saved]) -> None:
+        """Append the groups' snapshots in one commit. Raises: StorageUnavailableError."""
+        if not saved:
+            return
+        with self._lock:
+            try:
+                self._dt.update_incremental()
+                write_deltalake(
+                    self._dt,
+                    _rows(saved),
+                    mode="append",
+                    commit_properties=CommitProperties(max_commit_retries=20),
+                    post_commithook_properties=_HOOKS,
+                )
+            except (DeltaError, OSError) as exc:
+                raise StorageUnavailableError(f"Could not save consumer group state: {exc}") from exc
+            self._rows_since_compaction += len(saved)
+
+    def load(self, group: str | None = None) -> dict[str, dict[str, Any]]:
+        """The latest snapshot of each group (of `group` only, if given) that is not gone.
+
+        Raises: StorageUnavailableError."""
+        with self._lock, translate_storage_errors():
+            self._dt.update_incremental()
+            rows = self.storage.read_system_table(self._dt, SCHEMA).to_pylist()
+        latest = _latest([r for r in rows if group is None or r["group"] == group])
+        return {g: json.loads(r["snapshot"]) for g, (_, r) in latest.items() if r["snapshot"]}
+
+    def compact(self, *, min_rows: int = 256) -> bool:
+        """Rewrite the table to its latest row per group (gone groups dropped) once `min_rows` were
+        appended here since the last rewrite. False when skipped or a concurrent append won."""
+        with self._lock:
+            if self._rows_since_compaction < min_rows:
+                return False
+            try:
+                self._dt.update_incremental()
+                rows = self.storage.read_system_table(self._dt, SCHEMA).to_pylist()
+                kept = [r for _, r in _latest(rows).values() if r["snapshot"]]
+                self.storage.rewrite_system_table(self._dt, pa.Table.from_pylist(kept, schema=SCHEMA))
+            except (DeltaError, OSError):
+                return False
+            self._rows_since_compaction = 0
+            return True

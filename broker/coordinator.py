@@ -93,9 +93,6 @@ def group_config_bounds(server: ServerSettings) -> GroupConfigBounds:
 
 __all__ = ["GroupCoordinator", "GroupLag", "GroupSummary", "HeartbeatResult", "JoinResult"]
 
-#: how long the snapshot saver gathers changes after the first before it commits them
-SNAPSHOT_BATCH_S = 0.05
-
 
 def _snapshot_text(snapshot: Mapping[str, object]) -> str:
     return json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
@@ -194,6 +191,8 @@ class GroupCoordinator:
         self._restoring: dict[str, asyncio.Lock] = {}
         self._dirty: set[str] = set()
         self._dirty_event = asyncio.Event()
+        #: resolved when the next save (the one that takes the groups changed so far) is done
+        self._next_save: asyncio.Future[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -600,7 +599,7 @@ class GroupCoordinator:
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
             self._check_owned(group_id)
             rejoin = cg.classic_heartbeat(member_id, instance_id, generation, self.clock(), principal)
-            self._touched(group_id)
+            await self._saved_before_answer(group_id)
             return HeartbeatResult(generation=generation, rebalance=rejoin, assignment={})
         await self._ensure(group_id)
         g = self.group(group_id)
@@ -643,7 +642,7 @@ class GroupCoordinator:
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
             self._check_owned(group_id)
             left = cg.classic_leave(member_id, instance_id, principal)
-            self._touched(group_id)
+            await self._saved_before_answer(group_id)
             log.info("group %r: classic member %r left", group_id, left)
             return
         await self._ensure(group_id)
@@ -702,8 +701,10 @@ class GroupCoordinator:
             answer = g.heartbeat(
                 hb, self.clock(), topics, weights=lambda: weights or {}, principal=principal, readable=readable
             )
-        finally:
+        except BaseException:
             self._touched(group_id)
+            raise
+        await self._saved_before_answer(group_id)
         if not g.members and hb.epoch < 0:
             self._lag_weights.pop(group_id, None)
         return answer, g
@@ -743,26 +744,43 @@ class GroupCoordinator:
                     log.info("group %r: restored at epoch %s from its snapshot", group_id, snapshot["epoch"])
             self._looked.add(group_id)
 
-    def _touched(self, group_id: str) -> None:
-        """A consumer-protocol group may have changed: the saver looks at it soon."""
+    def _touched(self, group_id: str) -> asyncio.Future[None]:
+        """A consumer-protocol group may have changed: the saver looks at it at once. Returns what
+        resolves when that save is done."""
         self._dirty.add(group_id)
         self._dirty_event.set()
+        if self._next_save is None or self._next_save.done():
+            self._next_save = asyncio.get_running_loop().create_future()
+        return self._next_save
+
+    async def _saved_before_answer(self, group_id: str) -> None:
+        """Wait until the group's change is saved, as Kafka's coordinator writes a change before it
+        answers: what a member was told is what a gateway taking the group over restores (a member
+        told an epoch the restored group does not know would be fenced, and librdkafka then retries
+        its commits until its session ends)."""
+        g = self.consumer_groups.get(group_id)
+        if self._saved.get(group_id, "") != (_snapshot_text(g.snapshot()) if g is not None else ""):
+            await self._touched(group_id)
 
     async def _snapshot_loop(self) -> None:
-        """Save changed consumer-protocol groups, woken by a change; the changes of one burst of
-        heartbeats (SNAPSHOT_BATCH_S) go in one commit."""
+        """Save changed consumer-protocol groups, woken by a change; the changes made while one
+        save runs go in the next commit together (a group commit: heartbeats wait on it)."""
         while True:
             await self._dirty_event.wait()
-            await asyncio.sleep(SNAPSHOT_BATCH_S)
+            await asyncio.sleep(0)  # the changes of this instant's other requests, too
             self._dirty_event.clear()
             dirty, self._dirty = self._dirty, set()
+            done, self._next_save = self._next_save, None
             try:
                 await self.save_snapshots(dirty)
-            except Exception:
+            except Exception:  # answered anyway (the change is made); saved at the next try
                 log.exception("saving consumer group snapshots failed; retrying")
                 self._dirty |= dirty
                 self._dirty_event.set()
                 await asyncio.sleep(1.0)
+            finally:
+                if done is not None and not done.done():
+                    done.set_result(None)
 
     async def save_snapshots(self, group_ids: set[str]) -> None:
         """Save the snapshot of each of these groups that changed since its last save here (a
@@ -908,7 +926,7 @@ class GroupCoordinator:
             client=client,
             weights=lambda: weights or {},
         )
-        self._touched(g.group_id)
+        await self._saved_before_answer(g.group_id)
         return JoinResult(
             member_id=m.member_id,
             generation=m.epoch,

@@ -1,9 +1,10 @@
 """Consumer-protocol (KIP-848) groups: the `_system/consumer_protocol_groups` Delta table.
 
 One row per saved change of a group: the group, the coordinator epoch of the gateway that saved it
-(claimed on the offsets table: delta_log.system.offsets), the group's epoch, and its snapshot
-(JSON: `ConsumerGroup.snapshot`; empty when the group is gone). The latest row per group wins
-(highest coordinator epoch, then latest save). A gateway that takes a group over (a failover, a
+(claimed on the offsets table: delta_log.system.offsets), the saving process's sequence number,
+the group's epoch, and its snapshot (JSON: `ConsumerGroup.snapshot`; empty when the group is gone).
+The latest row per group wins: the highest coordinator epoch, then the highest sequence (the
+order of rows read back is the files', not the commits'). A gateway that takes a group over (a failover, a
 restart) restores it from here, so its members keep their ids, epochs and partitions, as Kafka's
 coordinator loads a group from `__consumer_offsets`.
 
@@ -33,6 +34,7 @@ SCHEMA = pa.schema(
     [
         pa.field("group", pa.string()),
         pa.field("coordinator_epoch", pa.int64()),
+        pa.field("sequence", pa.int64()),
         pa.field("group_epoch", pa.int64()),
         pa.field("snapshot", pa.string()),  # "": the group is gone
         pa.field("updated_at", pa.timestamp("us", tz="UTC")),
@@ -46,20 +48,21 @@ Saved = tuple[int, int, dict[str, Any] | None]
 
 def _latest(rows: list[dict[str, Any]]) -> dict[str, tuple[tuple[int, int], dict[str, Any]]]:
     latest: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
-    for i, r in enumerate(rows):  # rows in table order: a later save of one epoch wins
-        rank = (int(r["coordinator_epoch"]), i)
-        if r["group"] not in latest or rank >= latest[r["group"]][0]:
+    for r in rows:
+        rank = (int(r["coordinator_epoch"]), int(r["sequence"]))
+        if r["group"] not in latest or rank > latest[r["group"]][0]:
             latest[r["group"]] = (rank, r)
     return latest
 
 
-def _rows(saved: Mapping[str, Saved]) -> pa.Table:
+def _rows(saved: Mapping[str, Saved], sequence: int) -> pa.Table:
     now = int(time.time() * 1e6)
     groups = sorted(saved)
     return pa.table(
         {
             "group": groups,
             "coordinator_epoch": pa.array([saved[g][0] for g in groups], pa.int64()),
+            "sequence": pa.array([sequence] * len(groups), pa.int64()),
             "group_epoch": pa.array([saved[g][1] for g in groups], pa.int64()),
             "snapshot": [json.dumps(saved[g][2], separators=(",", ":")) if saved[g][2] else "" for g in groups],
             "updated_at": pa.array([now] * len(groups), pa.timestamp("us", tz="UTC")),
@@ -76,17 +79,20 @@ class ConsumerGroupSnapshots:
         self._lock = threading.Lock()
         self._dt = storage.open_or_create_system_table(TABLE, SCHEMA)
         self._rows_since_compaction = 0
+        self._sequence = 0
 
     def save(self, saved: Mapping[str, Saved]) -> None:
         """Append the groups' snapshots in one commit. Raises: StorageUnavailableError."""
         if not saved:
             return
         with self._lock:
+            # increasing within this process (a restarted gateway saves under a new coordinator epoch)
+            self._sequence = max(self._sequence + 1, time.time_ns())
             try:
                 self._dt.update_incremental()
                 write_deltalake(
                     self._dt,
-                    _rows(saved),
+                    _rows(saved, self._sequence),
                     mode="append",
                     commit_properties=CommitProperties(max_commit_retries=20),
                     post_commithook_properties=_HOOKS,

@@ -1,0 +1,49 @@
+"""Consumer-protocol groups' snapshots in `_system/consumer_protocol_groups`: the last save of a
+group wins whatever the order its files are read in, a coordinator that took the group over
+outranks a late save of the one before, a gone group is restored by no one, and compaction keeps
+exactly what a load gives."""
+
+from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, Topics
+from delta_log.system.consumer_protocol_groups import SCHEMA, ConsumerGroupSnapshots
+
+TOPICS = Topics(1, {"orders": 6})
+
+
+def _group_after(joins: int) -> ConsumerGroup:
+    g = ConsumerGroup(group_id="g", session_timeout_ms=45_000, heartbeat_interval_ms=5_000)
+    for i in range(joins):
+        g.heartbeat(Heartbeat(member_id=f"m{i}", epoch=0, rebalance_timeout_ms=30_000, topics=("orders",)), 0.0, TOPICS)
+    return g
+
+
+def test_the_last_save_wins_and_a_newer_coordinator_outranks_a_late_save(storage):
+    store = ConsumerGroupSnapshots(storage)
+    snapshots = [_group_after(n).snapshot() for n in range(1, 9)]
+    for s in snapshots:  # one commit (one file) each
+        store.save({"g": (1, int(s["epoch"]), s), "other": (1, 1, snapshots[0])})
+    reader = ConsumerGroupSnapshots(storage)  # another gateway
+    assert reader.load("g") == {"g": snapshots[-1]}
+    assert reader.load()["other"] == snapshots[0]
+    store.save({"g": (2, 3, snapshots[2])})  # the group's new coordinator saves
+    store.save({"g": (1, 9, snapshots[-1])})  # and the one before, late, fenced by its epoch
+    assert reader.load("g") == {"g": snapshots[2]}
+    store.save({"g": (2, -1, None)})  # gone (emptied into a classic group, or deleted)
+    assert reader.load("g") == {}
+    restored = ConsumerGroup.restore(
+        "other", reader.load("other")["other"], now=0.0, session_timeout_ms=45_000, heartbeat_interval_ms=5_000
+    )
+    assert restored.snapshot() == snapshots[0]
+
+
+def test_compaction_keeps_what_a_load_gives(storage):
+    store = ConsumerGroupSnapshots(storage)
+    for n in range(1, 6):
+        s = _group_after(n).snapshot()
+        store.save({"a": (1, n, s), "b": (1, n, s)})
+    store.save({"b": (1, -1, None)})
+    before = store.load()
+    assert set(before) == {"a"}
+    assert store.compact(min_rows=5)
+    assert store.load() == before
+    fresh = storage.open_or_create_system_table("consumer_protocol_groups", SCHEMA)
+    assert storage.read_system_table(fresh, SCHEMA).num_rows == 1  # one row per group left

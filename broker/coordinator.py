@@ -366,9 +366,15 @@ class GroupCoordinator:
                 except Exception:
                     log.exception("expiring members of %r failed", g.group_id)
             for cg in list(self.consumer_groups.values()):
-                for mid in cg.expire(self.clock(), self._topic_index.topics):
+                removed = cg.expire(self.clock(), self._topic_index.topics)
+                for mid in removed:
                     log.info("group %r: member %r removed (session or rebalance timeout)", cg.group_id, mid)
                     self._touched(cg.group_id)
+                if removed:
+                    try:
+                        await self._maybe_downgrade(cg)
+                    except Exception:
+                        log.exception("downgrading %r failed", cg.group_id)
 
     # -- membership -----------------------------------------------------------------------------
     def group(self, group_id: str) -> GroupState:
@@ -704,10 +710,31 @@ class GroupCoordinator:
         except BaseException:
             self._touched(group_id)
             raise
+        if hb.epoch < 0 and g.members:
+            await self._maybe_downgrade(g)
         await self._saved_before_answer(group_id)
         if not g.members and hb.epoch < 0:
             self._lag_weights.pop(group_id, None)
         return answer, g
+
+    async def _maybe_downgrade(self, cg: ConsumerGroup) -> None:
+        """Kafka's online downgrade (group.consumer.migration.policy `bidirectional`): once a
+        consumer-protocol member has left (or was removed) and only classic members remain, the
+        group is a classic group again (GroupState.downgraded), and its members rejoin it."""
+        g = GroupState.downgraded(cg, self.clock(), max_size=self.group_max_size)
+        if g is None or self.consumer_groups.get(cg.group_id) is not cg:
+            return
+        del self.consumer_groups[cg.group_id]
+        self.groups[cg.group_id] = g
+        self._touched(cg.group_id)  # its snapshot: gone
+        self._wake(g)
+        log.info(
+            "group %r: its last consumer-protocol member left; a classic group of %d members again (generation %d)",
+            g.group_id,
+            len(g.members),
+            g.generation,
+        )
+        await self._save([g])
 
     # -- consumer-protocol groups' snapshots: a takeover goes on where the group was ---------------
     def _snapshots(self) -> ConsumerGroupSnapshots:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from delta_log.core.assignors import assign
+from delta_log.core.consumer_group import ConsumerGroup
 from delta_log.core.group_rules import (
     AWAITING_SYNC,
     EMPTY,
@@ -34,6 +35,7 @@ from delta_log.core.group_rules import (
     MemberState,
     check_commit,
     expired,
+    leader_assignor,
     leader_assigns,
     protocol_type_of,
 )
@@ -111,6 +113,37 @@ class GroupState:
     #: with them yet -> when each is forgotten (monotonic; its session timeout). A rebalance waits
     #: for them, as Kafka's does; a client that gives up leaves with the id, or it expires.
     pending_members: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def downgraded(cls, cg: ConsumerGroup, now: float, *, max_size: int) -> GroupState | None:
+        """Kafka's online downgrade (ClassicGroup.fromConsumerGroup): a consumer-protocol group
+        whose members all speak the classic protocol (the last consumer-protocol member left) as a
+        classic group of Kafka consumers, its leader assigning, at a generation equal to the group
+        epoch, each member keeping its target partitions, and a rebalance begun so that they
+        rejoin; None when it may not be (a consumer-protocol member in it, no member, or more than
+        `max_size`)."""
+        members = list(cg.members.values())
+        if not members or len(members) > max_size or any(m.classic is None for m in members):
+            return None
+        g = cls(group_id=cg.group_id, generation=cg.epoch, state=STABLE, assignor=leader_assignor("consumer"))
+        for m in members:
+            assert m.classic is not None
+            g.members[m.member_id] = MemberState(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                topics=m.topics,
+                session_timeout_ms=m.classic.session_timeout_ms,
+                last_heartbeat=now,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                assignment={t: sorted(ps) for t, ps in cg.target.get(m.member_id, {}).items()},
+                principal=m.principal,
+                protocols=m.classic.protocols,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                protocol_type="consumer",
+            )
+        g.start_rebalance(now)
+        return g
 
     # -- queries ---------------------------------------------------------------------------------
     def member(self, member_id: str, principal: str | None = None, *, instance_id: str | None = None) -> MemberState:

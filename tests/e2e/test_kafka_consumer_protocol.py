@@ -348,6 +348,40 @@ def test_a_busy_classic_group_is_upgraded_member_by_member(gateway, admin, strat
         close_consumer(c)
 
 
+def test_the_last_consumer_protocol_member_leaving_turns_the_group_classic_again(gateway, admin):
+    """Kafka's online downgrade: two classic members and one that joined with the consumer
+    protocol (the group upgraded); when the latter leaves, the group is a classic group again and
+    its members rejoin it, sharing every partition, no partition held twice, every record read."""
+    topic = new_topic(admin, 6)
+    group = f"g-{topic}"
+    produce(gateway, topic, range(600))
+    live = [classic(gateway, group) for _ in range(2)]
+    for c in live:
+        c.subscribe([topic])
+    got: list = []
+
+    def balanced() -> bool:
+        sets = [set(held(c)) for c in live]
+        assert sum(len(s) for s in sets) == len(set().union(*sets)), sets  # no partition held twice
+        return sorted(len(s) for s in sets) == [6 // len(live)] * len(live)
+
+    poll_until(live, balanced, timeout=60, got=got)
+    new = member(gateway, group)
+    new.subscribe([topic])
+    live.append(new)
+    poll_until(live, balanced, timeout=60, got=got)
+    assert admin.describe_consumer_groups([group])[group].result(30).type == ConsumerGroupType.CONSUMER
+    close_consumer(new)
+    live.remove(new)
+    produce(gateway, topic, range(600, 1200))
+    poll_until(live, balanced, timeout=60, got=got)
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert (described.type, len(described.members)) == (ConsumerGroupType.CLASSIC, 2), described
+    poll_until(live, lambda: len({m.value() for m in got}) == 1200, timeout=60, got=got)
+    for c in live:
+        close_consumer(c)
+
+
 def test_the_java_consumer_reads_on_the_consumer_protocol_and_the_tools_describe_the_group(gateway, admin):
     libs = ensure_jars()
     topic = new_topic(admin, 3)

@@ -371,3 +371,26 @@ def test_a_group_restored_from_its_snapshot_mid_reconciliation_goes_on_where_it_
     )
     assert again.snapshot() == c.snapshot()
     assert {m.classic for m in again.members.values()} == {m.classic for m in c.members.values()}
+
+
+def test_the_last_consumer_protocol_member_leaving_downgrades_the_group_to_classic():
+    """Kafka's online downgrade: with only classic members left, the group is a classic one again
+    at the group epoch, its leader assigning, each member keeping its target, and a rebalance
+    begun (they rejoin); not while a consumer-protocol member is in it, nor beyond the classic
+    group's most members."""
+    from delta_log.core.group_rules import PREPARING, leader_assigns
+    from delta_log.core.group_state import GroupState
+
+    g = classic_group()
+    join(g, "new", now=1.0)  # a consumer-protocol member: the group stays a consumer group
+    assert GroupState.downgraded(g, 2.0, max_size=10) is None
+    g.heartbeat(Heartbeat(member_id="new", epoch=-1), 3.0, TOPICS)  # it leaves
+    assert GroupState.downgraded(g, 4.0, max_size=1) is None  # two classic members: too many
+    classic = GroupState.downgraded(g, 4.0, max_size=10)
+    assert classic is not None
+    assert (classic.generation, classic.state, leader_assigns(classic.assignor)) == (g.epoch, PREPARING, True)
+    assert set(classic.members) == {"c1", "c2"}
+    assert all(m.protocols == (("cooperative-sticky", b"\x00\x03"),) for m in classic.members.values())
+    for m in classic.members.values():  # each keeps its target until the leader assigns again
+        assert m.assignment == {t: sorted(ps) for t, ps in g.target[m.member_id].items()}
+    assert all(not m.rejoined and m.session_timeout_ms == 10_000 for m in classic.members.values())

@@ -306,13 +306,7 @@ class ConsumerGroup:
         Raises: UnknownMemberError, StaleMemberEpochError, FencedMemberError, AuthorizationError."""
         if epoch < 0 and not self.members:
             return
-        m = self.members.get(member_id or "")
-        if m is None:
-            raise UnknownMemberError(
-                f"Member {member_id!r} is not in group {self.group_id!r}; the consumer rejoins.",
-                group=self.group_id,
-                member_id=member_id,
-            )
+        m = self._member(member_id)
         _check_principal(self.group_id, m, principal)
         if m.classic is not None:  # a classic member commits at its generation (ILLEGAL_GENERATION)
             self._check_generation(m, epoch)
@@ -459,6 +453,17 @@ class ConsumerGroup:
         if self.max_size is not None and len(self.members) >= self.max_size:
             raise GroupMaxSizeReachedError(self.group_id, self.max_size)
 
+    def _member(self, member_id: str | None) -> ConsumerMember:
+        """Raises: UnknownMemberError."""
+        m = self.members.get(member_id or "")
+        if m is None:
+            raise UnknownMemberError(
+                f"Member {member_id!r} is not in group {self.group_id!r}; the consumer rejoins.",
+                group=self.group_id,
+                member_id=member_id,
+            )
+        return m
+
     def check_fetch(self, member_id: str | None, epoch: int) -> None:
         """Kafka's rule for OffsetFetch v9+ in a consumer group: without a member id and epoch (the
         admin tools, a consumer outside group management) anyone; else the member at its current
@@ -467,13 +472,7 @@ class ConsumerGroup:
         Raises: UnknownMemberError, StaleMemberEpochError, FencedMemberError."""
         if member_id is None and epoch < 0:
             return
-        m = self.members.get(member_id or "")
-        if m is None:
-            raise UnknownMemberError(
-                f"Member {member_id!r} is not in group {self.group_id!r}; the consumer rejoins.",
-                group=self.group_id,
-                member_id=member_id,
-            )
+        m = self._member(member_id)
         if m.classic is not None:
             self._check_generation(m, epoch)
         elif epoch != m.epoch:

@@ -234,39 +234,7 @@ def questions(who: str) -> Iterator[Question]:
         request(3, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=True),
     )
     for group in (GROUP, OTHER):
-        yield (
-            f"OffsetCommit {group}",
-            8,
-            9,
-            request(
-                8,
-                9,
-                group_id=group,
-                generation_id_or_member_epoch=-1,
-                member_id="",
-                group_instance_id=None,
-                topics=tuple(
-                    part(
-                        8,
-                        9,
-                        "OffsetCommitRequestTopic",
-                        name=t,
-                        partitions=(
-                            part(
-                                8,
-                                9,
-                                "OffsetCommitRequestPartition",
-                                partition_index=0,
-                                committed_offset=1,
-                                committed_leader_epoch=-1,
-                                committed_metadata="",
-                            ),
-                        ),
-                    )
-                    for t in (IN, OUT)
-                ),
-            ),
-        )
+        yield f"OffsetCommit {group}", 8, 9, _commit(group)
     yield (
         "OffsetFetch",
         9,
@@ -583,6 +551,28 @@ def questions(who: str) -> Iterator[Question]:
     )
 
 
+def _commit(group: str) -> dict[str, Any]:
+    """OffsetCommit v9 of offset 1 of both topics' partition 0, outside group management."""
+    partition = part(
+        8,
+        9,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=1,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
+    return request(
+        8,
+        9,
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(part(8, 9, "OffsetCommitRequestTopic", name=t, partitions=(partition,)) for t in (IN, OUT)),
+    )
+
+
 #: the setup, by the admin: topics, a record in each, groups with committed offsets
 def setup_questions() -> Iterator[Question]:
     owned = [f"{kind}-{who}" for who in PRINCIPALS for kind in ("orders-del", "secret-del", "orders-cp", "secret-cp")]
@@ -611,39 +601,7 @@ def setup_questions() -> Iterator[Question]:
     ]
     yield "setup coordinators", 10, 6, request(10, 6, key_type=0, coordinator_keys=tuple(groups))
     for group in groups:
-        yield (
-            "setup offsets",
-            8,
-            9,
-            request(
-                8,
-                9,
-                group_id=group,
-                generation_id_or_member_epoch=-1,
-                member_id="",
-                group_instance_id=None,
-                topics=tuple(
-                    part(
-                        8,
-                        9,
-                        "OffsetCommitRequestTopic",
-                        name=t,
-                        partitions=(
-                            part(
-                                8,
-                                9,
-                                "OffsetCommitRequestPartition",
-                                partition_index=0,
-                                committed_offset=1,
-                                committed_leader_epoch=-1,
-                                committed_metadata="",
-                            ),
-                        ),
-                    )
-                    for t in (IN, OUT)
-                ),
-            ),
-        )
+        yield "setup offsets", 8, 9, _commit(group)
 
 
 _NAMES = ("name", "topic", "topic_name", "group_id", "resource_name", "partition_index", "partition", "member_id")

@@ -78,6 +78,13 @@ def held(c: Consumer) -> list[int]:
     return sorted(tp.partition for tp in c.assignment())
 
 
+def shared_evenly(live: list[Consumer], partitions: int) -> bool:
+    """Whether the members hold equal shares of the partitions; a partition held twice fails."""
+    sets = [set(held(c)) for c in live]
+    assert sum(len(s) for s in sets) == len(set().union(*sets)), sets  # no partition held twice
+    return sorted(len(s) for s in sets) == [partitions // len(live)] * len(live)
+
+
 def poll_until(consumers: list[Consumer], done, timeout: float = 30.0, got: list | None = None) -> list:
     """Poll every consumer in turn until `done()`; the records read (appended to `got`)."""
     got = [] if got is None else got
@@ -323,9 +330,7 @@ def test_a_busy_classic_group_is_upgraded_member_by_member(gateway, admin, strat
     got: list = []
 
     def balanced() -> bool:
-        sets = [set(held(c)) for c in live]
-        assert sum(len(s) for s in sets) == len(set().union(*sets)), sets  # no partition held twice
-        return sorted(len(s) for s in sets) == [6 // len(live)] * len(live)
+        return shared_evenly(live, 6)
 
     poll_until(live, balanced, timeout=60, got=got)
     for step, leaving in enumerate([None, *old]):
@@ -361,9 +366,7 @@ def test_the_last_consumer_protocol_member_leaving_turns_the_group_classic_again
     got: list = []
 
     def balanced() -> bool:
-        sets = [set(held(c)) for c in live]
-        assert sum(len(s) for s in sets) == len(set().union(*sets)), sets  # no partition held twice
-        return sorted(len(s) for s in sets) == [6 // len(live)] * len(live)
+        return shared_evenly(live, 6)
 
     poll_until(live, balanced, timeout=60, got=got)
     new = member(gateway, group)

@@ -410,45 +410,25 @@ def test_kip394_a_pending_member_joining_a_stable_leader_assigned_group_starts_a
 
 def test_a_new_member_beyond_the_groups_most_is_refused_but_a_static_one_takes_its_place():
     g = GroupState(group_id="g")
-    a, _ = g.join(
-        now=0, topics=("t",), member_id=None, instance_id="i-a", session_timeout_ms=10_000, assignor="range", max_size=2
-    )
-    first = a.member_id
-    pending = None
-    try:
-        g.join(
+
+    def enter(member_id=None, instance_id=None, **kw):
+        return g.join(
             now=0,
             topics=("t",),
-            member_id=None,
-            instance_id=None,
+            member_id=member_id,
+            instance_id=instance_id,
             session_timeout_ms=10_000,
             assignor="range",
-            require_member_id=True,
             max_size=2,
+            **kw,
         )
-    except MemberIdRequiredError as exc:
-        pending = exc.details["member_id"]
-    assert pending is not None  # a member-to-be counts: the group is full
+
+    first = enter(instance_id="i-a")[0].member_id
+    with pytest.raises(MemberIdRequiredError) as given:
+        enter(require_member_id=True)
+    pending = given.value.details["member_id"]  # a member-to-be counts: the group is full
     with pytest.raises(GroupMaxSizeReachedError):
-        g.join(
-            now=0,
-            topics=("t",),
-            member_id=None,
-            instance_id=None,
-            session_timeout_ms=10_000,
-            assignor="range",
-            max_size=2,
-        )
-    g.join(
-        now=0,
-        topics=("t",),
-        member_id=pending,
-        instance_id=None,
-        session_timeout_ms=10_000,
-        assignor="range",
-        max_size=2,
-    )  # the member-to-be joins with its id
-    again, _ = g.join(
-        now=0, topics=("t",), member_id=None, instance_id="i-a", session_timeout_ms=10_000, assignor="range", max_size=2
-    )  # a static member's new process takes its own place
+        enter()
+    enter(member_id=pending)  # the member-to-be joins with its id
+    again, _ = enter(instance_id="i-a")  # a static member's new process takes its own place
     assert again.member_id != first and len(g.members) == 2

@@ -165,6 +165,9 @@ class GroupCoordinator:
         self._config_store: GroupConfigStore | None = None  # opened on first use
         #: groups' config overrides (delta_log.core.group_config), as last read or set here
         self._group_configs: dict[str, dict[str, str]] = {}
+        #: one read or change of them at a time: a read that began before a change here would
+        #: otherwise put the older overrides back after it
+        self._configs_lock = asyncio.Lock()
         self._topic_index = _TopicIndex()
         self._lag_weights: dict[str, tuple[float, dict[tuple[str, int], int]]] = {}
         self._changed: dict[str, asyncio.Event] = {}
@@ -847,8 +850,9 @@ class GroupCoordinator:
 
     async def reload_group_configs(self) -> dict[str, dict[str, str]]:
         """Every group's config overrides, read from the root now. Raises: StorageUnavailableError."""
-        _, self._group_configs = await asyncio.to_thread(lambda: self._configs().load())
-        return self._group_configs
+        async with self._configs_lock:
+            _, self._group_configs = await asyncio.to_thread(lambda: self._configs().load())
+            return self._group_configs
 
     async def group_config(self, group_id: str) -> dict[str, str]:
         """The group's config overrides, as read from the root now (the gateway's defaults are
@@ -867,8 +871,9 @@ class GroupCoordinator:
         if validate_only:
             current = (await self.reload_group_configs()).get(group_id, {})
             return apply_updates(current, updates, self.config_bounds)
-        new = await asyncio.to_thread(lambda: self._configs().alter(group_id, updates, self.config_bounds))
-        self._group_configs[group_id] = new
+        async with self._configs_lock:
+            new = await asyncio.to_thread(lambda: self._configs().alter(group_id, updates, self.config_bounds))
+            self._group_configs[group_id] = new
         return new
 
     async def _upgrade(self, classic: GroupState) -> ConsumerGroup:

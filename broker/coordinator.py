@@ -1,27 +1,28 @@
-"""Group coordinator: the HTTP face of the consumer-group state machine, and the one door to a
+"""Group coordinator: the one consumer-group state machine behind every face (Kafka's
+JoinGroup/SyncGroup/Heartbeat and ConsumerGroupHeartbeat, HTTP members), and the one door to a
 group's committed offsets (reads, commits, resets, lag).
 
-Runs on the server's event loop; all group state (delta_log.core.group_state.GroupState) is
-touched from that loop only, and Delta I/O goes to worker threads.
+Runs on the server's event loop; all group state (delta_log.core.group_state.GroupState,
+delta_log.core.consumer_group.ConsumerGroup) is touched from that loop only, and Delta I/O goes to
+worker threads.
 
-- Joins wait for the rebalance they started (or joined) to complete; the waiting is woken by the
-  group's event, never by polling alone (a 0.5 s cap covers a deadline passing unobserved).
+- Classic joins wait for the rebalance they started (or joined) to complete; the waiting is woken
+  by the group's event, never by polling alone (a 0.5 s cap covers a deadline passing unobserved).
 - Commits are checked against the current owners under the group's lock, which completing a
   rebalance also takes, so a rebalance cannot happen between the check and the durable write: a
   zombie never moves a committed offset (invariant 5).
-- State is persisted (delta_log.system.groups) on every generation change and restored at start;
-  every `heartbeat_persist_s` each live group's heartbeats are persisted too, so the rebalance job
-  can tell dead members from live ones, also after this server crashed.
+- Classic state is persisted (delta_log.system.groups) on every generation change and restored at
+  start; every `heartbeat_persist_s` each live group's heartbeats are persisted too, so the
+  rebalance job can tell dead members from live ones, also after this server crashed.
 - The Spark rebalance job (jobs.rebalance) writes a next generation to the same table; the sync
   loop adopts it within `sync_interval_s` through an ordinary rebalance that uses the job's
   assignment. A race between the job and this server is decided by Delta's app-transaction rule.
 - Consumer-protocol groups (Kafka 4's KIP-848, delta_log.core.consumer_group) live beside the
   classic ones under the same ids, ownership and offsets fencing: ConsumerGroupHeartbeat drives
-  them, the server assigns. A group id is one kind at a time: an empty group of either kind turns
-  into the other when a member of the other protocol arrives (Kafka's online upgrade and downgrade
-  of empty groups); a non-empty one refuses the other protocol. Their state is held in memory: a
-  coordinator that restarts or takes a group over answers its members UNKNOWN_MEMBER_ID, and they
-  join again at epoch 0 and resume from their committed offsets.
+  them, the server assigns, and classic members (Kafka's and HTTP's) are served in them by the
+  same machinery (Kafka's online upgrade and downgrade). A change is saved to
+  `_system/consumer_protocol_groups` before it is answered, so a coordinator that restarts or
+  takes a group over goes on where it was.
 - Several gateways on one root (broker.cluster): this coordinator acts only for the groups
   `owns` says are its own. It takes a group over on first use: loads the group's persisted state
   (its members get a full session to heartbeat here) and claims the group's coordinator epoch in
@@ -44,7 +45,14 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from conf import ServerSettings
-from delta_log.core.consumer_group import ClassicProtocol, ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics
+from delta_log.core.consumer_group import (
+    ClassicProtocol,
+    ConsumerGroup,
+    Heartbeat,
+    HeartbeatAnswer,
+    Topics,
+    validate_consumer_join,
+)
 from delta_log.core.group_config import GroupConfigBounds, apply_updates
 from delta_log.core.group_rules import (
     AWAITING_SYNC,
@@ -96,6 +104,10 @@ __all__ = ["GroupCoordinator", "GroupLag", "GroupSummary", "HeartbeatResult", "J
 
 def _snapshot_text(snapshot: Mapping[str, object]) -> str:
     return json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
+
+
+#: the protocol type of a member that joined over HTTP (Kafka's JoinGroup always names one)
+HTTP_MEMBER = ""
 
 
 class GroupSummary(NamedTuple):
@@ -415,6 +427,7 @@ class GroupCoordinator:
         protocol_type: str = "",
         embedded: Sequence[tuple[str, bytes]] = (),
         owned: Mapping[str, Sequence[int]] | None = None,
+        group_protocol: str = "classic",
     ) -> JoinResult:
         """Join (or rejoin) and wait for the group's next generation (Stable; or, where the leader
         assigns, CompletingRebalance until the leader's SyncGroup: see `sync`), by Kafka's rules
@@ -429,40 +442,92 @@ class GroupCoordinator:
         protocol type ("consumer": a Kafka consumer, whose group may be upgraded to the consumer
         protocol); `embedded`: the protocols a Kafka consumer offers, and `owned` what its
         subscription says it owns (for a consumer-protocol group it joins as a classic member).
+        `group_protocol`: "consumer" for an HTTP member that asks for a consumer-protocol group
+        (`assignor` then names its server-side assignor: uniform, range or lag): the group becomes
+        one, as Kafka's upgrade does, or is created as one.
         """
         owned = owned or {}
         validate_group_id(group_id)
-        topics = validate_join(assignor, session_timeout_ms, topics)
+        if group_protocol == "consumer":
+            topics = validate_consumer_join(assignor, session_timeout_ms, topics)
+        else:
+            topics = validate_join(assignor, session_timeout_ms, topics)
         validate_instance_id(instance_id)
-        await self.restored(group_id)
-        consumer = self.consumer_groups.get(group_id)
-        if consumer is not None:
-            self._check_owned(group_id)
-            if consumer.members:
-                if protocol_type != "consumer":  # (HTTP members, other protocol types)
-                    raise InconsistentGroupProtocolError(
-                        f"Group {group_id!r} is a consumer-protocol group (KIP-848) with members; only Kafka "
-                        "consumers join it (or use another group id).",
-                        group=group_id,
-                    )
-                return await self._classic_join_consumer(
-                    consumer,
-                    member_id=member_id,
-                    instance_id=instance_id,
-                    topics=topics,
-                    owned=owned,
-                    protocols=embedded,
-                    session_timeout_ms=session_timeout_ms,
-                    rebalance_timeout_ms=rebalance_timeout_ms,
-                    principal=principal,
-                    client=client,
-                    require_member_id=require_member_id,
-                )
-            del self.consumer_groups[group_id]  # an empty consumer group becomes a classic one
-            self._touched(group_id)
         if not missing_topics_ok:  # (Kafka's consumers may subscribe to topics not created yet)
             for t in topics:
                 await asyncio.to_thread(self.registry.partitions, t)  # 404 for unknown topics, before any change
+        while True:
+            await self.restored(group_id)
+            consumer = self.consumer_groups.get(group_id)
+            if consumer is None and group_protocol == "consumer":
+                await self._claim(group_id)
+                consumer = await self._consumer_group_for(group_id)
+            if consumer is not None:
+                self._check_owned(group_id)
+                if consumer.members or group_protocol == "consumer":
+                    if protocol_type not in ("consumer", HTTP_MEMBER):
+                        raise InconsistentGroupProtocolError(
+                            f"Group {group_id!r} is a consumer-protocol group (KIP-848) with members; only "
+                            "consumers join it (or use another group id).",
+                            group=group_id,
+                        )
+                    return await self._classic_join_consumer(
+                        consumer,
+                        member_id=member_id,
+                        instance_id=instance_id,
+                        topics=topics,
+                        owned=owned,
+                        protocols=embedded,
+                        session_timeout_ms=session_timeout_ms,
+                        rebalance_timeout_ms=rebalance_timeout_ms,
+                        principal=principal,
+                        client=client,
+                        require_member_id=require_member_id,
+                        assignor=assignor if group_protocol == "consumer" else None,
+                    )
+                del self.consumer_groups[group_id]  # an empty consumer group becomes a classic one
+                self._touched(group_id)
+            try:
+                return await self._classic_join(
+                    group_id,
+                    topics=topics,
+                    member_id=member_id,
+                    instance_id=instance_id,
+                    session_timeout_ms=session_timeout_ms,
+                    assignor=assignor,
+                    principal=principal,
+                    protocols=protocols,
+                    missing_topics_ok=missing_topics_ok,
+                    client=client,
+                    rebalance_timeout_ms=rebalance_timeout_ms,
+                    require_member_id=require_member_id,
+                    protocol_type=protocol_type,
+                )
+            except RebalanceInProgressError as exc:
+                if protocol_type != HTTP_MEMBER or group_id not in self.consumer_groups:
+                    raise  # a Kafka consumer joins the new group itself
+                # an HTTP member joins the consumer group its classic group became (it is in it)
+                member_id = exc.details.get("member_id", member_id)
+
+    async def _classic_join(
+        self,
+        group_id: str,
+        *,
+        topics: list[str],
+        member_id: str | None,
+        instance_id: str | None,
+        session_timeout_ms: int,
+        assignor: str,
+        principal: str | None,
+        protocols: Sequence[tuple[str, bytes]],
+        missing_topics_ok: bool,
+        client: tuple[str, str],
+        rebalance_timeout_ms: int,
+        require_member_id: bool,
+        protocol_type: str,
+    ) -> JoinResult:
+        """`join` into a classic group. Raises: RebalanceInProgressError (also when the group became
+        a consumer group while the join waited), and as `join`."""
         g = await self._ensure(group_id, create=assignor)
         assert g is not None
         previous = g.static_member(instance_id) if instance_id and member_id is None else None
@@ -500,11 +565,11 @@ class GroupCoordinator:
             remaining = (g.rebalance_deadline or self.clock()) - self.clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout=max(0.01, min(remaining, 0.5)))
-            if (moved := self._moved(g)) is not None:
+            if (moved := self._moved(g, mid)) is not None:
                 raise moved
             if mid in g.members:
                 g.members[mid].last_heartbeat = self.clock()  # waiting in join counts as alive
-        if (moved := self._moved(g)) is not None:
+        if (moved := self._moved(g, mid)) is not None:
             raise moved
         # dropped meanwhile: UnknownMemberError, join again; its instance taken over: FencedInstanceIdError
         return g.result(g.member(mid, instance_id=instance_id))
@@ -607,9 +672,21 @@ class GroupCoordinator:
         await self.restored(group_id)
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
             self._check_owned(group_id)
-            rejoin = cg.classic_heartbeat(member_id, instance_id, generation, self.clock(), principal)
+            weights = await self._weights(cg) if cg.assignor == "lag" else None
+            rejoin = cg.classic_heartbeat(
+                member_id,
+                instance_id,
+                generation,
+                self.clock(),
+                principal,
+                topics=await self.topics(),
+                weights=lambda: weights or {},
+            )
             await self._saved_before_answer(group_id)
-            return HeartbeatResult(generation=generation, rebalance=rejoin, assignment={})
+            held = cg.classic_member(member_id, instance_id, principal).assigned
+            return HeartbeatResult(
+                generation=generation, rebalance=rejoin, assignment={t: sorted(ps) for t, ps in held.items()}
+            )
         await self._ensure(group_id)
         g = self.group(group_id)
         result = g.heartbeat(member_id, generation, self.clock(), principal, instance_id=instance_id)
@@ -677,27 +754,7 @@ class GroupCoordinator:
         validate_group_id(group_id)
         await self._claim(group_id)
         await self.restored(group_id)
-        g = self.consumer_groups.get(group_id)
-        if g is None and (classic := self.groups.get(group_id)) is not None and classic.members:
-            if not all(m.protocol_type == "consumer" for m in classic.members.values()):
-                raise UnknownGroupError(
-                    f"Group {group_id!r} is a classic group with members that are not Kafka consumers (HTTP "
-                    "members): it takes consumer-protocol members once it is empty (or use group.protocol=classic).",
-                    group=group_id,
-                )
-            g = await self._upgrade(classic)
-        if g is None:
-            if (classic := self.groups.get(group_id)) is not None:  # an empty classic group: Kafka's upgrade
-                self.groups.pop(group_id, None)
-                log.info("group %r: an empty classic group becomes a consumer-protocol group", group_id)
-            g = self.consumer_groups.setdefault(
-                group_id,
-                ConsumerGroup(
-                    group_id=group_id,
-                    session_timeout_ms=self.consumer_session_timeout_ms,
-                    heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
-                ),
-            )
+        g = self.consumer_groups.get(group_id) or await self._consumer_group_for(group_id)
         g.session_timeout_ms, g.heartbeat_interval_ms = self.config_bounds.effective(
             self._group_configs.get(group_id, {})
         )
@@ -719,6 +776,32 @@ class GroupCoordinator:
         if not g.members and hb.epoch < 0:
             self._lag_weights.pop(group_id, None)
         return answer, g
+
+    async def _consumer_group_for(self, group_id: str) -> ConsumerGroup:
+        """The consumer-protocol group a member of that protocol joins, where the group is not one
+        yet: a classic group of consumers (Kafka's and HTTP's) is upgraded, an empty one replaced,
+        and a new one created. Raises: UnknownGroupError (a classic group of another protocol
+        type with members, such as Connect's workers)."""
+        classic = self.groups.get(group_id)
+        if classic is not None and classic.members:
+            if not all(m.protocol_type in ("consumer", HTTP_MEMBER) for m in classic.members.values()):
+                raise UnknownGroupError(
+                    f"Group {group_id!r} is a {classic.protocol_type!r} group with members, not a consumer group: "
+                    "it takes consumer-protocol members once it is empty (or use group.protocol=classic).",
+                    group=group_id,
+                )
+            return await self._upgrade(classic)
+        if classic is not None:  # an empty classic group: Kafka's upgrade
+            self.groups.pop(group_id, None)
+            log.info("group %r: an empty classic group becomes a consumer-protocol group", group_id)
+        return self.consumer_groups.setdefault(
+            group_id,
+            ConsumerGroup(
+                group_id=group_id,
+                session_timeout_ms=self.consumer_session_timeout_ms,
+                heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
+            ),
+        )
 
     async def _maybe_downgrade(self, cg: ConsumerGroup) -> None:
         """Kafka's online downgrade (group.consumer.migration.policy `bidirectional`): once a
@@ -887,6 +970,7 @@ class GroupCoordinator:
             group_id,
             classic.generation,
             classic.members.values(),
+            topics=await self.topics(),
             session_timeout_ms=self.consumer_session_timeout_ms,
             heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
         )
@@ -904,18 +988,21 @@ class GroupCoordinator:
         )
         return g
 
-    def _upgraded(self, group_id: str) -> RebalanceInProgressError:
+    def _upgraded(self, group_id: str, member_id: str | None = None) -> RebalanceInProgressError:
+        """`member_id`: the member whose join waited (it is a member of the consumer group now)."""
         return RebalanceInProgressError(
-            f"Group {group_id!r} now runs Kafka's consumer protocol; the member joins it again.", group=group_id
+            f"Group {group_id!r} now runs Kafka's consumer protocol; the member joins it again.",
+            group=group_id,
+            member_id=member_id,
         )
 
-    def _moved(self, g: GroupState) -> TopiclakeError | None:
-        """Why a join or sync waiting in `g` cannot go on: the group became a consumer group, or
-        it moved to another gateway."""
+    def _moved(self, g: GroupState, member_id: str | None = None) -> TopiclakeError | None:
+        """Why a join (of `member_id`) or a sync waiting in `g` cannot go on: the group became a
+        consumer group, or it moved to another gateway."""
         if self.groups.get(g.group_id) is g:
             return None
         if g.group_id in self.consumer_groups:
-            return self._upgraded(g.group_id)
+            return self._upgraded(g.group_id, member_id)
         return NotCoordinatorError(f"Group {g.group_id!r} moved to another gateway; join again.", group=g.group_id)
 
     async def _classic_join_consumer(
@@ -932,6 +1019,7 @@ class GroupCoordinator:
         principal: str | None,
         client: tuple[str, str],
         require_member_id: bool,
+        assignor: str | None,
     ) -> JoinResult:
         """A classic member's JoinGroup to a consumer group (ConsumerGroup.classic_join).
 
@@ -944,7 +1032,10 @@ class GroupCoordinator:
                 raise MemberIdRequiredError(
                     f"Join group {g.group_id!r} again with member id {member_id!r}.", member_id=member_id
                 )
-        weights = await self._weights(g) if g.assignor == "lag" else None
+        weights = await self._weights(g) if "lag" in (g.assignor, assignor) else None
+        known = await self.topics()
+        if not all(t in known.counts for t in topics):  # (created a moment ago, maybe)
+            known = await self.topics(fresh=True)
         m = g.classic_join(
             member_id=member_id,
             instance_id=instance_id,
@@ -953,10 +1044,11 @@ class GroupCoordinator:
             classic=ClassicProtocol(session_timeout_ms=session_timeout_ms, protocols=tuple(protocols)),
             rebalance_timeout_ms=rebalance_timeout_ms,
             now=self.clock(),
-            known_topics=await self.topics(),
+            known_topics=known,
             principal=principal,
             client=client,
             weights=lambda: weights or {},
+            assignor=assignor,
         )
         await self._saved_before_answer(g.group_id)
         return JoinResult(
@@ -993,12 +1085,12 @@ class GroupCoordinator:
                     self._epochs[group_id] = epoch
                     log.info("group %r: coordinated here from epoch %d", group_id, epoch)
 
-    async def topics(self) -> Topics:
+    async def topics(self, *, fresh: bool = False) -> Topics:
         """Every topic's partition count, as consumer-protocol groups see them (re-read when the
-        catalog changed, looked at once a second at most)."""
+        catalog changed, looked at once a second at most; `fresh`: looked at now)."""
         index = self._topic_index
         now = self.clock()
-        if now - index.checked >= 1.0:
+        if fresh or now - index.checked >= 1.0:
             index.checked = now
             marker = await asyncio.to_thread(self.registry.storage.read_marker, CATALOG_MARKER)
             if marker != index.marker or not marker:

@@ -51,8 +51,10 @@ async def join(
     protocol_type: str = "",
     embedded: Sequence[tuple[str, bytes]] = (),
     owned: Mapping[str, Sequence[int]] | None = None,
+    group_protocol: str = "classic",
 ) -> JoinResult:
-    """Join (or rejoin) and wait for the group's next generation.
+    """Join (or rejoin) and wait for the group's next generation (in a consumer-protocol group:
+    one reconciliation step, at once).
 
     Raises: AuthorizationError, and as GroupCoordinator.join."""
     authorize_group(principal, "read", group)
@@ -74,6 +76,7 @@ async def join(
         protocol_type=protocol_type,
         embedded=embedded,
         owned=owned,
+        group_protocol=group_protocol,
     )
 
 

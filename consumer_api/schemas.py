@@ -55,8 +55,15 @@ class JoinRequest(_Model):
     assignor: str = Field(
         "range",
         max_length=32,
-        description="range, roundrobin or sticky; else 400 UNKNOWN_ASSIGNOR.",
-        json_schema_extra={"enum": ["range", "roundrobin", "sticky"]},
+        description="range, roundrobin or sticky; with group_protocol consumer the server-side assignor: "
+        "uniform, range or lag (balanced by backlog); else 400 UNKNOWN_ASSIGNOR.",
+        json_schema_extra={"enum": ["range", "roundrobin", "sticky", "uniform", "lag"]},
+    )
+    group_protocol: Literal["classic", "consumer"] = Field(
+        "classic",
+        description="consumer: the group runs Kafka's consumer protocol (KIP-848), as Kafka 4 members with "
+        "group.protocol=consumer ask; a classic group of consumers is upgraded. Partitions move one at a "
+        "time: a join answers at once with what is free, and a heartbeat says rebalance when more is.",
     )
 
 

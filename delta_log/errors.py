@@ -440,7 +440,7 @@ class InvalidGroupRequestError(TopiclakeError):
 
 class UnknownAssignorError(TopiclakeError):
     code = "UNKNOWN_ASSIGNOR"
-    hint = "Use range, roundrobin or sticky."
+    hint = "Use range, roundrobin or sticky (with group_protocol consumer: uniform, range or lag)."
 
 
 class InconsistentGroupProtocolError(TopiclakeError):

@@ -56,7 +56,8 @@ class Consumer:
         auto_commit_interval_ms: int = 5000,
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int | None = None,
-        assignor: Literal["range", "roundrobin", "sticky"] = "range",
+        assignor: Literal["range", "roundrobin", "sticky", "uniform", "lag"] = "range",
+        group_protocol: Literal["classic", "consumer"] = "classic",
         instance_id: str | None = None,
         max_poll_records: int = 500,
         fetch_max_bytes: int = 4 * 1024 * 1024,
@@ -71,6 +72,7 @@ class Consumer:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_s = (heartbeat_interval_ms or session_timeout_ms // 3) / 1000
         self.assignor = assignor
+        self.group_protocol = group_protocol
         self.instance_id = instance_id
         self.max_poll_records = max_poll_records
         self.fetch_max_bytes = fetch_max_bytes
@@ -151,6 +153,7 @@ class Consumer:
                 "session_timeout_ms": self.session_timeout_ms,
                 "assignor": self.assignor,
                 "instance_id": self.instance_id,
+                "group_protocol": self.group_protocol,
             }
             if self._member_id:
                 body["member_id"] = self._member_id

@@ -49,7 +49,8 @@ router = APIRouter(prefix="/groups", tags=["consumer groups"])
 async def join(
     group: GroupPath, body: JoinRequest, request: Request, principal: PrincipalDep, coordinator: CoordinatorDep
 ) -> JoinResponse:
-    """Join (or rejoin) a group; returns when the group is stable, with this member's partitions."""
+    """Join (or rejoin) a group; returns when the group is stable, with this member's partitions (in a
+    consumer-protocol group at once, with the partitions that are free for it)."""
     client_id = body.client_id if body.client_id is not None else request.headers.get("user-agent", "")[:255]
     r = await groups.join(
         coordinator,
@@ -61,6 +62,7 @@ async def join(
         session_timeout_ms=body.session_timeout_ms,
         assignor=body.assignor,
         client=(client_id, _client_host(request)),
+        group_protocol=body.group_protocol,
     )
     return JoinResponse(
         group=group, member_id=r.member_id, generation=r.generation, assignment=r.assignment, members=r.members

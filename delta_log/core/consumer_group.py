@@ -49,7 +49,7 @@ from typing import Any
 import re2
 
 from delta_log.core.assignors import assign_range, assign_sticky
-from delta_log.core.group_rules import MemberState
+from delta_log.core.group_rules import MemberState, validate_join
 from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import (
     AuthorizationError,
@@ -62,6 +62,7 @@ from delta_log.errors import (
     InvalidRegularExpressionError,
     RebalanceInProgressError,
     StaleMemberEpochError,
+    UnknownAssignorError,
     UnknownMemberError,
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
@@ -123,7 +124,8 @@ class HeartbeatAnswer:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClassicProtocol:
     """A member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) in a consumer
-    group: its session timeout, and the protocols it offers (name, ConsumerProtocol subscription)."""
+    group: its session timeout, and the protocols it offers (name, ConsumerProtocol subscription;
+    an HTTP member, which joins and heartbeats over HTTP, offers none)."""
 
     session_timeout_ms: int
     protocols: tuple[tuple[str, bytes], ...]
@@ -658,12 +660,14 @@ class ConsumerGroup:
         generation: int,
         members: Iterable[MemberState],
         *,
+        topics: Topics,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
     ) -> ConsumerGroup:
         """A classic group of Kafka consumers as a consumer group (Kafka's ConsumerGroup
         .fromClassicGroup): each member keeps its partitions, at an epoch equal to the generation,
-        which is the group's epoch and its target's."""
+        which is the group's epoch and its target's; its subscriptions resolved against `topics`,
+        every topic's partition count now."""
         g = cls(
             group_id=group_id,
             session_timeout_ms=session_timeout_ms,
@@ -691,6 +695,9 @@ class ConsumerGroup:
                     classic=ClassicProtocol(session_timeout_ms=m.session_timeout_ms, protocols=m.protocols),
                 )
             )
+        g._wanted = {mid: g.member_topics(m, topics.counts) for mid, m in g.members.items()}
+        g._seen = topics.version
+        g.subscribed = {t: topics.counts[t] for ts in g._wanted.values() for t in ts}
         return g
 
     def classic_join(
@@ -707,11 +714,13 @@ class ConsumerGroup:
         principal: str | None = None,
         client: tuple[str, str] = ("", ""),
         weights: Callable[[], Mapping[tuple[str, int], int]] | None = None,
+        assignor: str | None = None,
     ) -> ConsumerMember:
         """A classic member's JoinGroup (Kafka's classicGroupJoinToConsumerGroup): the member is
         added or updated, and takes one reconciliation step; `owned`: what its subscription says
         it still owns (an eager member owns nothing when it rejoins). Its epoch is the generation
-        the JoinGroup answers.
+        the JoinGroup answers. `assignor`: the server-side assignor it votes for (an HTTP member
+        that asked for the consumer protocol; Kafka's classic members vote for none).
 
         Raises: FencedInstanceIdError, AuthorizationError, GroupMaxSizeReachedError."""
         before: ConsumerMember | None = None
@@ -728,7 +737,7 @@ class ConsumerGroup:
             base,
             topics=frozenset(topics),
             regex=None,
-            assignor=None,
+            assignor=assignor,
             rebalance_timeout_ms=rebalance_timeout_ms or classic.session_timeout_ms,
             client_id=client[0],
             client_host=client[1],
@@ -736,7 +745,9 @@ class ConsumerGroup:
             classic=classic,
             epoch=0 if base.left_for_now else base.epoch,  # a static member back from leaving for now
         )
-        changed = before is None or member.topics != before.topics or before.regex is not None
+        changed = (
+            before is None or member.topics != before.topics or before.regex is not None or assignor != before.assignor
+        )
         self._put(member)
         self._refresh(known_topics, bump=changed, weights=weights)
         member = self._reconcile(self.members[member.member_id], owned, now)
@@ -774,16 +785,27 @@ class ConsumerGroup:
         return m.assigned
 
     def classic_heartbeat(
-        self, member_id: str, instance_id: str | None, generation: int, now: float, principal: str | None
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        now: float,
+        principal: str | None,
+        *,
+        topics: Topics,
+        weights: Callable[[], Mapping[tuple[str, int], int]] | None = None,
     ) -> bool:
         """A classic member's Heartbeat; whether it must join again (Kafka's
         classicGroupHeartbeatToConsumerGroup: the group epoch moved past its own, it has partitions
-        to give up, or partitions it waited for are free).
+        to give up, or partitions it waited for are free). `topics`: every topic's partition count
+        now (a subscribed topic created or grown moves the group epoch, as Kafka's coordinator does
+        on new metadata, also where every member speaks the classic protocol).
 
         Raises: as `classic_member`, FencedMemberError."""
         m = self.classic_member(member_id, instance_id, principal)
         self._check_generation(m, generation)
         self.members[m.member_id] = replace(m, last_heartbeat=now)
+        self._refresh(topics, bump=False, weights=weights)
         return m.epoch < self.epoch or m.state == UNREVOKED or (m.state == UNRELEASED and not self._waiting_on(m))
 
     def classic_leave(self, member_id: str, instance_id: str | None, principal: str | None) -> str:
@@ -853,6 +875,17 @@ def _validate(hb: Heartbeat) -> None:
         raise UnsupportedAssignorError(
             f"Assignor {hb.assignor!r} is not served; group.remote.assignor is one of {', '.join(ASSIGNORS)}."
         )
+
+
+def validate_consumer_join(assignor: str, session_timeout_ms: int, topics: Iterable[str]) -> list[str]:
+    """validate_join for an HTTP member that asks for the consumer protocol: it names a server-side
+    assignor. Raises: UnknownAssignorError, InvalidGroupError."""
+    if assignor not in ASSIGNORS:
+        raise UnknownAssignorError(
+            f"Assignor {assignor!r} is not a server-side one; with the consumer protocol use {', '.join(ASSIGNORS)}.",
+            assignor=assignor,
+        )
+    return validate_join(ASSIGNORS[1], session_timeout_ms, topics)  # (range: a consumer's subscription rules)
 
 
 def _within(owned: Partitions, assigned: Partitions) -> bool:

@@ -120,10 +120,11 @@ class GroupState:
         whose members all speak the classic protocol (the last consumer-protocol member left) as a
         classic group of Kafka consumers, its leader assigning, at a generation equal to the group
         epoch, each member keeping its target partitions, and a rebalance begun so that they
-        rejoin; None when it may not be (a consumer-protocol member in it, no member, or more than
-        `max_size`)."""
+        rejoin; None when it may not be (a consumer-protocol member in it, no member, more than
+        `max_size`, or an HTTP member: its group stays a consumer-protocol group, which serves it
+        as the classic one would)."""
         members = list(cg.members.values())
-        if not members or len(members) > max_size or any(m.classic is None for m in members):
+        if not members or len(members) > max_size or any(m.classic is None or not m.classic.protocols for m in members):
             return None
         g = cls(group_id=cg.group_id, generation=cg.epoch, state=STABLE, assignor=leader_assignor("consumer"))
         for m in members:

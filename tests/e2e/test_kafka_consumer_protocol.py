@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -23,6 +24,7 @@ from bench.kafka_broker import ensure_jars, java
 from tests.e2e import kafka_wire
 from tests.e2e.churn import close_consumer
 from tests.e2e.server import REPO, ServerProcess
+from topiclake import Consumer as HttpConsumer
 
 pytestmark = pytest.mark.slow
 
@@ -384,6 +386,151 @@ def test_the_last_consumer_protocol_member_leaving_turns_the_group_classic_again
     poll_until(live, lambda: len({m.value() for m in got}) == 1200, timeout=60, got=got)
     for c in live:
         close_consumer(c)
+
+
+class HttpMember:
+    """A member over HTTP, driven by hand: join, heartbeat (joining again when told), leave."""
+
+    def __init__(self, gateway, group: str, topic: str, **body) -> None:
+        self.url, self.group = f"{gateway.url}/groups/{group}", group
+        self.body = {"topics": [topic], "session_timeout_ms": 6000, **body}
+        self.joined: dict = {}
+
+    @property
+    def held(self) -> set[int]:
+        return {p for ps in self.joined.get("assignment", {}).values() for p in ps}
+
+    def join(self) -> set[int]:
+        body = self.body | ({"member_id": self.joined["member_id"]} if self.joined else {})
+        r = httpx.post(f"{self.url}/members", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        self.joined = r.json()
+        return self.held
+
+    def tick(self) -> bool:
+        """Heartbeat; join again if told to (an HTTP member gives up its partitions by joining
+        again, having committed). Whether it did."""
+        r = httpx.post(
+            f"{self.url}/members/{self.joined['member_id']}/heartbeat",
+            json={"generation": self.joined["generation"]},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        assert {p for ps in r.json()["assignment"].values() for p in ps} == self.held
+        if r.json()["rebalance"]:
+            self.join()
+        return bool(r.json()["rebalance"])
+
+    def commit(self, topic: str, partition: int, offset: int, generation: int | None = None) -> httpx.Response:
+        gen = self.joined["generation"] if generation is None else generation
+        body = {"member_id": self.joined["member_id"], "generation": gen}
+        body["offsets"] = [{"topic": topic, "partition": partition, "offset": offset}]
+        return httpx.post(f"{self.url}/offsets", json=body, timeout=30)
+
+    def leave(self) -> None:
+        r = httpx.delete(f"{self.url}/members/{self.joined['member_id']}", timeout=30)
+        assert r.status_code == 204, r.text
+
+
+def settle(http: list[HttpMember], kafka: list[Consumer], shares: list[int], timeout: float = 60.0) -> None:
+    """Heartbeat the HTTP members and poll the Kafka ones until their partition counts are
+    `shares` (in that order); at every step, no partition has two holders."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sets = [m.held for m in http] + [set(held(c)) for c in kafka]
+        assert sum(len(s) for s in sets) == len(set().union(*sets)), sets
+        if [len(s) for s in sets] == shares:
+            return
+        assert time.monotonic() < deadline, f"held {sets}, wanted {shares}"
+        for c in kafka:
+            c.consume(100, timeout=0.05)
+        for m in http:
+            m.tick()
+        time.sleep(0.05)
+
+
+def test_http_members_on_the_consumer_protocol_share_partitions_with_kafka_members(gateway, admin):
+    """An HTTP member that asks for the consumer protocol gets a consumer-protocol group with the
+    assignor it names; a librdkafka member on the same protocol joins it and a partition moves to it
+    only once the HTTP member, told by its heartbeat, gave it up; commits are at the member's
+    generation, as for Kafka's classic members in such a group."""
+    topic = new_topic(admin, 6)
+    group = f"g-{topic}"
+    http = HttpMember(gateway, group, topic, group_protocol="consumer", assignor="uniform")
+    assert http.join() == set(range(6))
+    bad = httpx.post(
+        f"{gateway.url}/groups/{group}/members",
+        json={"topics": [topic], "group_protocol": "consumer", "assignor": "roundrobin"},
+        timeout=30,
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "UNKNOWN_ASSIGNOR", bad.text
+    kafka = member(gateway, group)
+    kafka.subscribe([topic])
+    settle([http], [kafka], [3, 3])
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert (described.type, len(described.members)) == (ConsumerGroupType.CONSUMER, 2), described
+    shown = httpx.get(f"{gateway.url}/groups/{group}", timeout=30).json()
+    assert sorted(m["member_id"] for m in shown["members"]) == sorted(m.member_id for m in described.members)
+    mine = min(http.held)
+    assert http.commit(topic, mine, 0).status_code == 200
+    stale = http.commit(topic, mine, 0, generation=http.joined["generation"] - 1)
+    assert stale.status_code == 409, stale.text
+    http.leave()
+    settle([], [kafka], [6])
+    kafka.close()
+
+
+def test_a_classic_group_of_http_members_is_upgraded_and_stays_one_for_them(gateway, admin):
+    """Kafka's online upgrade takes HTTP members along: a busy classic group with an HTTP member
+    becomes a consumer-protocol group when a librdkafka member joins with that protocol; another
+    HTTP member (the classic API, unchanged) joins it; when the Kafka member leaves, the HTTP
+    members stay in a consumer-protocol group (not downgraded) and share every partition."""
+    topic = new_topic(admin, 6)
+    group = f"g-{topic}"
+    first = HttpMember(gateway, group, topic)
+    assert first.join() == set(range(6))
+    kafka = member(gateway, group)
+    kafka.subscribe([topic])
+    settle([first], [kafka], [3, 3])
+    assert admin.describe_consumer_groups([group])[group].result(30).type == ConsumerGroupType.CONSUMER
+    second = HttpMember(gateway, group, topic, assignor="roundrobin")  # (a classic member votes for none)
+    second.join()
+    settle([first, second], [kafka], [2, 2, 2])
+    close_consumer(kafka)
+    settle([first, second], [], [3, 3])
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert (described.type, len(described.members)) == (ConsumerGroupType.CONSUMER, 2), described
+    first.leave()
+    second.leave()
+
+
+def test_python_consumers_on_the_consumer_protocol_read_every_record_once(gateway, admin):
+    """topiclake's Consumer with group_protocol="consumer" and the lag assignor: a second consumer
+    joining takes partitions as the first gives them up (committing first), and every record is
+    read exactly once between them."""
+    topic = new_topic(admin, 4)
+    group = f"g-{topic}"
+    produce(gateway, topic, range(400))
+    conf = {"group_protocol": "consumer", "assignor": "lag", "auto_offset_reset": "earliest"}
+    conf |= {"session_timeout_ms": 6000, "heartbeat_interval_ms": 300, "max_poll_records": 20}
+    first = HttpConsumer(gateway.url, group, **conf)
+    first.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        got += [r.value for r in first.poll(1.0)]
+    assert got and len(first.assignment()) == 4
+    second = HttpConsumer(gateway.url, group, **conf)
+    second.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while len(got) < 400 and time.monotonic() < deadline:
+        for c in (first, second):
+            got += [r.value for r in c.poll(0.2)]
+    assert sorted(int(v) for v in got) == list(range(400))
+    assert len(first.assignment()) + len(second.assignment()) == 4
+    assert not set(first.assignment()) & set(second.assignment())
+    first.close()
+    second.close()
 
 
 def test_the_java_consumer_reads_on_the_consumer_protocol_and_the_tools_describe_the_group(gateway, admin):

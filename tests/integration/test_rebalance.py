@@ -221,3 +221,36 @@ def test_the_jobs_lag_counts_from_the_log_start_offset(storage, settings, topic_
     )
     [plan] = rebalance.run(None, settings).groups
     assert plan["lag_before"] == {"a": 4, "b": 0}  # not 34 and 5: offsets below the log start are gone
+
+
+def test_an_http_join_waiting_in_a_classic_rebalance_goes_on_in_the_consumer_group_it_became(
+    storage, settings, topic_factory
+):
+    """A consumer-protocol member upgrades the group while a new HTTP member's join waits for the
+    classic rebalance: the join is answered from the consumer-protocol group, under the member id
+    it was given (no second member left behind), with nobody holding a partition twice."""
+    from delta_log.core.consumer_group import Heartbeat
+
+    topic = topic_factory(partitions=4)
+
+    async def scenario():
+        coord = GroupCoordinator(TopicRegistry(settings), GroupStore(storage), sync_interval_s=3600)
+        await coord.start()
+        a = await coord.join("g", topics=[topic], session_timeout_ms=10_000)
+        b = asyncio.create_task(coord.join("g", topics=[topic], session_timeout_ms=10_000))
+        while not coord.group("g").rebalancing:
+            await asyncio.sleep(0.01)
+        kafka = Heartbeat(member_id="k", epoch=0, rebalance_timeout_ms=30_000, topics=(topic,))
+        _, cg = await coord.consumer_heartbeat("g", kafka)
+        joined = await asyncio.wait_for(b, 5)
+        assert "g" in coord.consumer_groups and "g" not in coord.groups
+        assert sorted(cg.members) == sorted([a.member_id, joined.member_id, "k"])
+        assert joined.generation == cg.members[joined.member_id].epoch
+        hb = await coord.heartbeat("g", a.member_id, a.generation)
+        assert hb.rebalance  # a holds all four and must give some up: it joins again, having committed
+        a = await coord.join("g", topics=[topic], member_id=a.member_id, session_timeout_ms=10_000)
+        held = [p for m in cg.members.values() for p in m.assigned.get(topic, ())]
+        assert len(held) == len(set(held)) and len(a.assignment[topic]) < 4
+        await coord.stop()
+
+    asyncio.run(scenario())

@@ -240,10 +240,12 @@ def classic_group() -> ConsumerGroup:
         )
         for mid, parts in (("c1", [0, 1, 2]), ("c2", [3, 4, 5]))
     ]
-    return ConsumerGroup.from_classic("g", 4, members, session_timeout_ms=45_000, heartbeat_interval_ms=5_000)
+    return ConsumerGroup.from_classic(
+        "g", 4, members, topics=TOPICS, session_timeout_ms=45_000, heartbeat_interval_ms=5_000
+    )
 
 
-def classic_join(g: ConsumerGroup, member: str, owned, now: float = 1.0):
+def classic_join(g: ConsumerGroup, member: str, owned, now: float = 1.0, topics: Topics = TOPICS):
     from delta_log.core.consumer_group import ClassicProtocol
 
     return g.classic_join(
@@ -254,7 +256,7 @@ def classic_join(g: ConsumerGroup, member: str, owned, now: float = 1.0):
         classic=ClassicProtocol(session_timeout_ms=10_000, protocols=(("cooperative-sticky", b"\x00\x03"),)),
         rebalance_timeout_ms=30_000,
         now=now,
-        known_topics=TOPICS,
+        known_topics=topics,
     )
 
 
@@ -264,7 +266,7 @@ def test_an_upgraded_group_keeps_every_classic_members_partitions_at_its_generat
     assert {m: (g.members[m].epoch, count(g.members[m].assigned)) for m in g.members} == {"c1": (4, 3), "c2": (4, 3)}
     assert g.classic_only
     # nothing moved: their heartbeats go on, their syncs give what they hold
-    assert not g.classic_heartbeat("c1", None, 4, 1.0, None)
+    assert not g.classic_heartbeat("c1", None, 4, 1.0, None, topics=TOPICS)
     assert g.classic_sync("c2", None, 4, None) == {"orders": frozenset({3, 4, 5})}
     g.check_commit("c1", 4, None, [("orders", 0)])  # a classic member commits at its generation
     from delta_log.errors import FencedMemberError
@@ -280,17 +282,17 @@ def test_a_consumer_protocol_member_joins_and_the_classic_ones_rejoin_to_give_pa
     new = join(g, "n")
     assert new.epoch == 5 and count(new.assignment) == 0 and g.members["n"].state == UNRELEASED
     # the classic members learn of it from their heartbeat, and join again (cooperative: owning all)
-    assert g.classic_heartbeat("c1", None, 4, 1.0, None) is True
+    assert g.classic_heartbeat("c1", None, 4, 1.0, None, topics=TOPICS) is True
     with pytest.raises(RebalanceInProgressError):
         g.classic_sync("c1", None, 4, None)
     c1 = classic_join(g, "c1", {"orders": [0, 1, 2]})
     assert c1.state == UNREVOKED and c1.epoch == 4 and count(c1.assigned) == 2  # one to give up
     assert g.classic_sync("c1", None, 4, None) == c1.assigned  # the client revokes what is missing
-    assert g.classic_heartbeat("c1", None, 4, 1.5, None) is True  # still to revoke: join again
+    assert g.classic_heartbeat("c1", None, 4, 1.5, None, topics=TOPICS) is True  # still to revoke: join again
     c1 = classic_join(g, "c1", c1.assigned)
     assert (c1.state, c1.epoch, count(c1.assigned)) == (STABLE, 5, 2)
     with pytest.raises(FencedMemberError):
-        g.classic_heartbeat("c1", None, 4, 2.0, None)  # an old generation: ILLEGAL_GENERATION
+        g.classic_heartbeat("c1", None, 4, 2.0, None, topics=TOPICS)  # an old generation: ILLEGAL_GENERATION
     c2 = classic_join(g, "c2", {"orders": [3, 4, 5]})
     c2 = classic_join(g, "c2", c2.assigned)
     assert (c2.epoch, count(c2.assigned)) == (5, 2)
@@ -305,7 +307,7 @@ def test_a_classic_member_leaves_or_goes_silent_for_its_own_session_timeout():
     g = classic_group()
     assert g.classic_leave("c1", None, None) == "c1" and g.epoch == 5
     with pytest.raises(UnknownMemberError):
-        g.classic_heartbeat("c1", None, 4, 1.0, None)
+        g.classic_heartbeat("c1", None, 4, 1.0, None, topics=TOPICS)
     # c2's own session timeout is 10 s (the group's 45 s is for consumer-protocol members)
     assert g.expire(9.0, TOPICS) == []
     assert g.expire(10.5, TOPICS) == ["c2"]
@@ -317,7 +319,7 @@ def test_a_consumer_protocol_member_is_not_served_classic_requests():
     g = classic_group()
     join(g, "n")
     with pytest.raises(InconsistentGroupProtocolError):
-        g.classic_heartbeat("n", None, 5, 1.0, None)
+        g.classic_heartbeat("n", None, 5, 1.0, None, topics=TOPICS)
 
 
 def test_offset_fetches_from_a_member_need_its_current_epoch():
@@ -394,3 +396,15 @@ def test_the_last_consumer_protocol_member_leaving_downgrades_the_group_to_class
     for m in classic.members.values():  # each keeps its target until the leader assigns again
         assert m.assignment == {t: sorted(ps) for t, ps in g.target[m.member_id].items()}
     assert all(not m.rejoined and m.session_timeout_ms == 10_000 for m in classic.members.values())
+
+
+def test_classic_members_alone_learn_from_their_heartbeat_that_a_subscribed_topic_grew():
+    """Where every member speaks the classic protocol (an upgraded group, HTTP members), a topic's
+    new partitions still move the group epoch, as Kafka's coordinator does on new metadata."""
+    g = classic_group()
+    grown = Topics(TOPICS.version + 1, {**TOPICS.counts, "orders": 8})
+    assert g.classic_heartbeat("c1", None, 4, 1.0, None, topics=grown) is True and g.epoch == 5
+    c1 = classic_join(g, "c1", {"orders": [0, 1, 2]}, topics=grown)
+    c2 = classic_join(g, "c2", {"orders": [3, 4, 5]}, topics=grown)
+    c1 = classic_join(g, "c1", c1.assigned, topics=grown)
+    assert (c1.epoch, c2.epoch) == (5, 5) and count(c1.assigned) + count(c2.assigned) == 8

@@ -77,6 +77,7 @@ from delta_log.errors import (
     RebalanceInProgressError,
     TopiclakeError,
     UnknownGroupError,
+    UnknownGroupMemberError,
 )
 from delta_log.log.catalog import CATALOG_MARKER
 from delta_log.log.reader import OffsetSpec
@@ -399,6 +400,13 @@ class GroupCoordinator:
             raise UnknownGroupError(f"Group {group_id!r} does not exist.", group=group_id)
         return g
 
+    def member_group(self, group_id: str) -> GroupState:
+        """The group a member's request is for. Raises: UnknownGroupMemberError."""
+        g = self.groups.get(group_id)
+        if g is None:
+            raise UnknownGroupMemberError(f"Group {group_id!r} does not exist; join it again.", group=group_id)
+        return g
+
     def _lock(self, g: GroupState) -> asyncio.Lock:
         return self._locks.setdefault(g.group_id, asyncio.Lock())
 
@@ -588,13 +596,13 @@ class GroupCoordinator:
         generation's assignment; a follower waits for it, woken by the group's event. A leader that
         does not hand it out within the group's largest session timeout starts a new rebalance.
 
-        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, FencedInstanceIdError,
+        Raises: UnknownGroupMemberError, UnknownMemberError, FencedMemberError, FencedInstanceIdError,
         AuthorizationError, RebalanceInProgressError, NotCoordinatorError."""
         if group_id in self.consumer_groups:  # upgraded since the leader joined: it joins again
             self._check_owned(group_id)
             raise self._upgraded(group_id)
         await self._ensure(group_id)
-        g = self.group(group_id)
+        g = self.member_group(group_id)
         deadline = self.clock() + g.rebalance_timeout_s()  # Kafka's pending-sync timeout
         while True:
             before = g.state
@@ -667,7 +675,7 @@ class GroupCoordinator:
     ) -> HeartbeatResult:
         """`principal`: the caller (None while auth is off); only the one that joined the member.
 
-        Raises: UnknownGroupError, UnknownMemberError, FencedMemberError, AuthorizationError,
+        Raises: UnknownGroupMemberError, UnknownMemberError, FencedMemberError, AuthorizationError,
         NotCoordinatorError."""
         await self.restored(group_id)
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
@@ -688,7 +696,7 @@ class GroupCoordinator:
                 generation=generation, rebalance=rejoin, assignment={t: sorted(ps) for t, ps in held.items()}
             )
         await self._ensure(group_id)
-        g = self.group(group_id)
+        g = self.member_group(group_id)
         result = g.heartbeat(member_id, generation, self.clock(), principal, instance_id=instance_id)
         if not result.rebalance and await self._partitions_changed(g):
             g.start_rebalance(self.clock())  # as Kafka's group leader does when metadata changes
@@ -723,7 +731,7 @@ class GroupCoordinator:
     async def leave(
         self, group_id: str, member_id: str, *, principal: str | None = None, instance_id: str | None = None
     ) -> None:
-        """Raises: UnknownGroupError, UnknownMemberError, AuthorizationError, NotCoordinatorError."""
+        """Raises: UnknownGroupMemberError, UnknownMemberError, AuthorizationError, NotCoordinatorError."""
         await self.restored(group_id)
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
             self._check_owned(group_id)
@@ -732,7 +740,7 @@ class GroupCoordinator:
             log.info("group %r: classic member %r left", group_id, left)
             return
         await self._ensure(group_id)
-        g = self.group(group_id)
+        g = self.member_group(group_id)
         g.leave(member_id, self.clock(), principal, instance_id=instance_id)
         if not g.members:
             await self._complete_rebalance(g)

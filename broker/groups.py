@@ -21,7 +21,7 @@ from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAns
 from delta_log.core.group_rules import MemberState
 from delta_log.core.group_state import GroupState
 from delta_log.core.paging import page_of
-from delta_log.errors import InvalidOffsetError, TopiclakeError
+from delta_log.errors import InvalidOffsetError, TopiclakeError, UnknownGroupError
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit, committed_history
@@ -204,15 +204,27 @@ async def commit(
 
 
 async def committed(
-    coordinator: GroupCoordinator, principal: Principal, group: str, *, member_id: str | None = None, epoch: int = -1
+    coordinator: GroupCoordinator,
+    principal: Principal,
+    group: str,
+    *,
+    member_id: str | None = None,
+    epoch: int = -1,
+    missing_ok: bool = False,
 ) -> dict[tuple[str, int], OffsetCommit]:
     """The group's committed offsets, of the topics this key may describe; `member_id`, `epoch`:
-    the member asking (GroupCoordinator.committed).
+    the member asking (GroupCoordinator.committed); `missing_ok`: a group that does not exist has
+    none (Kafka's OffsetFetch) instead of raising UnknownGroupError.
 
     Raises: AuthorizationError, UnknownGroupError, UnknownMemberError, StaleMemberEpochError,
     FencedMemberError."""
     authorize_group(principal, "describe", group)
-    found = await coordinator.committed(group, member_id=member_id, epoch=epoch)
+    try:
+        found = await coordinator.committed(group, member_id=member_id, epoch=epoch)
+    except UnknownGroupError:
+        if not missing_ok:
+            raise
+        return {}
     return {k: c for k, c in found.items() if principal.allows("describe", k[0])}
 
 
@@ -234,6 +246,21 @@ async def describe(
     Raises: AuthorizationError, UnknownGroupError, NotCoordinatorError."""
     authorize_group(principal, "describe", group)
     return await coordinator.describe(group, lambda topic: principal.allows("describe", topic))
+
+
+async def describe_classic(coordinator: GroupCoordinator, principal: Principal, group: str) -> GroupState | None:
+    """The group as Kafka's DescribeGroups shows it: None for one that does not exist, or that
+    is a consumer-protocol group (Kafka describes both as Dead there).
+
+    Raises: AuthorizationError, NotCoordinatorError."""
+    if group in coordinator.consumer_groups:
+        authorize_group(principal, "describe", group)
+        return None
+    try:
+        g, _lag = await describe(coordinator, principal, group)
+    except UnknownGroupError:
+        return None
+    return g
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -320,9 +347,9 @@ def member(
 ) -> tuple[GroupState, MemberState]:
     """The group and one of its members, for the key that joined it (Kafka's SyncGroup reads it).
 
-    Raises: AuthorizationError, UnknownGroupError, UnknownMemberError."""
+    Raises: AuthorizationError, UnknownGroupMemberError, UnknownMemberError."""
     authorize_group(principal, "read", group)
-    g = coordinator.group(group)
+    g = coordinator.member_group(group)
     return g, g.member(member_id, owner_of(principal))
 
 

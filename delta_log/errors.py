@@ -106,6 +106,32 @@ class InvalidTimestampError(InvalidRecordError):
     hint = "Send epoch milliseconds between 0 and 253402300799999 (9999-12-31), or -1 for the server's time."
 
 
+class CorruptRecordError(InvalidRecordError):
+    """Bytes that are no record batch: truncated, a bad CRC, a codec's frame that does not decode."""
+
+    code = "CORRUPT_RECORD"
+    hint = "The client sent damaged bytes; send the batch again (a client bug if it persists)."
+
+
+class UnsupportedCompressionError(InvalidRecordError):
+    code = "UNSUPPORTED_COMPRESSION_TYPE"
+    hint = "Compress with none, gzip, snappy, lz4 or zstd."
+
+
+class UnsupportedMessageFormatError(InvalidRecordError):
+    """A record batch older than Kafka's v2 (magic 2) format."""
+
+    code = "UNSUPPORTED_MESSAGE_FORMAT"
+    hint = "Use a client that writes record batches v2 (Kafka 0.11 and later)."
+
+
+class TransactionalRecordsError(InvalidRecordError):
+    """Transactional or control batches, which this server does not take yet (docs/KAFKA.md)."""
+
+    code = "INVALID_TXN_STATE"
+    hint = "Produce without a transactional.id."
+
+
 class RecordTooLargeError(TopiclakeError):
     code = "RECORD_TOO_LARGE"
     hint = "Split the value, or raise the topic's max.message.bytes."
@@ -315,6 +341,11 @@ class UnknownJobError(TopiclakeError):
 class UnknownGroupError(TopiclakeError):
     code = "UNKNOWN_GROUP"
     hint = "Join the group first (POST /groups/{group}/members)."
+
+
+class UnknownGroupMemberError(UnknownGroupError):
+    """A member's request (SyncGroup, Heartbeat, LeaveGroup) to a group that does not exist: to the
+    member, it is unknown (Kafka answers UNKNOWN_MEMBER_ID; HTTP, UNKNOWN_GROUP)."""
 
 
 class UnknownMemberError(TopiclakeError):

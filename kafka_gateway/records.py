@@ -6,8 +6,9 @@ with ``pa.Array.from_buffers`` over memory the codec allocated (wrapped without 
 encoding hands ``Array.buffers()`` and array offsets to the codec, which reads them in place.
 
 ``decode_batches`` is atomic: it either returns every record of every batch in ``data`` or raises
-``RecordBatchError`` with the Kafka error name a broker answers with, and nothing is decoded
-lazily. It checks, before returning anything:
+the error of topiclake's root that Kafka's name below maps to (``ERRORS``; the Kafka face's
+table gives the client that name back), and nothing is decoded lazily. It checks, before
+returning anything:
 
 - framing: empty input, truncation anywhere, batchLength below the v2 header or past the bytes
   present, trailing bytes that are no whole batch (``CORRUPT_MESSAGE``);
@@ -47,37 +48,25 @@ import numpy as np
 import pyarrow as pa
 
 import kafka_gateway._codec as _codec
+from delta_log import errors
 from delta_log.core.records import CODEC_KEY
 from delta_log.log.reader import Encoded
 
 HEADER_STRUCT: Final = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE: Final = pa.list_(pa.field("element", HEADER_STRUCT))
 COMPRESSIONS: Final = ("none", "gzip", "snappy", "lz4", "zstd")
-ERROR_CODES: Final = frozenset(
-    {
-        "CORRUPT_MESSAGE",
-        "INVALID_RECORD",
-        "UNSUPPORTED_COMPRESSION_TYPE",
-        "UNSUPPORTED_FOR_MESSAGE_FORMAT",
-        "RECORD_LIST_TOO_LARGE",
-        "MESSAGE_TOO_LARGE",
-    }
-)
+#: the codec's error names (Kafka's) -> the errors decode_batches raises
+ERRORS: Final[dict[str, type[errors.TopiclakeError]]] = {
+    "CORRUPT_MESSAGE": errors.CorruptRecordError,
+    "INVALID_RECORD": errors.InvalidRecordError,
+    "UNSUPPORTED_COMPRESSION_TYPE": errors.UnsupportedCompressionError,
+    "UNSUPPORTED_FOR_MESSAGE_FORMAT": errors.UnsupportedMessageFormatError,
+    "RECORD_LIST_TOO_LARGE": errors.RequestTooLargeError,
+    "MESSAGE_TOO_LARGE": errors.RecordTooLargeError,
+}
 
 TIMESTAMP_CREATE_TIME: Final = 0
 TIMESTAMP_LOG_APPEND_TIME: Final = 1
-
-
-class RecordBatchError(Exception):
-    """Records a broker refuses; ``code`` is the Kafka error name (one of ``ERROR_CODES``)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
 
 
 class BatchInfo(NamedTuple):
@@ -146,7 +135,7 @@ def decode_batches(
     """Decodes the ``records`` field of one partition (one or more concatenated v2 batches).
 
     ``max_records`` bounds the records of all batches together, ``max_bytes`` the size of their
-    records sections after decompression. Raises ``RecordBatchError`` (see the module doc).
+    records sections after decompression. Raises: as ``ERRORS`` maps (see the module doc).
     """
     if max_records < 0 or max_bytes < 0:
         raise ValueError("max_records and max_bytes must be >= 0")
@@ -154,7 +143,7 @@ def decode_batches(
         raw = _codec.decode(data, max_records, max_bytes, strict_offsets)
     except _codec.CodecError as exc:
         code, message = exc.args
-        raise RecordBatchError(code, message) from None
+        raise ERRORS[code](message) from None
     n, key, value, timestamp, offset, header_offsets, n_headers, header_key, header_value, batches = raw
     if n_headers:
         structs = pa.Array.from_buffers(

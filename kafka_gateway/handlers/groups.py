@@ -35,7 +35,6 @@ from delta_log.errors import (
     GroupSubscribedToTopicError,
     MemberIdRequiredError,
     TopiclakeError,
-    UnknownGroupError,
 )
 from kafka_gateway import messages
 from kafka_gateway.apis import api
@@ -180,8 +179,6 @@ async def sync_group(conn: Connection, request: Any, version: int) -> Any:
         return _sync_from_leader(conn, request, g)
     try:
         g, member = groups.member(conn.services.coordinator, conn.principal, group, request.member_id)
-    except UnknownGroupError:
-        return base | {"error_code": ErrorCode.unknown_member_id}
     except TopiclakeError as exc:
         return base | {"error_code": code_of(exc)}
     if g.state != STABLE:
@@ -225,8 +222,6 @@ def _sync_from_leader(conn: Connection, request: Any, g: GroupState) -> Any:
                 assignments,
                 instance_id=getattr(request, "group_instance_id", None),
             )
-        except UnknownGroupError:
-            return base | {"error_code": ErrorCode.unknown_member_id}
         except TopiclakeError as exc:
             return base | {"error_code": code_of(exc)}
         return base | {"error_code": 0, "protocol_name": g.protocol, "assignment": data}
@@ -246,8 +241,6 @@ async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
             request.generation_id,
             instance_id=getattr(request, "group_instance_id", None),
         )
-    except UnknownGroupError:
-        return {"throttle_time": 0, "error_code": ErrorCode.unknown_member_id}
     except TopiclakeError as exc:
         return {"throttle_time": 0, "error_code": code_of(exc)}
     return {"throttle_time": 0, "error_code": ErrorCode.rebalance_in_progress if r.rebalance else 0}
@@ -265,8 +258,6 @@ async def leave_group(conn: Connection, request: Any, version: int) -> Any:
             code = 0
         except AuthorizationError:  # the whole request is refused, as on Kafka
             return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
-        except UnknownGroupError:
-            code = ErrorCode.unknown_member_id
         except TopiclakeError as exc:
             code = code_of(exc)
         members.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": code})
@@ -301,8 +292,6 @@ async def offset_commit(conn: Connection, request: Any, version: int) -> Any:
                 generation=generation if generation >= 0 else None,
                 skip_denied=True,
             )
-        except UnknownGroupError:
-            code = ErrorCode.unknown_member_id
         except TopiclakeError as exc:
             code = code_of(exc)
         topics: dict[str, list[dict[str, Any]]] = {}
@@ -322,10 +311,8 @@ async def _fetched(
     assert conn.principal is not None
     try:
         committed = await groups.committed(
-            conn.services.coordinator, conn.principal, group, member_id=member_id, epoch=epoch
+            conn.services.coordinator, conn.principal, group, member_id=member_id, epoch=epoch, missing_ok=True
         )
-    except UnknownGroupError:
-        committed = {}
     except TopiclakeError as exc:
         return {"group_id": group, "topics": [], "error_code": code_of(exc)}
     if not wanted:  # null, or (the admin client's --describe) empty: every committed topic
@@ -392,14 +379,12 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
         "protocol_data": "",
         "members": [],
     }
-    if group in conn.services.coordinator.consumer_groups:
-        return base | {"error_code": 0}  # not a classic group: Kafka describes it Dead here
     try:
-        g, _lag = await groups.describe(conn.services.coordinator, conn.principal, group)
-    except UnknownGroupError:
-        return base | {"error_code": 0}
+        g = await groups.describe_classic(conn.services.coordinator, conn.principal, group)
     except TopiclakeError as exc:
         return base | {"error_code": code_of(exc), "error_message": message_of(exc)}
+    if g is None:
+        return base | {"error_code": 0}
     members = []
     for m in groups.visible_members(conn.principal, g):
         metadata, assignment = m.leader_metadata, m.leader_assignment

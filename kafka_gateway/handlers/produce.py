@@ -26,12 +26,12 @@ from kio.schema.errors import ErrorCode
 from broker.produce import ProducePlan, has_value_schema, plan_produce, submit
 from delta_log.core.producer import KAFKA_SEQUENCES, ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
-from delta_log.errors import TopiclakeError
+from delta_log.errors import InvalidRecordError, TopiclakeError, TransactionalRecordsError
 from delta_log.log.writer import AppendResult
 from delta_log.registry import Committer
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
-from kafka_gateway.records import DecodedBatches, RecordBatchError, decode_batches
+from kafka_gateway.records import DecodedBatches, decode_batches
 
 if TYPE_CHECKING:
     from kafka_gateway.listener import Connection
@@ -64,7 +64,7 @@ def _table(decoded: DecodedBatches, partition: int) -> pa.Table:
 def _producer(decoded: DecodedBatches) -> ProducerSequence | None:
     """The idempotent producer's sequence range of the partition's batches (None: not idempotent).
 
-    Raises: RecordBatchError (batches of several producers, or sequences that do not follow)."""
+    Raises: InvalidRecordError (batches of several producers, or sequences that do not follow)."""
     first = decoded.batches[0]
     if first.producer_id < 0 or first.base_sequence < 0:
         return None
@@ -74,9 +74,7 @@ def _producer(decoded: DecodedBatches) -> ProducerSequence | None:
             first.producer_id,
             first.producer_epoch,
         ) or b.base_sequence != expected:
-            raise RecordBatchError(
-                "INVALID_RECORD", "The batches of one partition must be of one producer, in sequence."
-            )
+            raise InvalidRecordError("The batches of one partition must be of one producer, in sequence.")
         expected = (b.base_sequence + b.record_count) % KAFKA_SEQUENCES  # int32 sequences wrap to 0
     return ProducerSequence(
         producer_id=kafka_producer_id(first.producer_id, first.producer_epoch),
@@ -110,8 +108,7 @@ class _Planned:
 
 def _plan(conn: Connection, topic: str, records: bytes, partition: int, budget: list[int]) -> tuple[ProducePlan, bool]:
     """Decode and apply produce's rules (blocking); `budget` holds the decompressed bytes the
-    request may still take (one budget for all its partitions). Raises: RecordBatchError,
-    TopiclakeError."""
+    request may still take (one budget for all its partitions). Raises: TopiclakeError."""
     assert conn.principal is not None
     reader = conn.services.registry.reader(topic)
     decoded = decode_batches(
@@ -119,7 +116,7 @@ def _plan(conn: Connection, topic: str, records: bytes, partition: int, budget: 
     )
     budget[0] -= decoded.value.nbytes + decoded.key.nbytes
     if any(b.is_transactional or b.is_control for b in decoded.batches):
-        raise RecordBatchError("INVALID_TXN_STATE", "Transactions are not supported yet (docs/KAFKA.md).")
+        raise TransactionalRecordsError("Transactions are not supported yet (docs/KAFKA.md).")
     producer = _producer(decoded)
     plan = plan_produce(
         conn.services.registry,
@@ -145,9 +142,6 @@ def _plan_all(conn: Connection, work: list[tuple[bytes, _Planned]]) -> None:
                 item.committer = registry.committer(item.topic)
             if item.plan.dead is not None:
                 item.dead_committer = registry.committer(item.plan.dead.topic)
-        except RecordBatchError as exc:
-            out.error, out.message = getattr(ErrorCode, exc.code.lower()), str(exc)
-            continue
         except TopiclakeError as exc:
             out.error, out.message = code_of(exc), message_of(exc)
             shown = exc.details.get("records")

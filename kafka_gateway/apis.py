@@ -1,4 +1,5 @@
-"""The APIs the Kafka listener serves, at which versions, and the dispatch of one request frame.
+"""The APIs the Kafka listener serves, at which versions (the table handlers register into, and
+ApiVersions, which reads it); kafka_gateway.protocol dispatches a frame to them.
 
 A handler is `async def handler(conn, request, version) -> dict | Awaitable[dict] | None`: its
 body runs before the connection's next frame is read (the ordered part); it returns the response
@@ -8,25 +9,17 @@ as plain values (see kafka_gateway.messages.build), or an awaitable of them for 
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from kio.schema.errors import ErrorCode
+from typing import Any
 
 from kafka_gateway import messages
-from kafka_gateway.errors import code_of
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[["Connection", Any, int], Awaitable[Any]]
+Handler = Callable[[Session, Any, int], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,103 +55,6 @@ def name_of(api_key: int) -> str:
     return a.name if a else f"api key {api_key}"
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    request: messages.RequestFrame | None
-    answer: Awaitable[messages.Frame | None]
-
-
-def _ready(value: messages.Frame | None) -> asyncio.Future[messages.Frame | None]:
-    future: asyncio.Future[messages.Frame | None] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future
-
-
-def _bare_error(correlation_id: int, code: int) -> messages.Frame:
-    """An answer for a request whose response cannot be built (an API or version we do not know):
-    header v0 and an int16 error code, which is how every such response begins for ApiVersions."""
-    body = struct.pack(">ih", correlation_id, code)
-    return [struct.pack(">i", len(body)), body]
-
-
-def _has_error_field(request: messages.RequestFrame) -> bool:
-    """Whether `request`'s response has a top-level error_code."""
-    schema = messages.response_schema(request.api_key, request.api_version)
-    return any(f.name == "error_code" for f in messages._fields(schema))
-
-
-def error_answer(request: messages.RequestFrame, code: int) -> messages.Frame:
-    """`request`'s response with `code` as its top-level error (or the bare form if it has none)."""
-    if not _has_error_field(request):
-        return _bare_error(request.correlation_id, code)
-    body = messages.respond(request.api_key, request.api_version, {"error_code": code})
-    return messages.encode_response(request.correlation_id, request.flexible, body)
-
-
-async def dispatch(conn: Connection, frame: bytes | memoryview) -> Pending:
-    """Decode one frame, run its handler's ordered part, and return what will answer it."""
-    if conn.sasl_raw:  # after SaslHandshake v0 the next frame is the bare PLAIN token
-        from kafka_gateway.handlers.sasl import raw_authenticate
-
-        return Pending(None, asyncio.ensure_future(raw_authenticate(conn, frame)))
-    api_key, api_version, correlation_id = messages.peek_header(frame)
-    spec = APIS.get(api_key)
-    if spec is None or not spec.min_version <= api_version <= spec.max_version:
-        if api_key == API_VERSIONS and spec is not None:
-            # Kafka answers an ApiVersions it does not know with v0 and UNSUPPORTED_VERSION
-            body = messages.respond(API_VERSIONS, 0, api_versions_body(ErrorCode.unsupported_version))
-            return Pending(None, _ready(messages.encode_response(correlation_id, False, body)))
-        log.warning(
-            "Kafka client %s sent %s v%d, which this server does not serve; answered UNSUPPORTED_VERSION",
-            conn.peer,
-            name_of(api_key),
-            api_version,
-        )
-        return Pending(None, _ready(_bare_error(correlation_id, ErrorCode.unsupported_version)))
-    if conn.principal is None and not spec.before_auth:
-        log.warning("Kafka client %s sent %s before authenticating; closing", conn.peer, spec.name)
-        conn.close = True
-        return Pending(None, _ready(None))
-    try:
-        request = messages.decode_request(frame)
-    except messages.MalformedFrameError as exc:
-        log.warning("Kafka client %s sent a malformed %s v%d: %s", conn.peer, spec.name, api_version, exc)
-        bad = messages.RequestFrame(api_key, api_version, correlation_id, None, None, _flexible(api_key, api_version))
-        return Pending(bad, _ready(error_answer(bad, ErrorCode.invalid_request)))
-    conn.client_id = request.client_id
-    try:
-        result = await spec.handler(conn, request.body, api_version)
-    except Exception as exc:  # a handler bug: answer it, never leave the client without an answer
-        log.exception("Kafka %s v%d from %s failed", spec.name, api_version, conn.peer)
-        return Pending(request, _ready(error_answer(request, code_of(exc))))
-    if inspect.isawaitable(result):
-        return Pending(request, asyncio.ensure_future(_encoded(request, result)))
-    return Pending(request, _ready(_encode(request, result)))
-
-
-def _flexible(api_key: int, api_version: int) -> bool:
-    return (
-        bool(getattr(messages.request_schema(api_key, api_version), "__flexible__", False)) and api_key != API_VERSIONS
-    )
-
-
-async def _encoded(request: messages.RequestFrame, result: Awaitable[Any]) -> messages.Frame | None:
-    return _encode(request, await result)
-
-
-def _encode(request: messages.RequestFrame, data: Any) -> messages.Frame | None:
-    if data is None:
-        return None
-    try:
-        body = messages.respond(request.api_key, request.api_version, data)
-        return messages.encode_response(request.correlation_id, request.flexible, body)
-    except Exception:  # a bug in an answer for this version: an error answer where the API has one
-        log.exception("Kafka %s v%d: its answer could not be encoded", name_of(request.api_key), request.api_version)
-        if not _has_error_field(request):
-            raise  # no frame of this API can say so: the listener closes the connection (the client retries)
-        return error_answer(request, ErrorCode.unknown_server_error)
-
-
 # -- ApiVersions ----------------------------------------------------------------------------------
 API_VERSIONS = messages.API_VERSIONS_KEY
 
@@ -175,5 +71,5 @@ def api_versions_body(error: int = 0) -> dict[str, Any]:
 
 
 @api(API_VERSIONS, "ApiVersions", 0, 4, before_auth=True)
-async def api_versions(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def api_versions(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return api_versions_body()

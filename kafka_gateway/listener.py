@@ -1,4 +1,6 @@
-"""The Kafka listener: Kafka's wire protocol on asyncio, one more face on the gateway's services.
+"""The Kafka listener: the socket layer of the Kafka face. It accepts connections, reads size-
+prefixed frames within its bounds, hands each to kafka_gateway.protocol (which knows Kafka's
+protocol and nothing of sockets) and writes the answers back in order.
 
 Concurrency contract
 - Runs on the gateway's event loop, beside the HTTP app, over the same `broker.services.Services`.
@@ -26,42 +28,25 @@ import logging
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 from broker.connections import ConnectionGuard
 from broker.services import Services
 from conf import KafkaSettings
-from delta_log.core.acl import ANONYMOUS, Principal
-from kafka_gateway import apis, handlers, messages
+from delta_log.core.acl import ANONYMOUS
+from kafka_gateway import messages, protocol
+from kafka_gateway.apis import name_of
 from kafka_gateway.brokers import Broker, BrokerView, node_id_for
 from kafka_gateway.errors import code_of
+from kafka_gateway.session import Session
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Connection", "KafkaListener", "handlers"]  # importing handlers registers every API
+__all__ = ["KafkaListener"]
 
 _SIZE = struct.Struct(">i")
 #: the largest frame a connection may send before it authenticated (ApiVersions, SASL)
 UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
-
-
-@dataclass(slots=True)
-class Connection:
-    """One client connection's state, as the handlers see it."""
-
-    services: Services
-    settings: KafkaSettings
-    brokers: BrokerView
-    peer: str
-    principal: Principal | None  # None until SASL authenticated a key (keys configured)
-    client_id: str | None = None
-    #: SASL: the mechanism a handshake chose; "raw" after a v0 handshake (the next frame is the token)
-    sasl_mechanism: str | None = None
-    sasl_raw: bool = False
-    #: SASL authentication succeeded on this connection (a second handshake is ILLEGAL_SASL_STATE)
-    sasl_authenticated: bool = False
-    close: bool = False  # close once the answers owed are written
 
 
 class KafkaListener:
@@ -181,7 +166,7 @@ class KafkaListener:
     async def _run(self, reader: _Wire, writer: asyncio.StreamWriter, peer: str) -> None:
         assert self.view is not None and self.services is not None, "serve() starts accepting"
         auth = self.services.settings.auth
-        conn = Connection(
+        conn = Session(
             services=self.services,
             settings=self.settings,
             brokers=self.view,
@@ -207,7 +192,7 @@ class KafkaListener:
                 if not budget.try_take(held) and not await _unless_done(budget.take(held), answers):
                     break
                 frame = await reader.readexactly(size, self.settings.idle_timeout_s)
-                pending = await apis.dispatch(conn, frame)
+                pending = await protocol.dispatch(conn, frame)
                 del frame  # not held while the next frame is awaited (its budget is given back)
                 item = (pending.request, pending.answer, held)
                 if not owed.full():
@@ -240,7 +225,7 @@ class KafkaListener:
 
     async def _answer(
         self,
-        conn: Connection,
+        conn: Session,
         owed: asyncio.Queue[tuple[messages.RequestFrame | None, Awaitable[Any], int]],
         writer: asyncio.StreamWriter,
         budget: _ByteBudget,
@@ -252,8 +237,8 @@ class KafkaListener:
             try:
                 data = await answer
             except Exception as exc:  # a handler bug: answer it, never leave the client waiting
-                log.exception("Kafka request %s failed", request and apis.name_of(request.api_key))
-                data = apis.error_answer(request, code_of(exc)) if request is not None else None
+                log.exception("Kafka request %s failed", request and name_of(request.api_key))
+                data = protocol.error_answer(request, code_of(exc)) if request is not None else None
             finally:
                 budget.give(size)
             if data is not None:
@@ -366,14 +351,14 @@ class _Wire(asyncio.BufferedProtocol):
     async def _drain_helper(self) -> None:
         """StreamWriter.drain: wait while the transport's write buffer is above its high mark."""
         if self._closed.done():
-            raise ConnectionResetError("Connection lost")
+            raise ConnectionResetError("Session lost")
         if not self._writing_paused:
             return
         if self._drained is None:
             self._drained = self._loop.create_future()
         await asyncio.shield(self._drained)
         if self._closed.done():
-            raise ConnectionResetError("Connection lost")
+            raise ConnectionResetError("Session lost")
 
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
         return self._closed  # StreamWriter.wait_closed

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import secrets
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -25,9 +25,7 @@ from delta_log.core.topic_config import DEFAULT_CONFIG
 from delta_log.errors import InvalidConfigError, TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -46,7 +44,7 @@ def _error(exc: Exception) -> dict[str, Any]:
     return {"error_code": code_of(exc), "error_message": message_of(exc)}
 
 
-def _create(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+def _create(conn: Session, request: Any, version: int) -> dict[str, Any]:
     assert conn.principal is not None
     out = []
     for t in request.topics:
@@ -86,11 +84,11 @@ def _create(conn: Connection, request: Any, version: int) -> dict[str, Any]:
 
 
 @api(19, "CreateTopics", 2, 7)
-async def create_topics(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def create_topics(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await asyncio.to_thread(_create, conn, request, version)
 
 
-def _delete(conn: Connection, names: list[str], ids: list[uuid.UUID], refused: list[dict[str, Any]]) -> dict[str, Any]:
+def _delete(conn: Session, names: list[str], ids: list[uuid.UUID], refused: list[dict[str, Any]]) -> dict[str, Any]:
     """One result per name and per id, as Kafka's: an id no topic has is UNKNOWN_TOPIC_ID; one of a
     topic the key may not delete is TOPIC_AUTHORIZATION_FAILED, its name shown only to a key that
     may describe it. `refused`: the results of entries refused before."""
@@ -126,7 +124,7 @@ def _refusal(name: str | None, topic_id: uuid.UUID | None, code: int, message: s
 
 
 @api(20, "DeleteTopics", 1, 6)
-async def delete_topics(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def delete_topics(conn: Session, request: Any, version: int) -> dict[str, Any]:
     if version < 6:
         return await asyncio.to_thread(_delete, conn, list(request.topic_names), [], [])
     names, ids, refused = [], [], []
@@ -147,7 +145,7 @@ async def delete_topics(conn: Connection, request: Any, version: int) -> dict[st
     return await asyncio.to_thread(_delete, conn, names, ids, refused)
 
 
-def _add_partitions(conn: Connection, request: Any) -> dict[str, Any]:
+def _add_partitions(conn: Session, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
     out = []
     for t in request.topics:
@@ -162,7 +160,7 @@ def _add_partitions(conn: Connection, request: Any) -> dict[str, Any]:
 
 
 @api(37, "CreatePartitions", 0, 3)
-async def create_partitions(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def create_partitions(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await asyncio.to_thread(_add_partitions, conn, request)
 
 
@@ -180,7 +178,7 @@ def _config_entry(name: str, value: str, source: int) -> dict[str, Any]:
     }
 
 
-def _describe_topic_configs(conn: Connection, r: Any) -> list[dict[str, Any]]:
+def _describe_topic_configs(conn: Session, r: Any) -> list[dict[str, Any]]:
     """Raises: TopiclakeError."""
     assert conn.principal is not None
     d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
@@ -192,7 +190,7 @@ def _describe_topic_configs(conn: Connection, r: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def _describe_group_configs(conn: Connection, r: Any) -> list[dict[str, Any]]:
+async def _describe_group_configs(conn: Session, r: Any) -> list[dict[str, Any]]:
     """Raises: TopiclakeError."""
     assert conn.principal is not None
     entries = await groups.describe_group_config(conn.services.coordinator, conn.principal, r.resource_name)
@@ -205,7 +203,7 @@ async def _describe_group_configs(conn: Connection, r: Any) -> list[dict[str, An
 
 
 @api(32, "DescribeConfigs", 1, 4)
-async def describe_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def describe_configs(conn: Session, request: Any, version: int) -> dict[str, Any]:
     results = []
     for r in request.resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name, "error_message": None}
@@ -242,7 +240,7 @@ def _incremental_updates(r: Any, what: str) -> dict[str, str | None]:
     return updates
 
 
-def _alter_topic(conn: Connection, r: Any, incremental: bool, validate_only: bool) -> None:
+def _alter_topic(conn: Session, r: Any, incremental: bool, validate_only: bool) -> None:
     """Raises: TopiclakeError."""
     assert conn.principal is not None
     d, _ = admin.describe_topic(conn.services.registry, conn.principal, r.resource_name)
@@ -255,7 +253,7 @@ def _alter_topic(conn: Connection, r: Any, incremental: bool, validate_only: boo
     admin.alter_config(conn.services.registry, conn.principal, r.resource_name, updates, validate_only=validate_only)
 
 
-async def _alter(conn: Connection, request: Any, incremental: bool) -> dict[str, Any]:
+async def _alter(conn: Session, request: Any, incremental: bool) -> dict[str, Any]:
     assert conn.principal is not None
     out = []
     for r in request.resources:
@@ -286,17 +284,17 @@ async def _alter(conn: Connection, request: Any, incremental: bool) -> dict[str,
 
 
 @api(44, "IncrementalAlterConfigs", 0, 1)
-async def incremental_alter_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def incremental_alter_configs(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await _alter(conn, request, True)
 
 
 @api(33, "AlterConfigs", 0, 2)
-async def alter_configs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def alter_configs(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await _alter(conn, request, False)
 
 
 @api(22, "InitProducerId", 0, 5)
-async def init_producer_id(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def init_producer_id(conn: Session, request: Any, version: int) -> dict[str, Any]:
     assert conn.principal is not None
     none = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
     if request.transactional_id is not None:

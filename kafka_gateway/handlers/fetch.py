@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,9 +27,7 @@ from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
 from kafka_gateway.messages import millis
 from kafka_gateway.records import StoredBatches
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 #: records per batch the reader returns for one partition of one fetch
 MAX_RECORDS = 100_000
@@ -54,7 +52,7 @@ def refused(partition: int, code: int, **known: int) -> dict[str, Any]:
     return {"partition_index": partition, "error_code": code, "records": b""} | unknown | known
 
 
-def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
+def _fetch_all(conn: Session, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
     """One pass over the requested partitions (blocking): each one's answer, and the bytes found."""
     assert conn.principal is not None
     max_records = min(MAX_RECORDS, conn.services.settings.reader.max_fetch_records)
@@ -125,7 +123,7 @@ def _fetch_all(conn: Connection, wanted: list[tuple[str, Any]], budget: int) -> 
 
 
 @api(1, "Fetch", 4, 12)
-async def fetch(conn: Connection, request: Any, version: int) -> Any:
+async def fetch(conn: Session, request: Any, version: int) -> Any:
     budget = max(1, min(getattr(request, "max_bytes", conn.settings.fetch_max_bytes), conn.settings.fetch_max_bytes))
     wait_s = min(max(millis(request.max_wait), 0), conn.settings.max_wait_ms) / 1000
     wanted = [(t.topic, p) for t in request.topics for p in t.partitions]

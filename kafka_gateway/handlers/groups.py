@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -40,9 +40,7 @@ from kafka_gateway import messages
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
 from kafka_gateway.messages import millis
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 #: Kafka's eager protocol names -> the coordinator's assignors
 EAGER = {"range": "range", "roundrobin": "roundrobin", "sticky": "sticky"}
@@ -71,7 +69,7 @@ def _choose(
 
 
 @api(11, "JoinGroup", 0, 9)
-async def join_group(conn: Connection, request: Any, version: int) -> Any:
+async def join_group(conn: Session, request: Any, version: int) -> Any:
     group = request.group_id
     fail = {"generation_id": -1, "protocol_name": None, "leader": "", "member_id": request.member_id, "members": []}
     coordinator = conn.services.coordinator
@@ -153,7 +151,7 @@ async def join_group(conn: Connection, request: Any, version: int) -> Any:
 
 
 @api(14, "SyncGroup", 0, 5)
-async def sync_group(conn: Connection, request: Any, version: int) -> Any:
+async def sync_group(conn: Session, request: Any, version: int) -> Any:
     group = request.group_id
     base = {"throttle_time": 0, "protocol_type": "consumer", "protocol_name": None, "assignment": b""}
     assert conn.principal is not None
@@ -192,7 +190,7 @@ async def sync_group(conn: Connection, request: Any, version: int) -> Any:
     }
 
 
-def _sync_from_leader(conn: Connection, request: Any, g: GroupState) -> Any:
+def _sync_from_leader(conn: Session, request: Any, g: GroupState) -> Any:
     """SyncGroup where the leader assigns: the leader's carries everyone's assignment; each
     member's answer waits for it."""
     base = {"throttle_time": 0, "protocol_type": g.protocol_type, "protocol_name": g.protocol, "assignment": b""}
@@ -230,7 +228,7 @@ def _sync_from_leader(conn: Connection, request: Any, g: GroupState) -> Any:
 
 
 @api(12, "Heartbeat", 0, 4)
-async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
+async def heartbeat(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     try:
         r = await groups.heartbeat(
@@ -247,7 +245,7 @@ async def heartbeat(conn: Connection, request: Any, version: int) -> Any:
 
 
 @api(13, "LeaveGroup", 0, 5)
-async def leave_group(conn: Connection, request: Any, version: int) -> Any:
+async def leave_group(conn: Session, request: Any, version: int) -> Any:
     group = request.group_id
     assert conn.principal is not None
     ids = [(request.member_id, None)] if version < 3 else [(m.member_id, m.group_instance_id) for m in request.members]
@@ -266,7 +264,7 @@ async def leave_group(conn: Connection, request: Any, version: int) -> Any:
 
 
 @api(8, "OffsetCommit", 2, 9)
-async def offset_commit(conn: Connection, request: Any, version: int) -> Any:
+async def offset_commit(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     principal = conn.principal
     group = request.group_id
@@ -304,7 +302,7 @@ async def offset_commit(conn: Connection, request: Any, version: int) -> Any:
 
 
 async def _fetched(
-    conn: Connection, group: str, wanted: Any, member_id: str | None = None, epoch: int = -1
+    conn: Session, group: str, wanted: Any, member_id: str | None = None, epoch: int = -1
 ) -> dict[str, Any]:
     """One group's committed offsets, of the requested topics (none named: every topic it
     committed that this key may describe); `member_id`, `epoch`: the member asking (v9+)."""
@@ -342,7 +340,7 @@ async def _fetched(
 
 
 @api(9, "OffsetFetch", 1, 9)
-async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
+async def offset_fetch(conn: Session, request: Any, version: int) -> Any:
     if version >= 8:
         fetched = [
             await _fetched(conn, g.group_id, g.topics, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
@@ -354,7 +352,7 @@ async def offset_fetch(conn: Connection, request: Any, version: int) -> Any:
 
 
 @api(16, "ListGroups", 0, 5)
-async def list_groups(conn: Connection, request: Any, version: int) -> Any:
+async def list_groups(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     states = set(getattr(request, "states_filter", ()) or ())
     types = {str(t).lower() for t in getattr(request, "types_filter", ()) or ()}
@@ -370,7 +368,7 @@ async def list_groups(conn: Connection, request: Any, version: int) -> Any:
     }
 
 
-async def _described(conn: Connection, group: str) -> dict[str, Any]:
+async def _described(conn: Session, group: str) -> dict[str, Any]:
     assert conn.principal is not None
     base: dict[str, Any] = {
         "group_id": group,
@@ -407,7 +405,7 @@ async def _described(conn: Connection, group: str) -> dict[str, Any]:
     }
 
 
-def _with_operations(conn: Connection, described: dict[str, Any], asked: bool) -> dict[str, Any]:
+def _with_operations(conn: Session, described: dict[str, Any], asked: bool) -> dict[str, Any]:
     """A described group with what the key may do with it, when asked and not refused (Kafka's)."""
     assert conn.principal is not None
     granted = asked and described["error_code"] == 0
@@ -419,7 +417,7 @@ def _with_operations(conn: Connection, described: dict[str, Any], asked: bool) -
 
 
 @api(15, "DescribeGroups", 0, 5)
-async def describe_groups(conn: Connection, request: Any, version: int) -> Any:
+async def describe_groups(conn: Session, request: Any, version: int) -> Any:
     asked = bool(getattr(request, "include_authorized_operations", False))
     return {
         "throttle_time": 0,
@@ -428,7 +426,7 @@ async def describe_groups(conn: Connection, request: Any, version: int) -> Any:
 
 
 @api(42, "DeleteGroups", 0, 2)
-async def delete_groups(conn: Connection, request: Any, version: int) -> Any:
+async def delete_groups(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     results = []
     for group in request.groups_names:
@@ -442,7 +440,7 @@ async def delete_groups(conn: Connection, request: Any, version: int) -> Any:
 
 
 @api(47, "OffsetDelete", 0, 0)
-async def offset_delete(conn: Connection, request: Any, version: int) -> Any:
+async def offset_delete(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     top, each, denied = ErrorCode.none, ErrorCode.none, set()
@@ -485,7 +483,7 @@ def _assignment(coordinator: Any, partitions: Mapping[str, frozenset[int]], *, n
 
 
 @api(68, "ConsumerGroupHeartbeat", 0, 1)
-async def consumer_group_heartbeat(conn: Connection, request: Any, version: int) -> Any:
+async def consumer_group_heartbeat(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     principal = conn.principal
     coordinator = conn.services.coordinator
@@ -540,7 +538,7 @@ async def consumer_group_heartbeat(conn: Connection, request: Any, version: int)
 
 
 @api(69, "ConsumerGroupDescribe", 0, 1)
-async def consumer_group_describe(conn: Connection, request: Any, version: int) -> Any:
+async def consumer_group_describe(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     coordinator = conn.services.coordinator
     await coordinator.topics()

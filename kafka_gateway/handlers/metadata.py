@@ -6,7 +6,7 @@ import asyncio
 import base64
 import hashlib
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -16,30 +16,28 @@ from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 #: partitions carry no leader epoch: clients then never ask OffsetForLeaderEpoch to validate
 NO_EPOCH = -1
 
 
-def cluster_id(conn: Connection) -> str:
+def cluster_id(conn: Session) -> str:
     """One id per storage root (every gateway on it answers the same), in Kafka's form."""
     digest = hashlib.sha256(str(conn.services.registry.storage.root).encode()).digest()[:16]
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def brokers(conn: Connection) -> list[dict[str, Any]]:
+def brokers(conn: Session) -> list[dict[str, Any]]:
     return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None} for b in conn.brokers.brokers()]
 
 
-def internal_topic_id(conn: Connection, name: str) -> uuid.UUID:
+def internal_topic_id(conn: Session, name: str) -> uuid.UUID:
     """An internal topic's id: one per storage root and name, as every gateway on it answers."""
     return uuid.uuid5(uuid.NAMESPACE_URL, f"{conn.services.registry.storage.root}#{name}")
 
 
-def _topic(conn: Connection, name: str, operations: bool) -> dict[str, Any]:
+def _topic(conn: Session, name: str, operations: bool) -> dict[str, Any]:
     """One topic's metadata, or its error; `operations`: with what the key may do with it."""
     assert conn.principal is not None
     if not conn.principal.allows("describe", name):
@@ -76,7 +74,7 @@ def _topic(conn: Connection, name: str, operations: bool) -> dict[str, Any]:
     }
 
 
-def _metadata(conn: Connection, names: list[str] | None, request: Any = None) -> dict[str, Any]:
+def _metadata(conn: Session, names: list[str] | None, request: Any = None) -> dict[str, Any]:
     assert conn.principal is not None
     registry = conn.services.registry
     if names is None:  # every topic this key may describe (others are not even named)
@@ -91,7 +89,7 @@ def _metadata(conn: Connection, names: list[str] | None, request: Any = None) ->
     }
 
 
-def _cluster_operations(conn: Connection, request: Any) -> int:
+def _cluster_operations(conn: Session, request: Any) -> int:
     """What the key may do with the cluster, when the request asks (Metadata v8-10, DescribeCluster)."""
     assert conn.principal is not None
     if getattr(request, "include_cluster_authorized_operations", False):
@@ -99,7 +97,7 @@ def _cluster_operations(conn: Connection, request: Any) -> int:
     return NO_OPERATIONS
 
 
-def _by_ids(conn: Connection, topics: Any, request: Any) -> dict[str, Any]:
+def _by_ids(conn: Session, topics: Any, request: Any) -> dict[str, Any]:
     """Metadata for topics named by id (v10+; the consumer protocol's clients ask so for the
     topics of their assignment): each id's topic, or UNKNOWN_TOPIC_ID."""
     wanted = [t.topic_id for t in topics if not t.name]
@@ -114,7 +112,7 @@ def _by_ids(conn: Connection, topics: Any, request: Any) -> dict[str, Any]:
 
 
 @api(3, "Metadata", 0, 12)
-async def metadata(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def metadata(conn: Session, request: Any, version: int) -> dict[str, Any]:
     topics = request.topics
     if topics and any(not t.name for t in topics):
         return await asyncio.to_thread(_by_ids, conn, topics, request)
@@ -123,7 +121,7 @@ async def metadata(conn: Connection, request: Any, version: int) -> dict[str, An
 
 
 @api(60, "DescribeCluster", 0, 1)
-async def describe_cluster(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def describe_cluster(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": 0,
@@ -141,7 +139,7 @@ GROUP_KEY = 0
 TRANSACTION_KEY = 1
 
 
-def _coordinator(conn: Connection, key: str, key_type: int) -> dict[str, Any]:
+def _coordinator(conn: Session, key: str, key_type: int) -> dict[str, Any]:
     assert conn.principal is not None
     none = {"key": key, "node_id": -1, "host": "", "port": -1}
     if key_type != GROUP_KEY:  # not retriable: a transactional producer fails at once, not after minutes
@@ -161,7 +159,7 @@ def _coordinator(conn: Connection, key: str, key_type: int) -> dict[str, Any]:
 
 
 @api(10, "FindCoordinator", 0, 6)
-async def find_coordinator(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def find_coordinator(conn: Session, request: Any, version: int) -> dict[str, Any]:
     key_type = getattr(request, "key_type", GROUP_KEY)
     if version >= 4:  # batched
         return {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker import admin
 from delta_log.core.acl import authorize
@@ -15,9 +15,7 @@ from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import PartitionNotFoundError, TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 LATEST = -1
 EARLIEST = -2
@@ -26,7 +24,7 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def _list_offset(conn: Connection, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+def _list_offset(conn: Session, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
     out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1, "leader_epoch": -1}
     if topic in INTERNAL_TOPICS:  # read as empty (docs/KAFKA.md)
         if not 0 <= partition < INTERNAL_TOPICS[topic]:
@@ -77,7 +75,7 @@ def each_partition(
     return out
 
 
-def _list_offsets(conn: Connection, request: Any) -> dict[str, Any]:
+def _list_offsets(conn: Session, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
     principal = conn.principal
 
@@ -92,11 +90,11 @@ def _list_offsets(conn: Connection, request: Any) -> dict[str, Any]:
 
 
 @api(2, "ListOffsets", 1, 9)
-async def list_offsets(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def list_offsets(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await asyncio.to_thread(_list_offsets, conn, request)
 
 
-def _end_offsets(conn: Connection, request: Any) -> dict[str, Any]:
+def _end_offsets(conn: Session, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
     principal = conn.principal
 
@@ -112,11 +110,11 @@ def _end_offsets(conn: Connection, request: Any) -> dict[str, Any]:
 
 
 @api(23, "OffsetForLeaderEpoch", 2, 4)
-async def offset_for_leader_epoch(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def offset_for_leader_epoch(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await asyncio.to_thread(_end_offsets, conn, request)
 
 
-def _delete_records(conn: Connection, request: Any) -> dict[str, Any]:
+def _delete_records(conn: Session, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
     principal = conn.principal
 
@@ -131,5 +129,5 @@ def _delete_records(conn: Connection, request: Any) -> dict[str, Any]:
 
 
 @api(21, "DeleteRecords", 0, 2)
-async def delete_records(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def delete_records(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await asyncio.to_thread(_delete_records, conn, request)

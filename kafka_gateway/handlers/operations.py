@@ -20,7 +20,7 @@ is answered CLUSTER_AUTHORIZATION_FAILED.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -28,15 +28,13 @@ from broker import admin
 from delta_log.errors import AuthorizationError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 #: DescribeLogDirs' total_bytes and usable_bytes when not known
 UNKNOWN_BYTES = -1
 
 
-def _log_dirs(conn: Connection, request: Any) -> dict[str, Any]:
+def _log_dirs(conn: Session, request: Any) -> dict[str, Any]:
     assert conn.principal is not None
     wanted = None if request.topics is None else {str(t.topic): {int(p) for p in t.partitions} for t in request.topics}
     try:
@@ -74,12 +72,12 @@ def _log_dirs(conn: Connection, request: Any) -> dict[str, Any]:
 
 
 @api(35, "DescribeLogDirs", 1, 4)
-async def describe_log_dirs(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def describe_log_dirs(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await asyncio.to_thread(_log_dirs, conn, request)
 
 
 @api(43, "ElectLeaders", 0, 2)
-async def elect_leaders(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def elect_leaders(conn: Session, request: Any, version: int) -> dict[str, Any]:
     """Every partition already has its one possible leader. For all partitions (a null list) Kafka
     answers only those it elected: none here."""
     assert conn.principal is not None
@@ -146,7 +144,7 @@ async def elect_leaders(conn: Connection, request: Any, version: int) -> dict[st
 
 
 @api(46, "ListPartitionReassignments", 0, 0)
-async def list_partition_reassignments(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def list_partition_reassignments(conn: Session, request: Any, version: int) -> dict[str, Any]:
     assert conn.principal is not None
     if not conn.principal.allows("admin", None):
         return {
@@ -174,6 +172,6 @@ TRANSACTION_STATES = frozenset(
 
 
 @api(66, "ListTransactions", 0, 1)
-async def list_transactions(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def list_transactions(conn: Session, request: Any, version: int) -> dict[str, Any]:
     unknown = [str(f) for f in request.state_filters if str(f) not in TRANSACTION_STATES]
     return {"throttle_time": 0, "error_code": 0, "unknown_state_filters": unknown, "transaction_states": []}

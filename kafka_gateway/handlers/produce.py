@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,9 +32,7 @@ from delta_log.registry import Committer
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
 from kafka_gateway.records import DecodedBatches, decode_batches
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 #: record batches up to this size are decoded on the event loop; larger ones in a worker thread
 INLINE_DECODE_BYTES = 64 * 1024
@@ -106,7 +104,7 @@ class _Planned:
     dead_committer: Committer | None = None
 
 
-def _plan(conn: Connection, topic: str, records: bytes, partition: int, budget: list[int]) -> tuple[ProducePlan, bool]:
+def _plan(conn: Session, topic: str, records: bytes, partition: int, budget: list[int]) -> tuple[ProducePlan, bool]:
     """Decode and apply produce's rules (blocking); `budget` holds the decompressed bytes the
     request may still take (one budget for all its partitions). Raises: TopiclakeError."""
     assert conn.principal is not None
@@ -129,7 +127,7 @@ def _plan(conn: Connection, topic: str, records: bytes, partition: int, budget: 
     return plan, reader.config.log_append_time
 
 
-def _plan_all(conn: Connection, work: list[tuple[bytes, _Planned]]) -> None:
+def _plan_all(conn: Session, work: list[tuple[bytes, _Planned]]) -> None:
     """Decode and plan every partition of a request (blocking), and open the committers they
     need, so all of them are handed to the writers at once: one request, one flush."""
     registry = conn.services.registry
@@ -154,7 +152,7 @@ def _plan_all(conn: Connection, work: list[tuple[bytes, _Planned]]) -> None:
             out.log_append_time = int(time.time() * 1000)
 
 
-def _submit(conn: Connection, item: _Planned) -> None:
+def _submit(conn: Session, item: _Planned) -> None:
     """Hand a planned partition to the writers (in arrival order: called on the loop, request by
     request); the dead letters first, so a failure after them leaves none of the valid records."""
     plan, out = item.plan, item.out
@@ -197,7 +195,7 @@ async def _finish(out: _Partition) -> dict[str, Any]:
     }
 
 
-async def _partition_counts(conn: Connection, topic_data: list[Any]) -> dict[str, int | TopiclakeError]:
+async def _partition_counts(conn: Session, topic_data: list[Any]) -> dict[str, int | TopiclakeError]:
     """Each topic's partition count: of open topics as read lately (no I/O; read afresh when a
     partition the request names is past it: one added since), the others in ONE thread hop for
     the request (not one per topic: a request may name hundreds)."""
@@ -223,7 +221,7 @@ async def _partition_counts(conn: Connection, topic_data: list[Any]) -> dict[str
     return out
 
 
-def _refusal(conn: Connection, request: Any, topic: str) -> tuple[int, str | None]:
+def _refusal(conn: Session, request: Any, topic: str) -> tuple[int, str | None]:
     """Why the request may not write `topic` at all (Kafka's error code and message), or (0, None)."""
     assert conn.principal is not None
     if request.transactional_id is not None:
@@ -236,7 +234,7 @@ def _refusal(conn: Connection, request: Any, topic: str) -> tuple[int, str | Non
 
 
 @api(0, "Produce", 3, 12)
-async def produce(conn: Connection, request: Any, version: int) -> Awaitable[dict[str, Any] | None]:
+async def produce(conn: Session, request: Any, version: int) -> Awaitable[dict[str, Any] | None]:
     assert conn.principal is not None
     acks = request.acks
     started: list[tuple[str, list[_Partition]]] = []

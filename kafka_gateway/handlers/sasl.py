@@ -19,23 +19,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from delta_log.core.acl import Principal, authenticate
 from delta_log.errors import AuthenticationError
 from kafka_gateway.apis import api
-
-if TYPE_CHECKING:
-    from kafka_gateway.listener import Connection
+from kafka_gateway.session import Session
 
 log = logging.getLogger(__name__)
 
 MECHANISMS = ["PLAIN"]
 
 
-def check_plain(conn: Connection, token: bytes) -> Principal:
+def check_plain(conn: Session, token: bytes) -> Principal:
     """RFC 4616: [authzid] NUL authcid NUL passwd. Raises: AuthenticationError."""
     parts = token.split(b"\0")
     if len(parts) != 3:
@@ -49,7 +47,7 @@ def check_plain(conn: Connection, token: bytes) -> Principal:
     return principal
 
 
-def _authenticate(conn: Connection, token: bytes) -> str | None:
+def _authenticate(conn: Session, token: bytes) -> str | None:
     """Authenticate the connection; the error message on failure (the connection then closes
     once answered)."""
     if conn.sasl_mechanism is None:
@@ -66,14 +64,14 @@ def _authenticate(conn: Connection, token: bytes) -> str | None:
     return None
 
 
-async def _failed_login_delay(conn: Connection) -> None:
+async def _failed_login_delay(conn: Session) -> None:
     """Kafka's connection.failed.authentication.delay.ms: the refusal waits (the connection's
     reader has stopped: nothing more is read from it meanwhile)."""
     await asyncio.sleep(conn.settings.failed_authentication_delay_ms / 1000)
 
 
 @api(17, "SaslHandshake", 0, 1, before_auth=True)
-async def sasl_handshake(conn: Connection, request: Any, version: int) -> dict[str, Any]:
+async def sasl_handshake(conn: Session, request: Any, version: int) -> dict[str, Any]:
     if conn.sasl_authenticated:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": MECHANISMS}
     if request.mechanism not in MECHANISMS:
@@ -85,7 +83,7 @@ async def sasl_handshake(conn: Connection, request: Any, version: int) -> dict[s
 
 
 @api(36, "SaslAuthenticate", 0, 2, before_auth=True)
-async def sasl_authenticate(conn: Connection, request: Any, version: int) -> Any:
+async def sasl_authenticate(conn: Session, request: Any, version: int) -> Any:
     if conn.sasl_authenticated:
         return {
             "error_code": ErrorCode.illegal_sasl_state,
@@ -110,7 +108,7 @@ async def sasl_authenticate(conn: Connection, request: Any, version: int) -> Any
     return refused()
 
 
-async def raw_authenticate(conn: Connection, frame: bytes | memoryview) -> list[bytes] | None:
+async def raw_authenticate(conn: Session, frame: bytes | memoryview) -> list[bytes] | None:
     """The bare token after a v0 handshake: an empty frame on success; on failure the connection
     closes after the failed-login delay (Kafka's v0 flow has no way to answer an error)."""
     conn.sasl_raw = False

@@ -22,8 +22,8 @@ def connect(address: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=15)
 
 
-def send(sock: socket.socket, api_key: int, version: int, correlation: int = 1, **fields: Any) -> None:
-    """Send one request whose body has `fields` (kio's field names and types)."""
+def request_frame(api_key: int, version: int, correlation: int = 1, **fields: Any) -> bytes:
+    """One request whose body has `fields` (kio's field names and types), without its size."""
     schema = load_request_schema(api_key, version)
     flexible = bool(getattr(schema, "__flexible__", False))
     out = io.BytesIO()
@@ -38,19 +38,28 @@ def send(sock: socket.socket, api_key: int, version: int, correlation: int = 1, 
         ),
     )
     entity_writer(schema)(out, schema(**fields))
-    data = out.getvalue()
+    return out.getvalue()
+
+
+def response_body(frame: bytes, api_key: int, version: int) -> Any:
+    """An answer's body, typed (`frame`: the answer without its size)."""
+    schema = load_response_schema(api_key, version)
+    flexible = bool(getattr(schema, "__flexible__", False)) and api_key != API_VERSIONS
+    offset = 4 + (1 if flexible else 0)  # correlation id, then (flexible) its empty tagged fields
+    body, _ = entity_reader(schema)(frame, offset)
+    return body
+
+
+def send(sock: socket.socket, api_key: int, version: int, correlation: int = 1, **fields: Any) -> None:
+    """Send one request whose body has `fields` (kio's field names and types)."""
+    data = request_frame(api_key, version, correlation, **fields)
     sock.sendall(struct.pack(">i", len(data)) + data)
 
 
 def receive(sock: socket.socket, api_key: int, version: int) -> Any:
     """The next answer, typed; raises ConnectionError when the server closed the connection."""
     head = _exactly(sock, 4)
-    frame = _exactly(sock, struct.unpack(">i", head)[0])
-    schema = load_response_schema(api_key, version)
-    flexible = bool(getattr(schema, "__flexible__", False)) and api_key != API_VERSIONS
-    offset = 4 + (1 if flexible else 0)  # correlation id, then (flexible) its empty tagged fields
-    body, _ = entity_reader(schema)(frame, offset)
-    return body
+    return response_body(_exactly(sock, struct.unpack(">i", head)[0]), api_key, version)
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:

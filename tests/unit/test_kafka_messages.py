@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from kafka_gateway import apis, messages
+from kafka_gateway import messages, protocol
 
 JOIN_GROUP = 11
 
@@ -30,7 +30,7 @@ def test_a_null_before_the_version_that_made_it_nullable_is_written_as_kafka_wri
 
 def test_an_answer_that_cannot_be_encoded_is_an_error_answer_not_a_dropped_connection():
     request = messages.RequestFrame(JOIN_GROUP, 2, 9, None, None, False)
-    frame = apis._encode(request, {"generation_id": "not a number"})
+    frame = protocol._encode(request, {"generation_id": "not a number"})
     assert frame is not None
     decoded = _body(frame, messages.response_schema(JOIN_GROUP, 2))
     assert decoded.error_code == -1  # UNKNOWN_SERVER_ERROR
@@ -65,14 +65,14 @@ def test_an_answer_without_an_error_field_that_cannot_be_encoded_closes_rather_t
 
     request = messages.RequestFrame(3, 1, 9, None, None, False)
     with pytest.raises(Exception):  # noqa: B017 (whatever kio raises for the bad field)
-        apis._encode(request, {"brokers": [{"node_id": "not a number", "host": "h", "port": 1}]})
+        protocol._encode(request, {"brokers": [{"node_id": "not a number", "host": "h", "port": 1}]})
 
 
 def test_a_null_number_is_not_turned_into_a_plausible_zero():
     import pytest
 
     with pytest.raises(Exception):  # noqa: B017
-        apis._encode(messages.RequestFrame(3, 1, 9, None, None, False), {"controller_id": None})
+        protocol._encode(messages.RequestFrame(3, 1, 9, None, None, False), {"controller_id": None})
 
 
 def test_log_dirs_need_what_get_cluster_needs():

@@ -4,7 +4,7 @@ Precedence (highest first): explicit keyword arguments, environment variables
 (`TOPICLAKE_` prefix, `__` for nesting, e.g. `TOPICLAKE_WRITER__LINGER_MS=2`), the TOML file
 named by `TOPICLAKE_CONFIG` (if set), then the packaged defaults in `conf/topiclake.toml`.
 
-The composition root (CLI, `create_app`) builds settings once and passes them down; no module
+The composition root (the CLI, topiclake.gateway) builds settings once and passes them down; no module
 keeps a global instance.
 """
 

@@ -1,7 +1,7 @@
 """Dependencies shared by every HTTP router (the consumer API's, and the gateway's, which imports
 them): settings, the topic registry, the coordinator, the commit notifier, and authentication.
 
-The app (ingest_gateway.create_app) puts the long-lived objects on `app.state`; routes receive
+The composition root (topiclake.gateway) puts the long-lived objects on `app.state`; routes receive
 them, and the caller's `Principal`, as typed dependencies. Each is `async def`: they only read
 what is already in memory, and FastAPI runs a plain `def` dependency on a worker thread (a thread
 hop per dependency per request: measured, 11% of the event loop's time on small produce requests). Authentication is one dependency

@@ -1,38 +1,25 @@
-"""The gateway application: produce, topic admin, operations (and the consumer API, once mounted)."""
+"""The HTTP face's application: its middleware (authentication, body limits, same-origin, group
+forwarding, metrics) and routes (produce, topics, operations, the registry, jobs, the consumer
+API, the console, the docs). It builds only the face; topiclake.gateway assembles the process
+around it."""
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import logging
 import re
-import ssl
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
-import httpx
 from fastapi import FastAPI
-from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from broker.cluster import Cluster
-from broker.coordinator import GroupCoordinator, group_config_bounds
-from broker.notifier import CommitNotifier
-from broker.services import Services
 from conf import AuthSettings, Settings, load_settings
 from console.app import install_console, is_console_file
 from consumer_api.forwarding import GroupForwardingMiddleware
 from consumer_api.router import router as consumer_router
 from delta_log.core.acl import authenticate
-from delta_log.core.ownership import group_resource
-from delta_log.errors import AuthenticationError, RequestTooLargeError, TopiclakeError
-from delta_log.maintenance.replication import refuse_unpromoted_replica
-from delta_log.registry import TopicRegistry
-from delta_log.system.gateways import GatewayDirectory
-from delta_log.system.groups import GroupStore
-from delta_log.table.storage import StorageRoot
+from delta_log.errors import AuthenticationError, RequestTooLargeError
 from ingest_gateway.api_docs import install_docs, is_docs_asset
 from ingest_gateway.browser_guard import SameOriginMiddleware
 from ingest_gateway.errors import error_response, install_error_handlers
@@ -41,8 +28,6 @@ from ingest_gateway.openapi import install_openapi
 from ingest_gateway.routes import jobs as jobs_routes
 from ingest_gateway.routes import ops, records, topics
 from ingest_gateway.routes import registry as registry_routes
-from ingest_gateway.server import server_tls
-from kafka_gateway.listener import KafkaListener
 
 log = logging.getLogger(__name__)
 
@@ -170,187 +155,18 @@ class BodyLimitMiddleware:
                 raise
 
 
-def _peer_tls(settings: Settings) -> ssl.SSLContext | bool:
-    """How this gateway connects to the others: trust `cluster.ca_file`, and present
-    `cluster.client_cert` where the others verify client certificates."""
-    c = settings.cluster
-    if not (c.ca_file or c.client_cert):
-        return True
-    context = ssl.create_default_context(cafile=c.ca_file)
-    if c.client_cert:
-        context.load_cert_chain(c.client_cert, c.client_key)
-    return context
-
-
-async def _release_idle_topics(registry: TopicRegistry, settings: Settings) -> None:
-    """Every quarter of `server.topic_idle_s`, give back the handles of idle topics."""
-    every = max(settings.server.topic_idle_s / 4, 0.05)
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await run_in_threadpool(
-                registry.release_idle, settings.server.topic_idle_s, settings.server.max_open_topics
-            )
-        except Exception:
-            log.exception("releasing idle topics failed; will retry")
-
-
-async def _refresh_schemas(registry: TopicRegistry, settings: Settings) -> None:
-    """Keep the schema registry's snapshot at most `server.schema_refresh_s` old (produce reads it
-    without I/O)."""
-    every = max(settings.server.schema_refresh_s, 0.05)
-    while True:
-        await asyncio.sleep(every)
-        try:
-            await run_in_threadpool(registry.schemas.state, max_age_s=every)
-        except Exception:
-            log.exception("reading the schema registry failed; will retry")
-
-
-async def _replay_write_ahead(
-    registry: TopicRegistry,
-    live: Callable[[str], bool],
-    wake: asyncio.Event,
-    settings: Settings,
+def create_app(
+    settings: Settings | None = None,
     *,
-    once: bool = False,
-) -> dict[str, int]:
-    """Replay the write-ahead logs of gateways that are gone into their tables, whenever woken (a
-    start, a gateway leaving); `once`: one pass, returning the records it wrote per topic. A
-    gateway known to have died (its process ended: a restart, a worker started again) is replayed
-    at once; one merely silent, once its leases end (within `writer.wal_lease_ms`): until then
-    its partitions answer PARTITION_RECOVERING and its producers are told to retry."""
-    retry_s = settings.writer.wal_lease_margin_ms / 1000
-    while True:
-        await wake.wait()
-        wake.clear()
-        while True:
-            try:
-                written, complete = await run_in_threadpool(lambda: registry.replay_write_ahead(live=live))
-            except TopiclakeError as exc:
-                log.warning("replaying write-ahead logs failed (%s); retrying", exc)
-                written, complete = {}, False
-            if written:
-                log.info("write-ahead records of gone gateways written into their tables: %s", written)
-            if once:
-                if not complete:
-                    wake.set()  # the background task goes on with it
-                return written
-            if complete:
-                break
-            await asyncio.sleep(retry_s)  # the dead gateway's leases end by then, or soon after
-
-
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app; the registry (writers, readers) lives for the app's lifespan."""
+    metrics: Metrics | None = None,
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+) -> FastAPI:
+    """The HTTP face: its middleware, routes, console and docs. What the routes use (registry,
+    services, coordinator, cluster, ...) is put on `app.state` by the composition root
+    (topiclake.gateway), whose `lifespan` starts and stops it; without one, only what needs no
+    storage answers (/healthz)."""
     settings = settings or load_settings()
-    metrics = Metrics()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await run_in_threadpool(refuse_unpromoted_replica, StorageRoot(settings.root, settings.storage_options))
-        registry = TopicRegistry(settings, on_flush=metrics.on_flush)
-        app.state.registry = registry
-        notifier = CommitNotifier(
-            asyncio.get_running_loop(), reader=registry.reader, watch_interval_s=settings.reader.watch_interval_s
-        )
-        registry.add_commit_listener(notifier.on_commit)
-        app.state.notifier = notifier
-        store = await run_in_threadpool(GroupStore, registry.storage)
-        await run_in_threadpool(lambda: registry.offsets)  # open (or create) the offsets table off the loop
-        await run_in_threadpool(lambda: registry.schemas)  # and the schema registry's
-        listener = None
-        if settings.kafka.enabled:  # bound first: the cluster record carries its address
-            listener = KafkaListener(
-                None, settings.kafka, host=settings.kafka.host or settings.server.host, tls=server_tls(settings.server)
-            )
-            await listener.start()
-        cluster = None
-        if settings.cluster.advertise_url:  # `topiclake serve` sets it: a member of the root's cluster
-            cluster = Cluster(
-                GatewayDirectory(registry.storage),
-                settings.cluster,
-                url=settings.cluster.advertise_url,
-                kafka=listener.advertised if listener else "",
-                node_id=listener.node_id if listener else -1,
-                auth=settings.auth.enabled,
-            )
-            await cluster.start()
-            if settings.cluster.route_produce:  # each partition's owner appends to it and keeps it compact
-                me = cluster.me.gateway_id
-                registry.set_rollup_scope(
-                    lambda topic, n: [p for p, owner in enumerate(cluster.partition_owners(topic, n)) if owner == me]
-                )
-            app.state.forwarder = httpx.AsyncClient(
-                # joins wait for their rebalance: no pool limit, so they never starve heartbeats
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-                timeout=httpx.Timeout(settings.cluster.forward_timeout_s, connect=5.0, pool=5.0),
-                verify=_peer_tls(settings),
-            )
-        app.state.cluster = cluster
-        # `log` topics' records acked by a gateway that died before its table flush: written now,
-        # before this gateway serves (the txn high watermarks make a replay write nothing twice)
-        if cluster is not None:
-            registry.wal_owner = cluster.me.gateway_id
-            registry.gone_wal_owners = lambda: cluster.gone  # their leases bind no one: taken over at once
-        live = (lambda gid: cluster.member(gid) is not None) if cluster is not None else (lambda gid: False)
-        orphans = asyncio.Event()  # a start, or a gateway left: its log may hold acks its table lacks
-        orphans.set()
-        started = time.perf_counter()
-        replayed = await _replay_write_ahead(registry, live, orphans, settings, once=True)
-        app.state.recovery = {"seconds": round(time.perf_counter() - started, 3), "records": sum(replayed.values())}
-        log.info("recovered %d acked records into their tables in %.3f s", *app.state.recovery.values())
-        if cluster is not None:
-            cluster.on_change(orphans.set)
-        recovery = asyncio.create_task(
-            _replay_write_ahead(registry, live, orphans, settings), name="write-ahead-replay"
-        )
-        coordinator = GroupCoordinator(
-            registry,
-            store,
-            sync_interval_s=settings.server.groups_sync_interval_s,
-            heartbeat_persist_s=settings.server.heartbeat_persist_interval_s,
-            consumer_session_timeout_ms=settings.server.consumer_group_session_timeout_ms,
-            consumer_heartbeat_interval_ms=settings.server.consumer_group_heartbeat_interval_ms,
-            group_config_bounds=group_config_bounds(settings.server),
-            group_max_size=settings.server.group_max_size,
-            consumer_group_max_size=settings.server.consumer_group_max_size,
-            owns=(lambda g: cluster.owns(group_resource(g))) if cluster else None,
-        )
-        await coordinator.start()
-        if cluster is not None:
-            cluster.on_change(coordinator.on_membership_change)
-        app.state.coordinator = coordinator
-        services = Services(
-            settings=settings, registry=registry, notifier=notifier, coordinator=coordinator, cluster=cluster
-        )
-        app.state.services = services
-        app.state.kafka = listener
-        if listener is not None:
-            await listener.serve(services)
-        janitor = asyncio.create_task(_release_idle_topics(registry, settings), name="release-idle-topics")
-        schema_reader = asyncio.create_task(_refresh_schemas(registry, settings), name="refresh-schemas")
-        # What start-up made (modules, routes, models, pyarrow's types) lives as long as the process:
-        # kept out of the collector's sight. Else every full collection walked all of it holding
-        # the GIL (measured: 150 ms, about once in 10 s at 500 requests/s, every request
-        # waiting; 2 ms once frozen).
-        gc.collect()
-        gc.freeze()
-        log.info("topiclake serving root %s", registry.storage.root)
-        try:
-            yield
-        finally:
-            janitor.cancel()
-            schema_reader.cancel()
-            recovery.cancel()
-            if listener is not None:
-                await listener.stop()
-            if cluster is not None:
-                await cluster.stop()  # first: the others take this gateway's groups at once
-                await app.state.forwarder.aclose()
-            await coordinator.stop()
-            await notifier.close()
-            registry.close()  # flushes queued requests before exit
+    metrics = metrics or Metrics()
 
     app = FastAPI(
         title="topiclake",

@@ -41,7 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from conf import load_settings
     from conf.settings import LOGGING_JSON
     from ingest_gateway import server as http_server
-    from ingest_gateway.app import create_app
+    from topiclake import gateway
 
     overrides: dict[str, Any] = {}
     if args.root:
@@ -94,22 +94,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"topiclake serving {settings.root} on http{'s' if server.ssl_certfile else ''}://{host}:{port}{kafka_on}",
         flush=True,
     )
-    scheduler = None
-    if settings.jobs.schedule and not args.no_jobs and not args.worker:
-        # The maintenance jobs run in their own process: their CPU time never holds this GIL.
-        scheduler = subprocess.Popen(
-            [sys.executable, "-m", "jobs.scheduler", "--root", settings.root, "--parent-pid", str(os.getpid())]
-        )
-        print(f"maintenance jobs scheduled (pid {scheduler.pid}); intervals in conf [jobs]", flush=True)
-    try:
-        http_server.run(create_app(settings), settings, host=host, port=port, log_config=log_config, sockets=sockets)
-    finally:
-        if scheduler is not None:
-            scheduler.terminate()
-            try:
-                scheduler.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                scheduler.kill()
+    gateway.serve(
+        settings,
+        host=host,
+        port=port,
+        log_config=log_config,
+        sockets=sockets,
+        jobs=not args.no_jobs and not args.worker,
+    )
     return 0
 
 

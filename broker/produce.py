@@ -38,6 +38,10 @@ from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import Committer, TopicRegistry
 from delta_log.system.schemas import check_values
 
+#: a request's records up to this size are decoded and planned on the event loop (faster than a
+#: thread hop for small requests); larger ones, or any for a topic with a value schema, in a thread
+INLINE_DECODE_BYTES = 64 * 1024
+
 
 def producer_from_headers(
     producer_id: str | None, producer_sequence: str | None, idempotency_key: str | None

@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from broker.cluster import Cluster
 from broker.produce import (
+    INLINE_DECODE_BYTES,
     DeadLetter,
     DeadLetters,
     Placement,
@@ -45,10 +46,9 @@ from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 
 router = APIRouter(tags=["produce"])
 
-#: Bodies up to this size are decoded on the event loop; larger ones in at most DECODE_THREADS
-#: worker threads. Measured: with 64 clients, dozens of decoding threads starved the group-commit
-#: thread of the GIL (each of its Arrow and Delta calls waited to get it back), halving commits/s.
-INLINE_DECODE_BYTES = 64 * 1024
+#: Bodies over INLINE_DECODE_BYTES are decoded in at most DECODE_THREADS worker threads. Measured:
+#: with 64 clients, dozens of decoding threads starved the group-commit thread of the GIL (each of
+#: its Arrow and Delta calls waited to get it back), halving commits/s.
 DECODE_THREADS = 2
 _limiter: CapacityLimiter | None = None
 

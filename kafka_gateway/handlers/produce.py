@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
-from broker.produce import ProducePlan, has_value_schema, plan_produce, submit
+from broker.produce import INLINE_DECODE_BYTES, ProducePlan, has_value_schema, plan_produce, submit
 from delta_log.core.producer import KAFKA_SEQUENCES, ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
 from delta_log.errors import InvalidRecordError, TopiclakeError, TransactionalRecordsError
@@ -33,9 +33,6 @@ from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
 from kafka_gateway.records import DecodedBatches, decode_batches
 from kafka_gateway.session import Session
-
-#: record batches up to this size are decoded on the event loop; larger ones in a worker thread
-INLINE_DECODE_BYTES = 64 * 1024
 
 
 def kafka_producer_id(producer_id: int, epoch: int) -> str:

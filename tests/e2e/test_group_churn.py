@@ -22,19 +22,21 @@ def gateway(tmp_path_factory):
     srv.stop()
 
 
-def check(result, *, lost_ok: bool = False) -> None:
+def check(result, *, lost_ok: bool = False, replaced: int = 3 * 3) -> None:
     """Nothing lost; no member lost its partitions (the coordinator dropped none that was alive);
     and no record twice, nor a key out of order, unless a member's commit was refused (a newer
     generation had begun: its work since the last commit is done again, at least once, as on
     Kafka: the same workload against Kafka 4.3.1 shows such commits and their duplicates too).
     `lost_ok`: a client that reports lost partitions under this churn on Kafka too (Java's classic
-    consumer: 7 and 4 in two runs against Kafka 4.3.1, with 31,998 and 0 duplicates)."""
+    consumer: 7 and 4 in two runs against Kafka 4.3.1, with 31,998 and 0 duplicates). `replaced`:
+    how many more members than the 3 x 3 first ones must have started (members did come and go
+    while the records flowed)."""
     assert result.missing == 0, result
     if not lost_ok:
         assert result.errors["partitions lost"] == 0, result
     if not any(kind.startswith("commit ") or kind == "partitions lost" for kind in result.errors):
         assert (result.duplicates, result.keys_out_of_order) == (0, 0), result
-    assert result.members_started > 2 * 3 * 3  # members did come and go while the records flowed
+    assert result.members_started > 3 * 3 + replaced, result
 
 
 @pytest.mark.parametrize(
@@ -95,7 +97,10 @@ def test_a_churning_chain_across_two_gateways(tmp_path, kill):
             return
         result = run_chain(",".join(s.kafka for s in servers), strategy="cooperative-sticky", midway=servers[1].kill9)
         assert not [kind for kind in result.errors if kind.startswith("delivery ")], result
-        check(result, lost_ok=True)
+        # the run may be over in 6 s, part of them spent while the killed gateway's groups move to
+        # the survivor (its members wait for their coordinator then): at least one member a stage
+        # must still have been replaced
+        check(result, lost_ok=True, replaced=3)
     finally:
         for s in servers:
             s.stop()

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -78,6 +80,31 @@ async def join(
         owned=owned,
         group_protocol=group_protocol,
     )
+
+
+def classic_group(coordinator: GroupCoordinator, group: str) -> GroupState | None:
+    """The classic group of that id this gateway holds now (None: none here, or a
+    consumer-protocol group): what decides how a JoinGroup or SyncGroup is served."""
+    return coordinator.groups.get(group)
+
+
+async def topic_ids(coordinator: GroupCoordinator) -> Mapping[str, uuid.UUID]:
+    """Every topic's id, as consumer-protocol groups name partitions (read afresh at most once a
+    second)."""
+    await coordinator.topics()
+    return coordinator.topic_ids()
+
+
+async def held_groups(coordinator: GroupCoordinator) -> set[str]:
+    """The groups with a coordinator's state: every classic group persisted in the root, and the
+    groups of either protocol live on this gateway."""
+    persisted = await asyncio.to_thread(coordinator.store.load)
+    return set(persisted) | set(coordinator.groups) | set(coordinator.consumer_groups)
+
+
+def known_topic_ids(coordinator: GroupCoordinator) -> Mapping[str, uuid.UUID]:
+    """Every topic's id as the coordinator last read them (no I/O)."""
+    return coordinator.topic_ids()
 
 
 async def sync(

@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from broker import admin
+from broker.groups import held_groups
 from consumer_api.params import AfterQuery, SearchQuery, TopicQuery
 from delta_log.core.acl import authorize
 from delta_log.core.ownership import group_resource
@@ -102,8 +103,7 @@ async def cluster(
     coordinator = request.app.state.coordinator
     if view is None:  # an app without membership (embedded in a test or a notebook)
         return JSONResponse({"self": None, "gateways": [], "groups": {}})
-    records = await run_in_threadpool(coordinator.store.load)
-    groups = sorted(g for g in set(records) | set(coordinator.groups) if principal.allows_group("describe", g))
+    groups = sorted(g for g in await held_groups(coordinator) if principal.allows_group("describe", g))
     owners: dict[str, list[str]] = {}
     for g in groups:
         o = view.owner(group_resource(g))

@@ -75,7 +75,9 @@ async def join_group(conn: Session, request: Any, version: int) -> Any:
     coordinator = conn.services.coordinator
     offered = [(str(p.name), bytes(p.metadata)) for p in request.protocols]
     protocol_type = str(request.protocol_type or "")
-    chosen = _choose(coordinator.groups.get(group), protocol_type, offered) if offered and protocol_type else None
+    chosen = (
+        _choose(groups.classic_group(coordinator, group), protocol_type, offered) if offered and protocol_type else None
+    )
     if chosen is None:
         return fail | {"error_code": ErrorCode.inconsistent_group_protocol}
     name, assignor = chosen
@@ -172,7 +174,7 @@ async def sync_group(conn: Session, request: Any, version: int) -> Any:
             "protocol_name": getattr(request, "protocol_name", None),
             "assignment": messages.encode_assignment(assigned),
         }
-    g = conn.services.coordinator.groups.get(group)
+    g = groups.classic_group(conn.services.coordinator, group)
     if g is not None and g.leader_assigns:
         return _sync_from_leader(conn, request, g)
     try:
@@ -467,12 +469,9 @@ async def offset_delete(conn: Session, request: Any, version: int) -> Any:
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
-def _by_id(coordinator: Any) -> dict[uuid.UUID, str]:
-    return {topic_id: name for name, topic_id in coordinator.topic_ids().items()}
-
-
-def _assignment(coordinator: Any, partitions: Mapping[str, frozenset[int]], *, names: bool = False) -> dict[str, Any]:
-    ids = coordinator.topic_ids()
+def _assignment(
+    ids: Mapping[str, uuid.UUID], partitions: Mapping[str, frozenset[int]], *, names: bool = False
+) -> dict[str, Any]:
     return {
         "topic_partitions": [
             {"topic_id": ids[t], "partitions": sorted(ps)} | ({"topic_name": t} if names else {})
@@ -490,8 +489,8 @@ async def consumer_group_heartbeat(conn: Session, request: Any, version: int) ->
     rebalance = millis(request.rebalance_timeout)
 
     async def answer() -> dict[str, Any]:
-        await coordinator.topics()  # the topic ids the owned partitions are named by
-        by_id = _by_id(coordinator)
+        ids = await groups.topic_ids(coordinator)  # the owned partitions are named by topic id
+        by_id = {topic_id: name for name, topic_id in ids.items()}
         owned = None
         if request.topic_partitions is not None:
             owned = {
@@ -531,7 +530,9 @@ async def consumer_group_heartbeat(conn: Session, request: Any, version: int) ->
             "member_id": result.member_id,
             "member_epoch": result.epoch,
             "heartbeat_interval": group.heartbeat_interval_ms,
-            "assignment": None if result.assignment is None else _assignment(coordinator, result.assignment),
+            "assignment": None  # (by the ids as the heartbeat read them: a topic created meanwhile is in)
+            if result.assignment is None
+            else _assignment(groups.known_topic_ids(coordinator), result.assignment),
         }
 
     return answer()
@@ -541,7 +542,7 @@ async def consumer_group_heartbeat(conn: Session, request: Any, version: int) ->
 async def consumer_group_describe(conn: Session, request: Any, version: int) -> Any:
     assert conn.principal is not None
     coordinator = conn.services.coordinator
-    await coordinator.topics()
+    ids = await groups.topic_ids(coordinator)
     found = await groups.consumer_groups(coordinator, conn.principal, list(request.group_ids))
     described = []
     for name, g in zip(request.group_ids, found, strict=True):
@@ -569,8 +570,8 @@ async def consumer_group_describe(conn: Session, request: Any, version: int) -> 
                 "client_host": m.client_host,
                 "subscribed_topic_names": sorted(m.topics),
                 "subscribed_topic_regex": m.regex,
-                "assignment": _assignment(coordinator, m.assigned, names=True),
-                "target_assignment": _assignment(coordinator, g.target.get(m.member_id, {}), names=True),
+                "assignment": _assignment(ids, m.assigned, names=True),
+                "target_assignment": _assignment(ids, g.target.get(m.member_id, {}), names=True),
                 "member_type": CONSUMER_MEMBER if m.classic is None else CLASSIC_MEMBER,
             }
             for m in g.members.values()

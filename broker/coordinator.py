@@ -680,14 +680,15 @@ class GroupCoordinator:
         await self.restored(group_id)
         if (cg := self.consumer_groups.get(group_id)) is not None:  # a classic member of a consumer group
             self._check_owned(group_id)
-            weights = await self._weights(cg) if cg.assignor == "lag" else None
+            topics = await self.topics()
+            weights = await self._weights(cg) if cg.assignor == "lag" and cg.target_stale(topics) else None
             rejoin = cg.classic_heartbeat(
                 member_id,
                 instance_id,
                 generation,
                 self.clock(),
                 principal,
-                topics=await self.topics(),
+                topics=topics,
                 weights=lambda: weights or {},
             )
             await self._saved_before_answer(group_id)

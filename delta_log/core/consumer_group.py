@@ -528,6 +528,11 @@ class ConsumerGroup:
             self.target.pop(member_id, None)
             self.epoch += 1
 
+    def target_stale(self, topics: Topics) -> bool:
+        """Whether the next refresh against `topics` computes a target (the topics changed since
+        the last one, or the group epoch moved past the target's): only then are lag weights read."""
+        return topics.version != self._seen or self.epoch > self.assignment_epoch
+
     def _refresh(
         self,
         topics: Topics,
@@ -537,7 +542,7 @@ class ConsumerGroup:
     ) -> None:
         """Bump the group epoch when asked or when the subscribed topics changed, and compute the
         target assignment for the group epoch when it is behind."""
-        if not bump and topics.version == self._seen and self.epoch <= self.assignment_epoch:
+        if not bump and not self.target_stale(topics):
             return  # nothing the target depends on moved
         self._wanted = wanted = {mid: self.member_topics(m, topics.counts) for mid, m in self.members.items()}
         self._seen = topics.version

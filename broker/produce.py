@@ -1,15 +1,15 @@
-"""Produce, whichever door a record came in by: decoded table -> schema check and dead-letter
+"""Produce, whichever door a record came in by: decoded table -> ACL, schema check and dead-letter
 split -> partitioned, validated AppendRequest -> appended -> per-record offsets.
 
-Every rule of produce lives here; the HTTP route (ingest_gateway.routes.records) and the Kafka
-listener (kafka_gateway) decode their bodies into an Arrow table, call `plan_produce` and
-`append_plan`, and encode the answer. Pure except for reading the topic's config, sticky partition
-and schemas from the registry, and the appends.
+Every rule of produce lives here, in `ProduceService`; the HTTP route (ingest_gateway.routes.records)
+and the Kafka handler (kafka_gateway.handlers.produce) turn their requests into `Produce` units with
+a decoder each, call the service's `plan`, `submit` and `acked`, and encode the answer.
 
 In a cluster each partition has one owner gateway (rendezvous hashing, broker.cluster), which
 appends to it; `Placement` is this gateway's view of the owners. Records without a key or partition
-go to partitions this gateway owns; a request whose partitions another gateway owns alone is sent
-there (ingest_gateway.produce_forwarding). Ownership only steers the writes: Delta's transaction
+go to partitions this gateway owns. An HTTP request whose partitions another gateway owns alone is
+sent there by the HTTP face (ingest_gateway.produce_forwarding); a Kafka request naming a partition
+another gateway owns is refused (NotPartitionOwnerError: the client finds the leader). Ownership only steers the writes: Delta's transaction
 rule keeps offsets unique whoever appends, so a request spanning several owners is appended here.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import re
 import time
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from broker.cluster import Cluster
 from delta_log.core.acl import Principal, authorize
 from delta_log.core.dead_letters import Split, validation_error
 from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
@@ -33,7 +35,16 @@ from delta_log.core.producer import ProducerSequence
 from delta_log.core.records import DIGITS, offsets_for_rows
 from delta_log.core.topic_config import TopicConfig
 from delta_log.core.value_schemas import subject_for
-from delta_log.errors import InvalidRecordError, TopicExistsError, TopicNotFoundError, WriterClosedError
+from delta_log.errors import (
+    AuthorizationError,
+    InvalidRecordError,
+    NotPartitionOwnerError,
+    PartitionNotFoundError,
+    TopicExistsError,
+    TopiclakeError,
+    TopicNotFoundError,
+    WriterClosedError,
+)
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import Committer, TopicRegistry
 from delta_log.system.schemas import check_values
@@ -186,37 +197,37 @@ class ProducePlan:
 
     prepared: PreparedRequest | None
     dead: DeadLetters | None
+    log_append_time: bool = False  # the topic stamps records with the time it appends them
 
 
 #: prepare() as a check of a whole request: an idempotent producer's partition choice has no side effect
 _CHECK_ONLY = ProducerSequence(producer_id="check", sequence=0)
 
 
-def plan_produce(
+def _plan_records(
     registry: TopicRegistry,
     principal: Principal,
     topic: str,
     table: pa.Table,
     producer: ProducerSequence | None,
     *,
-    placement: Placement | None = None,
-    forwarded: bool = False,
-    codec: str = "none",
+    placement: Placement | None,
+    forwarded: bool,
+    codec: str,
 ) -> ProducePlan:
-    """The rules of one produce request: the key may produce to the topic; values are checked
+    """The rules of one produce request whose key may produce to `topic`: values are checked
     against the topic's schema (one bad value refuses the request, or with errors.tolerance=all
     goes to the dead-letter topic, which the key must also be allowed to produce to); records are
-    partitioned and validated. `placement` steers a request to its owner gateway (HTTP);
-    `forwarded`: another gateway sent it, having read an older registry (a bad value then refuses
-    the request, so that gateway decides with the client's indexes). `codec`: how the client
-    compressed the records (Kafka's batches), what Fetch returns on a topic whose compression.type
-    is `producer`. Blocking: call it in a thread
-    unless the table is small and the topic has no schema.
+    partitioned and validated. `placement` steers a request to its owner gateway; `forwarded`:
+    another gateway sent it, having read an older registry (a bad value then refuses the request,
+    so that gateway decides with the client's indexes). `codec`: how the client compressed the
+    records (Kafka's batches), what Fetch returns on a topic whose compression.type is `producer`.
+    Blocking.
 
-    Raises: AuthorizationError, TopicNotFoundError, PartitionNotFoundError, RecordTooLargeError,
-    InvalidRecordError, InvalidSchemaError, SchemaValidationError, InvalidConfigError.
+    Raises: AuthorizationError (the dead-letter topic), TopicNotFoundError, PartitionNotFoundError,
+    RecordTooLargeError, InvalidRecordError, InvalidSchemaError, SchemaValidationError,
+    InvalidConfigError.
     """
-    authorize(principal, "produce", topic)
     config = registry.reader(topic).config
     dead = None
     split = check_values(registry.schemas, topic, table, config)
@@ -227,30 +238,239 @@ def plan_produce(
         prepare(registry, topic, table, _CHECK_ONLY)  # the records' own errors, with the request's indexes
         dead = prepare_dead_letters(registry, topic, split, config, producer)
         if split.valid.num_rows == 0:
-            return ProducePlan(None, dead)
+            return ProducePlan(None, dead, config.log_append_time)
         table = split.valid
     prepared = prepare(registry, topic, table, producer, placement if dead is None else None, codec=codec)
-    return ProducePlan(prepared, dead)
+    return ProducePlan(prepared, dead, config.log_append_time)
 
 
-async def append_here(
-    registry: TopicRegistry, topic: str, append: AppendRequest, committer: Committer | None = None
-) -> AppendResult:
-    """Append through this gateway's committer of `topic` (opened if `committer` is None); the
-    result comes after the Delta commit that holds the records.
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A produce unit's records as its face decoded them."""
 
-    Raises: TopicNotFoundError, BackPressureError, WriterClosedError, StorageUnavailableError."""
-    if committer is None:
-        committer = await asyncio.to_thread(registry.committer, topic)
-    try:
-        return await submit(append, committer)
-    except WriterClosedError:  # released as idle between lookup and submit: open it again
-        return await submit(append, await asyncio.to_thread(registry.committer, topic))
+    table: pa.Table
+    producer: ProducerSequence | None = None  # an idempotent producer's sequence range
+    codec: str = "none"  # how the client compressed them
 
 
-def submit(append: AppendRequest, committer: Committer) -> asyncio.Future[AppendResult]:
-    """Hand `append` to `committer` now, on the event loop (so requests reach the writer in the
-    order they are handed over); the future resolves after the Delta commit that holds it.
+@dataclass(slots=True, kw_only=True)
+class Produce:
+    """One unit of a produce request, whichever door it came by: a topic's records (HTTP) or one
+    partition's batches (Kafka). The face gives the first fields; `ProduceService` fills `error`
+    (instead of raising: a Kafka request's other partitions go on) and `plan`."""
 
-    Raises: BackPressureError, WriterClosedError (released as idle since it was looked up)."""
-    return asyncio.wrap_future(committer.submit(append))
+    topic: str
+    #: the face's decoder of the records (blocking; raises TopiclakeError), called after the ACL check
+    decode: Callable[[], Decoded]
+    size: int  # the records' encoded bytes: small units are decoded on the event loop
+    #: the partition the request names (Kafka): checked to exist and to be led here before decoding
+    partition: int | None = None
+    #: steer the records to their owner gateway: `plan.prepared.owner` names it, for the face to forward to
+    route: bool = False
+    forwarded: bool = False  # another gateway forwarded the records (see _plan_records)
+    error: TopiclakeError | None = None
+    plan: ProducePlan | None = None
+    _committer: Committer | None = None
+    _dead_committer: Committer | None = None
+    _written: asyncio.Future[AppendResult] | None = None
+    _dead: asyncio.Future[AppendResult] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """A produce unit written: its valid records' result (None when all were dead letters) and its
+    dead letters' (None when there were none)."""
+
+    result: AppendResult | None
+    dead: AppendResult | None
+
+    @property
+    def duplicate(self) -> bool:
+        """An idempotent producer's retry: the records were written before, and are not again."""
+        return any(r.duplicate for r in (self.result, self.dead) if r is not None)
+
+    @property
+    def base_offset(self) -> int:
+        """The first offset written (-1: none), the valid records' when there are some."""
+        for r in (self.result, self.dead):
+            if r is not None:
+                return r.ranges[0].base_offset if r.ranges else -1
+        return -1
+
+
+#: At most this many threads decode produce requests at once. Measured: with 64 HTTP clients,
+#: dozens of decoding threads starved the group-commit thread of the GIL (each of its Arrow and
+#: Delta calls waited to get it back), halving commits/s.
+DECODE_THREADS = 2
+
+
+class ProduceService:
+    """Produce, for every face: `plan` (ACL once per topic, the partitions a request names, the
+    face's decoding, produce's rules, the writers opened), then `submit` (handed to the writers in
+    the order requests arrive, dead letters before the records they were split from), then `acked`
+    (after the Delta commit that holds them). A face decodes its protocol into `Produce` units,
+    calls these three, and encodes each unit's `Acked` or error."""
+
+    def __init__(self, registry: TopicRegistry, cluster: Cluster | None = None) -> None:
+        self.registry = registry
+        self.cluster = cluster
+        self._decoders = asyncio.Semaphore(DECODE_THREADS)
+
+    def placement(self, topic: str) -> Placement | None:
+        """This gateway's view of who owns `topic`'s partitions (None: produce is not routed)."""
+        cluster = self.cluster
+        if cluster is None or not cluster.settings.route_produce:
+            return None
+        return Placement(cluster.me.gateway_id, functools.partial(cluster.partition_owners, topic))
+
+    def leads(self, topic: str, partition: int, partitions: int) -> bool:
+        """Whether this gateway appends to the partition: its owner, or produce is not routed."""
+        placement = self.placement(topic)
+        return placement is None or placement.owners_of(partitions)[partition] == placement.me
+
+    async def plan(self, principal: Principal, units: Sequence[Produce]) -> None:
+        """Check, decode and plan every unit of a request, and open the writers they need: small
+        requests on the event loop, others in one thread hop for the whole request (one of at most
+        DECODE_THREADS). Each unit's refusal is put in its `error`."""
+        allowed: dict[str, AuthorizationError | None] = {}
+        for u in units:
+            if u.topic not in allowed:
+                try:
+                    authorize(principal, "produce", u.topic)
+                    allowed[u.topic] = None
+                except AuthorizationError as exc:
+                    allowed[u.topic] = exc
+            u.error = allowed[u.topic]
+        await self._check_partitions([u for u in units if u.error is None and u.partition is not None])
+        todo = [u for u in units if u.error is None]
+        registry = self.registry
+        open_now = registry.committers()  # opening a topic's writer reads its table: not on the loop
+        if sum(u.size for u in todo) <= INLINE_DECODE_BYTES and not any(
+            has_value_schema(registry, u.topic) or u.topic not in open_now for u in todo
+        ):
+            self._plan_all(principal, todo)
+        elif todo:
+            async with self._decoders:
+                await asyncio.to_thread(self._plan_all, principal, todo)
+
+    async def _check_partitions(self, units: Sequence[Produce]) -> None:
+        """The partition each unit names exists and is led here (NotPartitionOwnerError: the client
+        refreshes its metadata and sends it to the owner). Partition counts of open topics as read
+        lately (no I/O; afresh when a partition is past it: one added since); the others in ONE
+        thread hop for the request, not one per topic (a request may name hundreds)."""
+        registry = self.registry
+        counts: dict[str, int | TopiclakeError] = {}
+        missing: set[str] = set()
+        for u in units:
+            n = registry.recent_partitions(u.topic)
+            if n is None or u.partition is None or u.partition >= n:
+                missing.add(u.topic)
+            else:
+                counts[u.topic] = n
+        if missing:
+
+            def read() -> dict[str, int | TopiclakeError]:
+                got: dict[str, int | TopiclakeError] = {}
+                for name in missing:
+                    try:
+                        got[name] = registry.partitions(name)
+                    except TopiclakeError as exc:
+                        got[name] = exc
+                return got
+
+            counts |= await asyncio.to_thread(read)
+        for u in units:
+            count, p = counts[u.topic], u.partition
+            assert p is not None
+            if isinstance(count, TopiclakeError):
+                u.error = count
+                continue
+            n = count
+            if not 0 <= p < n:
+                u.error = PartitionNotFoundError(u.topic, p, n)
+            elif not self.leads(u.topic, p, n):
+                u.error = NotPartitionOwnerError(
+                    f"Another gateway of the cluster leads partition {p} of {u.topic!r}.", topic=u.topic, partition=p
+                )
+
+    def _plan_all(self, principal: Principal, units: Sequence[Produce]) -> None:
+        registry = self.registry
+        for u in units:
+            try:
+                decoded = u.decode()
+                placement = self.placement(u.topic) if u.route else None
+                plan = u.plan = _plan_records(
+                    registry,
+                    principal,
+                    u.topic,
+                    decoded.table,
+                    decoded.producer,
+                    placement=placement,
+                    forwarded=u.forwarded,
+                    codec=decoded.codec,
+                )
+                if plan.prepared is not None and plan.prepared.owner is None:
+                    u._committer = registry.committer(u.topic)
+                if plan.dead is not None:
+                    u._dead_committer = registry.committer(plan.dead.topic)
+            except TopiclakeError as exc:
+                u.error = exc
+
+    async def submit(self, units: Sequence[Produce]) -> None:
+        """Hand the planned units to the writers, in order (a request's units land in one flush:
+        one Delta commit per topic). A unit's dead letters go first and its valid records after
+        they are written, so a failure leaves none of the valid records written (a retry writes
+        them once)."""
+        for u in units:
+            plan = u.plan
+            if u.error is not None or plan is None:
+                continue
+            try:
+                if plan.dead is not None:
+                    u._dead = await self._submit(plan.dead.topic, plan.dead.append.append, u._dead_committer)
+                if plan.prepared is not None:
+                    if u._dead is None:
+                        u._written = await self._submit(u.topic, plan.prepared.append, u._committer)
+                    else:
+                        u._written = asyncio.ensure_future(self._after(u._dead, u.topic, plan.prepared.append))
+            except TopiclakeError as exc:  # back-pressure: the client retries
+                u.error = exc
+
+    async def _after(self, first: asyncio.Future[AppendResult], topic: str, append: AppendRequest) -> AppendResult:
+        result = await first
+        if result.error is not None:
+            raise result.error
+        return await (await self._submit(topic, append, None))
+
+    async def _submit(
+        self, topic: str, append: AppendRequest, committer: Committer | None
+    ) -> asyncio.Future[AppendResult]:
+        """Hand `append` to `topic`'s writer (opened if `committer` is None); the future resolves
+        after the Delta commit that holds it. Raises: BackPressureError, TopicNotFoundError."""
+        if committer is None:
+            committer = await asyncio.to_thread(self.registry.committer, topic)
+        try:
+            return asyncio.wrap_future(committer.submit(append))
+        except WriterClosedError:  # released as idle since it was opened: open it again
+            committer = await asyncio.to_thread(self.registry.committer, topic)
+            return asyncio.wrap_future(committer.submit(append))
+
+    async def acked(self, unit: Produce) -> Acked:
+        """The unit once written. Raises: the unit's refusal, or its write's error (TopiclakeError)."""
+        if unit.error is not None:
+            raise unit.error
+        dead = written = None
+        if unit._dead is not None:
+            dead = await unit._dead
+            if dead.error is not None:
+                raise dead.error
+        if unit._written is not None:
+            written = await unit._written
+            if written.error is not None:
+                raise written.error
+        return Acked(written, dead)
+
+    async def produce(self, principal: Principal, units: Sequence[Produce]) -> None:
+        """`plan` and `submit`: what a face calls that does not forward."""
+        await self.plan(principal, units)
+        await self.submit(units)

@@ -3,11 +3,12 @@ front door (ingest_gateway's HTTP app and kafka_gateway's listener run on one ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.cluster import Cluster
 from broker.coordinator import GroupCoordinator
 from broker.notifier import CommitNotifier
+from broker.produce import ProduceService
 from conf import Settings
 from delta_log.registry import TopicRegistry
 
@@ -20,3 +21,7 @@ class Services:
     coordinator: GroupCoordinator
     #: None for a gateway that is not a member of a cluster (an embedded app in tests)
     cluster: Cluster | None = None
+    produce: ProduceService = field(init=False)  # produce, whichever door a record came by
+
+    def __post_init__(self) -> None:
+        self.produce = ProduceService(self.registry, self.cluster)

@@ -381,6 +381,15 @@ class OwnerNotAvailableError(TopiclakeError):
     )
 
 
+class NotPartitionOwnerError(TopiclakeError):
+    """A Kafka produce to a partition another gateway of the cluster owns (Kafka's
+    NOT_LEADER_OR_FOLLOWER): each partition is appended to by its owner."""
+
+    code = "NOT_PARTITION_OWNER"
+    retriable = True
+    hint = "Refresh the metadata and send the records to the partition's leader."
+
+
 class PartitionRecoveringError(TopiclakeError):
     """A partition whose acked records are not all readable here yet: a gateway that died left
     them in its write-ahead log, and its lease has not ended (at most `writer.wal_lease_ms`).

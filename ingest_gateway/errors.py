@@ -66,6 +66,7 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.NotCoordinatorError: 503,
     e.CoordinatorNotAvailableError: 503,
     e.OwnerNotAvailableError: 503,
+    e.NotPartitionOwnerError: 421,
     e.PartitionRecoveringError: 503,
     e.UnknownAssignorError: 400,
     e.FencedMemberEpochError: 409,

@@ -46,6 +46,7 @@ CODES: dict[type[e.TopiclakeError], ErrorCode] = {
     e.NotCoordinatorError: ErrorCode.not_coordinator,
     e.CoordinatorNotAvailableError: ErrorCode.coordinator_not_available,
     e.OwnerNotAvailableError: ErrorCode.not_leader_or_follower,
+    e.NotPartitionOwnerError: ErrorCode.not_leader_or_follower,
     e.PartitionRecoveringError: ErrorCode.not_leader_or_follower,
     e.FencedMemberError: ErrorCode.illegal_generation,
     e.MemberIdRequiredError: ErrorCode.member_id_required,

@@ -2,63 +2,45 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import zlib
 from collections.abc import Callable
 from typing import Annotated
 
 import pyarrow as pa
-from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
-from broker.cluster import Cluster
 from broker.produce import (
-    INLINE_DECODE_BYTES,
+    Acked,
     DeadLetter,
     DeadLetters,
-    Placement,
+    Decoded,
     PreparedRequest,
-    append_here,
+    Produce,
+    ProducePlan,
     dead_letter_entries,
-    has_value_schema,
-    plan_produce,
     producer_from_headers,
     record_offset_columns,
 )
+from broker.services import Services
 from conf import Settings
 from consumer_api.dependencies import principal_of
 from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
 from consumer_api.forwarding import FORWARDED_BY
 from consumer_api.params import KeyFormat, TopicPath, ValueFormat
-from delta_log.core.acl import Principal, authorize
+from delta_log.core.acl import Principal
 from delta_log.core.records import producer_arrow_stream
 from delta_log.errors import RequestTooLargeError, SchemaValidationError
 from delta_log.log.writer import AppendResult
-from delta_log.registry import Committer, TopicRegistry
 from ingest_gateway import decoding
-from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
+from ingest_gateway.dependencies import PrincipalDep, SettingsDep
 from ingest_gateway.produce_forwarding import forward_append
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 
 router = APIRouter(tags=["produce"])
-
-#: Bodies over INLINE_DECODE_BYTES are decoded in at most DECODE_THREADS worker threads. Measured:
-#: with 64 clients, dozens of decoding threads starved the group-commit thread of the GIL (each of
-#: its Arrow and Delta calls waited to get it back), halving commits/s.
-DECODE_THREADS = 2
-_limiter: CapacityLimiter | None = None
-
-
-def _decode_limiter() -> CapacityLimiter:
-    global _limiter
-    if _limiter is None:
-        _limiter = CapacityLimiter(DECODE_THREADS)
-    return _limiter
-
 
 _DECODERS: dict[str, Callable[[bytes, str, str], pa.Table]] = {
     decoding.ARROW_STREAM: lambda body, kf, vf: decoding.decode_arrow(body),
@@ -109,7 +91,6 @@ def _gunzip(body: bytes, limit: int) -> bytes:
 async def produce(
     topic: TopicPath,
     request: Request,
-    registry: RegistryDep,
     settings: SettingsDep,
     principal: PrincipalDep,
     key_format: KeyFormat = "string",
@@ -143,7 +124,6 @@ async def produce(
     return await produce_records(
         request,
         topic,
-        registry,
         settings,
         principal,
         key_format=key_format,
@@ -156,7 +136,6 @@ async def produce(
 async def produce_records(
     request: Request,
     topic: str,
-    registry: TopicRegistry,
     settings: Settings,
     principal: Principal,
     *,
@@ -167,71 +146,61 @@ async def produce_records(
 ) -> Response:
     """The produce route's work, whichever route took the request (`produce` above, or
     `QuerylessProduceRoute`); `producer_headers`: Producer-Id, Producer-Sequence, Idempotency-Key
-    ("" where absent)."""
-    authorize(principal, "produce", topic)
-    producer = producer_from_headers(*(h or None for h in producer_headers))
+    ("" where absent). Produce's rules are the broker's (broker.produce.ProduceService); this
+    decodes the body, forwards to the owner gateway, and encodes the answer."""
     body = await _read_body(request, settings.server.max_request_bytes)
     media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if media not in _DECODERS:
         raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not supported.", content_type=media)
 
-    cluster: Cluster | None = request.app.state.cluster
+    def decode() -> Decoded:  # after the ACL check, in the broker's decoding thread for large bodies
+        producer = producer_from_headers(*(h or None for h in producer_headers))
+        return Decoded(_DECODERS[media](body, key_format, value_format), producer)
+
+    state = request.app.state
+    services: Services = state.services
+    service = services.produce
     forwarded = FORWARDED_BY in request.headers
-    placement = None
-    if cluster is not None and settings.cluster.route_produce and not forwarded:
-        placement = Placement(cluster.me.gateway_id, functools.partial(cluster.partition_owners, topic))
+    unit = Produce(topic=topic, decode=decode, size=len(body), route=not forwarded, forwarded=forwarded)
+    await service.plan(principal, [unit])
+    if unit.error is not None:
+        raise unit.error
+    prepared_plan = unit.plan
+    assert prepared_plan is not None
+    prepared, cluster = prepared_plan.prepared, services.cluster
+    owner = cluster.member(prepared.owner) if cluster and prepared and prepared.owner else None
+    if cluster is not None and owner is not None and prepared is not None:
+        forward = producer_arrow_stream(prepared.append.batch)
+        if len(forward) <= settings.server.max_request_bytes:
+            outcome = await forward_append(
+                state.forwarder,
+                url=owner.url,
+                owner_id=owner.gateway_id,
+                me=cluster.me.gateway_id,
+                topic=topic,
+                body=forward,
+                headers=request.headers,
+                idempotent=prepared.append.producer is not None,
+            )
+            state.metrics.on_forward(topic, appended_here=outcome is None)
+            if isinstance(outcome, Response) and _schema_refusal(outcome):
+                # the owner read a newer registry than this gateway: read it too, and decide here
+                await run_in_threadpool(services.registry.schemas.state, max_age_s=0)
+                unit = Produce(topic=topic, decode=decode, size=len(body))
+                await service.plan(principal, [unit])
+                if unit.error is not None:
+                    raise unit.error
+            elif isinstance(outcome, Response):
+                return outcome
+            elif outcome is not None:
+                return _respond(topic, media, prepared_plan, Acked(outcome, None), record_offsets)
+    await service.submit([unit])
+    assert unit.plan is not None
+    return _respond(topic, media, unit.plan, await service.acked(unit), record_offsets)
 
-    def decode_and_prepare(route: bool = True) -> _Prepared:
-        # One worker-thread hop per request: decode, apply produce's rules (broker.produce), and
-        # either encode the records for their owner gateway or open the topic's committer here.
-        table = _DECODERS[media](body, key_format, value_format)
-        plan = plan_produce(
-            registry, principal, topic, table, producer, placement=placement if route else None, forwarded=forwarded
-        )
-        prepared = plan.prepared
-        if prepared is not None and prepared.owner is not None:
-            forward = producer_arrow_stream(prepared.append.batch)
-            if len(forward) <= settings.server.max_request_bytes:
-                return prepared, forward, None, None
-        return prepared, None, registry.committer(topic) if prepared is not None else None, plan.dead
 
-    async def in_thread(route: bool = True) -> _Prepared:
-        return await to_thread.run_sync(functools.partial(decode_and_prepare, route), limiter=_decode_limiter())
-
-    if len(body) <= INLINE_DECODE_BYTES and not has_value_schema(registry, topic):
-        prepared, forward, committer, dead = decode_and_prepare()
-    else:
-        prepared, forward, committer, dead = await in_thread()
-    result = None
-    owner = None
-    if cluster is not None and prepared is not None and prepared.owner is not None:
-        owner = cluster.member(prepared.owner)
-    if cluster is not None and owner is not None and forward is not None:
-        outcome = await forward_append(
-            request.app.state.forwarder,
-            url=owner.url,
-            owner_id=owner.gateway_id,
-            me=cluster.me.gateway_id,
-            topic=topic,
-            body=forward,
-            headers=request.headers,
-            idempotent=producer is not None,
-        )
-        request.app.state.metrics.on_forward(topic, appended_here=outcome is None)
-        if isinstance(outcome, Response) and _schema_refusal(outcome):
-            # the owner read a newer registry than this gateway: read it too, and decide here
-            await run_in_threadpool(registry.schemas.state, max_age_s=0)
-            prepared, forward, committer, dead = await in_thread(route=False)
-        elif isinstance(outcome, Response):
-            return outcome
-        else:
-            result = outcome
-    dead_result = None
-    if dead is not None:  # first: a failure after it leaves nothing of the valid records written
-        dead_result = await append_here(registry, dead.topic, dead.append.append, None)
-    if result is None and prepared is not None:
-        result = await append_here(registry, topic, prepared.append, committer)
-    payload = _answer(topic, media, prepared, result, record_offsets, dead, dead_result)
+def _respond(topic: str, media: str, plan: ProducePlan, acked: Acked, record_offsets: bool) -> Response:
+    payload = _answer(topic, media, plan.prepared, acked.result, record_offsets, plan.dead, acked.dead)
     return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
 
@@ -264,7 +233,6 @@ class QuerylessProduceRoute(BaseRoute):
         response = await produce_records(
             request,
             scope["path_params"]["topic"],
-            state.registry,
             settings,
             principal_of(request, settings, headers.get("authorization")),
             key_format="string",
@@ -282,11 +250,6 @@ class QuerylessProduceRoute(BaseRoute):
     def install(routes: list[BaseRoute]) -> None:
         """Put the route before the documented one in an app's `routes`."""
         routes.insert(0, QuerylessProduceRoute())
-
-
-#: a decoded request: prepared for this gateway or its owner, the owner's Arrow body, this gateway's
-#: committer, and the dead letters
-_Prepared = tuple[PreparedRequest | None, bytes | None, Committer | None, DeadLetters | None]
 
 
 def _schema_refusal(response: Response) -> bool:

@@ -348,6 +348,54 @@ def test_typed_topics_check_values_produced_over_kafka_and_dead_letter_them_with
     assert len(dlq["records"]) == 1
 
 
+def test_a_failed_dead_letter_write_leaves_the_valid_records_unwritten(gateway):
+    """A Kafka batch split into valid records and dead letters: the dead letters are written first
+    and the valid records only after them, as over HTTP, so when the dead letters are refused
+    nothing of the batch is written and the producer's retry cannot write a record twice."""
+    import hashlib
+
+    import pyarrow as pa
+
+    from kafka_gateway.records import HEADERS_TYPE, encode_batch
+
+    name = f"dlq-order-{time.time_ns()}"
+    schema = {"schemaType": "JSON", "schema": '{"type": "object", "required": ["id"]}'}
+    config = {"errors.tolerance": "all"}
+    r = httpx.post(
+        f"{gateway.url}/topics", json={"name": name, "partitions": 1, "value_schema": schema, "config": config}
+    )
+    assert r.status_code == 201, r.text
+    assert httpx.post(f"{gateway.url}/topics", json={"name": f"{name}.dlq", "partitions": 1}).status_code == 201
+    # the dead letters of Kafka producer 77 (epoch 0) go to the dead-letter topic under their own
+    # producer id (broker.produce.prepare_dead_letters); it has written sequence 5 there already,
+    # so this batch's dead letters (sequence 1) are refused as an old duplicate
+    own = "dlq." + hashlib.sha256(f"k77.0\0{name}".encode()).hexdigest()[:40]
+    r = httpx.post(
+        f"{gateway.url}/topics/{name}.dlq/records",
+        json={"records": [{"value": "seed"}]},
+        headers={"Producer-Id": own, "Producer-Sequence": "5"},
+    )
+    assert r.status_code == 200, r.text
+    batch = encode_batch(
+        base_offset=0,
+        offsets=pa.array([0, 1], pa.int64()),
+        timestamp_ms=pa.array([1_700_000_000_000] * 2, pa.int64()),
+        key=pa.array([None] * 2, pa.binary()),
+        value=pa.array([b'{"id": 1}', b'{"total": 2}'], pa.binary()),
+        headers=pa.array([[], []], HEADERS_TYPE),
+        producer_id=77,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+    host, port = gateway.kafka.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(_produce_frame(name, batch, 1))
+        assert _produce_error(_answer(s)) == 46  # DUPLICATE_SEQUENCE_NUMBER, the dead letters' refusal
+    info = httpx.get(f"{gateway.url}/topics/{name}").json()["partition_offsets"][0]
+    assert info["high_watermark"] == 0  # the valid record was not written either
+    assert httpx.get(f"{gateway.url}/topics/{name}.dlq").json()["partition_offsets"][0]["high_watermark"] == 1
+
+
 def test_a_cooperative_group_is_assigned_by_its_leader_as_in_kafka(gateway, admin):
     """librdkafka with cooperative-sticky alone: the coordinator does not run that protocol, so
     (as Kafka does for every group) one member leads, assigns in SyncGroup and rebalances

@@ -1,6 +1,7 @@
-"""Fetch, whichever door asked: records of a partition from an offset, from the reader's tail cache
-when it holds them, else from the table in a worker thread; and the long-poll that sleeps until a
-commit to one of the partitions a fetch waits on (broker.notifier), never polling."""
+"""Fetch, whichever door asked (`FetchService`): records of partitions from offsets, from the
+reader's tail cache when it holds them, else from the table in a worker thread; and the one
+long-poll, which sleeps until a commit to one of the partitions a fetch waits on (broker.notifier),
+never polling."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from broker.notifier import CommitNotifier
 from delta_log.core.acl import Principal, authorize
+from delta_log.core.topic_config import TopicConfig
+from delta_log.errors import AuthorizationError, TopiclakeError
 from delta_log.log.reader import Encoder, FetchResult, TopicReader
 from delta_log.registry import TopicRegistry
 
@@ -42,16 +46,139 @@ class Served:
 SERVED = Served()
 
 
-async def read(reader: TopicReader, partition: int, offset: int, max_records: int, max_bytes: int) -> FetchResult:
-    """From memory on the loop when the tail cache or the read-ahead holds it (a woken long-poll,
-    a consumer at the head of the log, one reading on), else in a worker thread.
+@dataclass(slots=True)
+class FetchPart:
+    """One partition a fetch asks for, from `offset`, at most `max_bytes` of it; the service fills
+    the rest (an error instead of raising: a Kafka fetch's other partitions go on)."""
 
-    Raises: PartitionNotFoundError, OffsetOutOfRangeError, StorageUnavailableError."""
-    cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes)
-    if cached is not None:
-        return SERVED.add(reader.topic, cached)
-    fetched = await asyncio.to_thread(reader.fetch, partition, offset, max_records=max_records, max_bytes=max_bytes)
-    return SERVED.add(reader.topic, fetched)
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    #: None without an error: the fetch's byte budget was spent before this partition
+    result: FetchResult | None = None
+    error: TopiclakeError | None = None
+    high_watermark: int | None = None  # as last read (also when the budget was spent)
+
+    def size(self) -> int:
+        """The bytes found: of the wire form when encoded, else of the Arrow records."""
+        r = self.result
+        if r is None:
+            return 0
+        return len(r.encoded) if r.encoded is not None else r.records.nbytes if r.records.num_rows else 0
+
+
+class FetchService:
+    """Fetch, for every face: many partitions in one pass (cached tails on the loop, the rest in one
+    worker-thread hop), a byte budget shared in order, and the one long-poll (HTTP's max_wait_ms,
+    SSE's wait for the next records, Kafka's max wait and min bytes): asleep until a commit to one
+    of the partitions (broker.notifier) or the deadline, never polling."""
+
+    def __init__(self, registry: TopicRegistry, notifier: CommitNotifier) -> None:
+        self.registry = registry
+        self.notifier = notifier
+
+    async def fetch(
+        self,
+        principal: Principal,
+        parts: Sequence[FetchPart],
+        *,
+        max_bytes: int,
+        max_records: int,
+        max_wait_s: float = 0.0,
+        min_bytes: int = 1,
+        encoder: Callable[[TopicConfig], Encoder | None] | None = None,
+    ) -> None:
+        """Fill each part's result, or its error (AuthorizationError for a topic the key may not
+        consume, TopicNotFoundError, PartitionNotFoundError, OffsetOutOfRangeError,
+        StorageUnavailableError). With `max_wait_s`, waits until `min_bytes` are found, a part
+        fails (an error is news: answered at once) or the deadline. `encoder`: the topic's record
+        encoder (Kafka's batches), None for Arrow records."""
+        allowed: dict[str, AuthorizationError | None] = {}
+        for p in parts:
+            if p.topic not in allowed:
+                allowed[p.topic] = self.refusal(principal, p.topic)
+            p.error = allowed[p.topic]
+        live = [p for p in parts if p.error is None]
+        deadline = time.monotonic() + max_wait_s
+        found = await self._pass(live, max_bytes, max_records, encoder)
+        while found < min_bytes and (remaining := deadline - time.monotonic()) > 0:
+            if any(p.error is not None for p in parts):
+                return
+            if not await wait_for_commit(
+                self.notifier, [(p.topic, p.partition, p.high_watermark) for p in live], remaining
+            ):
+                return
+            found = await self._pass(live, max_bytes, max_records, encoder)
+
+    async def high_watermark(self, principal: Principal, topic: str, partition: int) -> int:
+        """The partition's high watermark. Raises: AuthorizationError, TopicNotFoundError,
+        PartitionNotFoundError, StorageUnavailableError."""
+        if (refused := self.refusal(principal, topic)) is not None:
+            raise refused
+        reader = await asyncio.to_thread(self.registry.reader, topic)
+        return await asyncio.to_thread(reader.high_watermark, partition)
+
+    @staticmethod
+    def refusal(principal: Principal, topic: str) -> AuthorizationError | None:
+        """Why the key may not consume `topic`, or None: the one ACL check of every fetch."""
+        try:
+            authorize(principal, "consume", topic)
+        except AuthorizationError as exc:
+            return exc
+        return None
+
+    async def _pass(
+        self,
+        parts: Sequence[FetchPart],
+        budget: int,
+        max_records: int,
+        encoder: Callable[[TopicConfig], Encoder | None] | None,
+    ) -> int:
+        if len(parts) == 1 and encoder is None:  # from memory on the loop: a woken long-poll, a tail reader
+            (p,) = parts
+            reader = self.registry.open_reader(p.topic)
+            if reader is not None:
+                try:
+                    cached = reader.fetch_cached(
+                        p.partition, p.offset, max_records=max_records, max_bytes=max(1, min(p.max_bytes, budget))
+                    )
+                except TopiclakeError as exc:
+                    p.error = exc
+                    return 0
+                if cached is not None:
+                    p.result, p.high_watermark = SERVED.add(p.topic, cached), cached.high_watermark
+                    return p.size()
+        return await asyncio.to_thread(self._pass_blocking, parts, budget, max_records, encoder)
+
+    def _pass_blocking(
+        self,
+        parts: Sequence[FetchPart],
+        budget: int,
+        max_records: int,
+        encoder: Callable[[TopicConfig], Encoder | None] | None,
+    ) -> int:
+        total = 0
+        for p in parts:
+            try:
+                reader = self.registry.reader(p.topic)
+                if total and budget - total <= 0:  # full: this partition's records wait for the next fetch
+                    p.result, p.high_watermark = None, reader.high_watermark(p.partition)
+                    continue
+                p.result = read_blocking(
+                    reader,
+                    p.partition,
+                    p.offset,
+                    max_records,
+                    max(1, min(p.max_bytes, budget - total)),
+                    encoder=encoder(reader.config) if encoder is not None else None,
+                )
+            except TopiclakeError as exc:
+                p.error = exc
+                continue
+            p.high_watermark = p.result.high_watermark
+            total += p.size()
+        return total
 
 
 def read_blocking(
@@ -63,7 +190,8 @@ def read_blocking(
     *,
     encoder: Encoder | None = None,
 ) -> FetchResult:
-    """`read` for a caller already in a worker thread; `encoder` as `TopicReader.fetch` takes it."""
+    """Records from the tail cache or the read-ahead when they hold them, else from the table
+    (blocking); `encoder` as `TopicReader.fetch` takes it."""
     cached = reader.fetch_cached(partition, offset, max_records=max_records, max_bytes=max_bytes, encoder=encoder)
     if cached is not None:
         return SERVED.add(reader.topic, cached)
@@ -88,30 +216,3 @@ async def wait_for_commit(
         for w in waits:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await w
-
-
-async def fetch(
-    registry: TopicRegistry,
-    notifier: CommitNotifier,
-    principal: Principal,
-    topic: str,
-    partition: int,
-    offset: int,
-    *,
-    max_records: int,
-    max_bytes: int,
-    max_wait_s: float = 0.0,
-) -> FetchResult:
-    """Records of one partition from `offset`; with `max_wait_s`, waits that long for new ones when
-    there are none yet (a long-poll, woken by the commit).
-
-    Raises: AuthorizationError, TopicNotFoundError, PartitionNotFoundError, OffsetOutOfRangeError,
-    StorageUnavailableError."""
-    authorize(principal, "consume", topic)
-    reader = await asyncio.to_thread(registry.reader, topic)
-    result = await read(reader, partition, offset, max_records, max_bytes)
-    deadline = time.monotonic() + max_wait_s
-    while result.records.num_rows == 0 and (remaining := deadline - time.monotonic()) > 0:
-        if await wait_for_commit(notifier, [(topic, partition, result.high_watermark)], remaining):
-            result = await read(reader, partition, offset, max_records, max_bytes)
-    return result

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from broker.cluster import Cluster
 from broker.coordinator import GroupCoordinator
+from broker.fetch import FetchService
 from broker.notifier import CommitNotifier
 from broker.produce import ProduceService
 from conf import Settings
@@ -22,6 +23,8 @@ class Services:
     #: None for a gateway that is not a member of a cluster (an embedded app in tests)
     cluster: Cluster | None = None
     produce: ProduceService = field(init=False)  # produce, whichever door a record came by
+    fetch: FetchService = field(init=False)  # fetch and its long-poll, whichever door asked
 
     def __post_init__(self) -> None:
         self.produce = ProduceService(self.registry, self.cluster)
+        self.fetch = FetchService(self.registry, self.notifier)

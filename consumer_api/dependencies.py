@@ -17,6 +17,7 @@ from fastapi import Depends, Header, Request
 
 from broker.coordinator import GroupCoordinator
 from broker.notifier import CommitNotifier
+from broker.services import Services
 from conf import Settings
 from delta_log.core.acl import Principal, authenticate
 from delta_log.registry import TopicRegistry
@@ -36,6 +37,10 @@ async def get_coordinator(request: Request) -> GroupCoordinator:
 
 async def get_notifier(request: Request) -> CommitNotifier:
     return request.app.state.notifier
+
+
+async def get_services(request: Request) -> Services:
+    return request.app.state.services
 
 
 async def get_principal(
@@ -70,5 +75,6 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[TopicRegistry, Depends(get_registry)]
 CoordinatorDep = Annotated[GroupCoordinator, Depends(get_coordinator)]
 NotifierDep = Annotated[CommitNotifier, Depends(get_notifier)]
+ServicesDep = Annotated[Services, Depends(get_services)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 OptionalPrincipalDep = Annotated[Principal | None, Depends(get_optional_principal)]

@@ -133,6 +133,14 @@ class TopicRegistry:
             r.set_recovering(self._recovering.get(topic, frozenset()))
             return r
 
+    def open_reader(self, topic: str) -> TopicReader | None:
+        """The topic's reader if it is open (no I/O), else None: call `reader` off the event loop."""
+        with self._lock:
+            r = self._readers.get(topic)
+            if r is not None:
+                self._last_used[topic] = time.monotonic()
+            return r
+
     def partitions(self, topic: str) -> int:
         """The topic's partition count. Raises: InvalidTopicError, TopicNotFoundError."""
         return self.reader(topic).config.partitions

@@ -13,8 +13,9 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from broker import fetch as broker_fetch
-from consumer_api.dependencies import NotifierDep, PrincipalDep, RegistryDep
+from broker.fetch import FetchPart
+from broker.services import Services
+from consumer_api.dependencies import PrincipalDep, RegistryDep, ServicesDep
 from consumer_api.encoding import check_format, records_to_json
 from consumer_api.params import (
     MAX_JSON_INT,
@@ -28,7 +29,7 @@ from consumer_api.params import (
     check_json_int,
 )
 from consumer_api.schemas import OffsetLookup
-from delta_log.core.acl import authorize
+from delta_log.core.acl import Principal, authorize
 from delta_log.core.records import DIGITS
 from delta_log.errors import InvalidOffsetError
 from delta_log.log.reader import FetchResult, OffsetSpec
@@ -44,6 +45,26 @@ SSE_BATCH_BYTES = 1024 * 1024
 KEEP_ALIVE_S = 15.0
 
 
+async def _fetch(
+    services: Services,
+    principal: Principal,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    max_wait_s: float,
+) -> FetchResult:
+    """One partition through the broker's fetch. Raises: AuthorizationError, TopicNotFoundError,
+    PartitionNotFoundError, OffsetOutOfRangeError, StorageUnavailableError."""
+    part = FetchPart(topic, partition, offset, max_bytes)
+    await services.fetch.fetch(principal, [part], max_bytes=max_bytes, max_records=max_records, max_wait_s=max_wait_s)
+    if part.error is not None:
+        raise part.error
+    assert part.result is not None
+    return part.result
+
+
 def _arrow(result: FetchResult) -> bytes:
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, result.records.schema) as w:
@@ -55,8 +76,7 @@ def _arrow(result: FetchResult) -> bytes:
 async def fetch(
     topic: TopicPath,
     partition: PartitionPath,
-    registry: RegistryDep,
-    notifier: NotifierDep,
+    services: ServicesDep,
     principal: PrincipalDep,
     offset: OffsetQuery,
     max_records: Annotated[int, bounded_int("At most this many records.", 1, 1_000_000)] = 500,
@@ -73,7 +93,6 @@ async def fetch(
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Records of one partition from an offset: JSON, or Arrow IPC with `Accept: application/vnd.apache.arrow.stream`."""
-    authorize(principal, "consume", topic)
     check_format("key_format", key_format)
     check_format("value_format", value_format)
     check_json_int("offset", offset)
@@ -81,17 +100,7 @@ async def fetch(
         raise InvalidOffsetError(f"max_wait_ms must be between 0 and {MAX_WAIT_MS}.", max_wait_ms=max_wait_ms)
     # a long-poll sleeps until a commit to this partition (ours at once, other processes' via the
     # notifier's one watcher per topic) or the deadline: no CPU while waiting
-    result = await broker_fetch.fetch(
-        registry,
-        notifier,
-        principal,
-        topic,
-        partition,
-        offset,
-        max_records=max_records,
-        max_bytes=max_bytes,
-        max_wait_s=max_wait_ms / 1000,
-    )
+    result = await _fetch(services, principal, topic, partition, offset, max_records, max_bytes, max_wait_ms / 1000)
     headers = {
         "X-Next-Offset": str(result.next_offset),
         "X-High-Watermark": str(result.high_watermark),
@@ -185,8 +194,7 @@ async def lookup_offsets(
 async def stream(
     topic: TopicPath,
     partition: PartitionPath,
-    registry: RegistryDep,
-    notifier: NotifierDep,
+    services: ServicesDep,
     principal: PrincipalDep,
     offset: Annotated[
         int | None,
@@ -200,10 +208,8 @@ async def stream(
     last_event_id: LastEventId = "",
 ) -> StreamingResponse:
     """Server-Sent Events: records as they commit; `id` is the offset, resume with Last-Event-ID."""
-    authorize(principal, "consume", topic)
     check_format("key_format", key_format)
     check_format("value_format", value_format)
-    reader = await run_in_threadpool(registry.reader, topic)
     if last_event_id:
         if not re.fullmatch(DIGITS, last_event_id):
             raise InvalidOffsetError("Last-Event-ID must be an offset.")
@@ -211,10 +217,9 @@ async def stream(
     elif offset is not None:
         position = check_json_int("offset", offset)
     else:
-        position = await run_in_threadpool(reader.high_watermark, partition)
-    first = await broker_fetch.read(
-        reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES
-    )  # 416/404 before streaming
+        position = await services.fetch.high_watermark(principal, topic, partition)
+    # the first read answers 403/404/416 before streaming
+    first = await _fetch(services, principal, topic, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES, 0.0)
 
     def render(result: FetchResult) -> bytes:
         return "".join(
@@ -229,19 +234,17 @@ async def stream(
         # which offset records will come (no `id`, so Last-Event-ID keeps meaning a record).
         start = {"offset": position, "high_watermark": first.high_watermark}
         yield f"event: position\ndata: {json.dumps(start)}\n\n".encode()
-        result: FetchResult | None = first
+        result = first
         while True:
-            if result is None:
-                result = await broker_fetch.read(reader, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES)
             position = max(position, result.next_offset)
-            seen_hw = result.high_watermark
             if result.records.num_rows:
                 yield await run_in_threadpool(render, result)
-                result = None
-                continue
-            result = None
-            # Asleep until a commit to this partition; a comment line keeps proxies from timing out.
-            if not await notifier.wait(topic, partition, KEEP_ALIVE_S, since=seen_hw):
+            # The next records, asleep until a commit to this partition; a comment line keeps
+            # proxies from timing out.
+            result = await _fetch(
+                services, principal, topic, partition, position, SSE_BATCH_RECORDS, SSE_BATCH_BYTES, KEEP_ALIVE_S
+            )
+            if not result.records.num_rows:
                 yield b": keep-alive\n\n"
 
     return StreamingResponse(

@@ -14,15 +14,13 @@ pyarrow table in between), from the Arrow columns otherwise.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.fetch import read_blocking, wait_for_commit
-from delta_log.core.topic_config import INTERNAL_TOPICS
-from delta_log.errors import OffsetOutOfRangeError, TopiclakeError
+from broker.fetch import FetchPart
+from delta_log.core.topic_config import INTERNAL_TOPICS, TopicConfig
+from delta_log.errors import OffsetOutOfRangeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
 from kafka_gateway.messages import millis
@@ -52,94 +50,82 @@ def refused(partition: int, code: int, **known: int) -> dict[str, Any]:
     return {"partition_index": partition, "error_code": code, "records": b""} | unknown | known
 
 
-def _fetch_all(conn: Session, wanted: list[tuple[str, Any]], budget: int) -> tuple[dict[tuple[str, int], Any], int]:
-    """One pass over the requested partitions (blocking): each one's answer, and the bytes found."""
-    assert conn.principal is not None
-    max_records = min(MAX_RECORDS, conn.services.settings.reader.max_fetch_records)
-    answers: dict[tuple[str, int], Any] = {}
-    total = 0
-    for topic, p in wanted:
-        key = (topic, p.partition)
-        if not conn.principal.allows("consume", topic):
-            answers[key] = refused(p.partition, ErrorCode.topic_authorization_failed)
-            continue
-        if topic in INTERNAL_TOPICS:  # read as empty (docs/KAFKA.md)
-            answers[key] = (
-                refused(p.partition, 0, high_watermark=0, last_stable_offset=0, log_start_offset=0)
-                if 0 <= p.partition < INTERNAL_TOPICS[topic]
-                else refused(p.partition, ErrorCode.unknown_topic_or_partition)
-            )
-            continue
-        try:
-            reader = conn.services.registry.reader(topic)
-            limit = max(1, min(p.partition_max_bytes, budget - total))
-            full = total and budget - total <= 0
-            result = (
-                None
-                if full
-                else read_blocking(
-                    reader,
-                    p.partition,
-                    p.fetch_offset,
-                    max_records,
-                    limit,
-                    encoder=encoder_for(reader.config.compression_type),
-                )
-            )
-        except OffsetOutOfRangeError as exc:
-            answers[key] = refused(
-                p.partition,
-                ErrorCode.offset_out_of_range,
-                high_watermark=exc.details.get("high_watermark", -1),
-                log_start_offset=exc.details.get("log_start_offset", -1),
-            )
-            continue
-        except TopiclakeError as exc:
-            answers[key] = refused(p.partition, code_of(exc))
-            continue
-        if result is None:  # the response is full: this partition's records wait for the next fetch
-            hw = reader.high_watermark(p.partition)
-            answers[key] = {
-                "partition_index": p.partition,
-                "error_code": 0,
-                "high_watermark": hw,
-                "last_stable_offset": hw,
-                "records": b"",
-            }
-            continue
-        data = result.encoded or b""
-        total += len(data)
-        answers[key] = {
-            "partition_index": p.partition,
+def _answer(part: FetchPart) -> dict[str, Any]:
+    """A partition's answer as Kafka encodes it."""
+    error, result = part.error, part.result
+    if isinstance(error, OffsetOutOfRangeError):
+        return refused(
+            part.partition,
+            ErrorCode.offset_out_of_range,
+            high_watermark=error.details.get("high_watermark", -1),
+            log_start_offset=error.details.get("log_start_offset", -1),
+        )
+    if error is not None:
+        return refused(part.partition, code_of(error))
+    hw = part.high_watermark if part.high_watermark is not None else -1
+    if result is None:  # the response is full: this partition's records wait for the next fetch
+        return {
+            "partition_index": part.partition,
             "error_code": 0,
-            "high_watermark": result.high_watermark,
-            "last_stable_offset": result.high_watermark,
-            "log_start_offset": result.log_start_offset,
-            "aborted_transactions": None,
-            "preferred_read_replica": -1,
-            "records": data,
+            "high_watermark": hw,
+            "last_stable_offset": hw,
+            "records": b"",
         }
-    return answers, total
+    return {
+        "partition_index": part.partition,
+        "error_code": 0,
+        "high_watermark": result.high_watermark,
+        "last_stable_offset": result.high_watermark,
+        "log_start_offset": result.log_start_offset,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": result.encoded or b"",
+    }
+
+
+def _internal(conn: Session, topic: str, partition: int) -> dict[str, Any]:
+    """A partition of a topic Kafka has and topiclake does not (read as empty, docs/KAFKA.md)."""
+    assert conn.principal is not None
+    if conn.services.fetch.refusal(conn.principal, topic) is not None:
+        return refused(partition, ErrorCode.topic_authorization_failed)
+    if 0 <= partition < INTERNAL_TOPICS[topic]:
+        return refused(partition, 0, high_watermark=0, last_stable_offset=0, log_start_offset=0)
+    return refused(partition, ErrorCode.unknown_topic_or_partition)
+
+
+def _encoder(config: TopicConfig) -> StoredBatches:
+    return encoder_for(config.compression_type)
 
 
 @api(1, "Fetch", 4, 12)
 async def fetch(conn: Session, request: Any, version: int) -> Any:
+    assert conn.principal is not None
+    principal = conn.principal
     budget = max(1, min(getattr(request, "max_bytes", conn.settings.fetch_max_bytes), conn.settings.fetch_max_bytes))
     wait_s = min(max(millis(request.max_wait), 0), conn.settings.max_wait_ms) / 1000
     wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+    parts = [
+        FetchPart(topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for topic, p in wanted
+        if topic not in INTERNAL_TOPICS
+    ]
 
     async def answer() -> dict[str, Any]:
-        deadline = time.monotonic() + wait_s
-        answers, total = await asyncio.to_thread(_fetch_all, conn, wanted, budget)
-        while total < max(request.min_bytes, 1) and (remaining := deadline - time.monotonic()) > 0:
-            if any(a.get("error_code") for a in answers.values()):
-                break  # an error is news: answer at once
-            seen = [(t, p.partition, answers[(t, p.partition)].get("high_watermark")) for t, p in wanted]
-            await wait_for_commit(conn.services.notifier, seen, remaining)
-            answers, total = await asyncio.to_thread(_fetch_all, conn, wanted, budget)
+        await conn.services.fetch.fetch(
+            principal,
+            parts,
+            max_bytes=budget,
+            max_records=min(MAX_RECORDS, conn.services.settings.reader.max_fetch_records),
+            max_wait_s=wait_s,
+            min_bytes=max(request.min_bytes, 1),
+            encoder=_encoder,
+        )
+        served = iter(parts)
         topics: dict[str, list[Any]] = {}
         for t, p in wanted:
-            topics.setdefault(t, []).append(answers[(t, p.partition)])
+            topics.setdefault(t, []).append(
+                _internal(conn, t, p.partition) if t in INTERNAL_TOPICS else _answer(next(served))
+            )
         return {
             "throttle_time": 0,
             "error_code": 0,

@@ -13,9 +13,16 @@ from delta_log.core.acl import Principal, authorize
 from delta_log.core.paging import page_of
 from delta_log.core.value_schemas import parse_schema, subject_for
 from delta_log.errors import InvalidConfigError, TopiclakeError
-from delta_log.log.catalog import TopicDescription
-from delta_log.log.reader import PartitionOffsets, TopicReader
+from delta_log.log.catalog import TopicDescription as TopicDescription
+from delta_log.log.reader import PartitionOffsets
+from delta_log.log.reader import TopicReader as TopicReader
 from delta_log.registry import TopicRegistry
+from delta_log.system.job_runs import JobRun as JobRun
+from delta_log.system.job_runs import JobRunLog as JobRunLog
+from delta_log.system.schemas import RegistryState as RegistryState
+from delta_log.system.schemas import SubjectVersion as SubjectVersion
+from delta_log.system.schemas import find_version as find_version
+from delta_log.system.schemas import version_of as version_of
 from delta_log.table.time_travel import appended_history
 
 

@@ -29,7 +29,8 @@ from typing import TypeVar
 
 from conf import ClusterSettings
 from delta_log.core.ownership import owner, partition_resource
-from delta_log.system.gateways import GatewayDirectory, GatewayRecord, this_process
+from delta_log.system.gateways import GatewayDirectory, this_process
+from delta_log.system.gateways import GatewayRecord as GatewayRecord
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

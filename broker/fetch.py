@@ -12,12 +12,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from broker.notifier import CommitNotifier
 from delta_log.core.acl import Principal, authorize
 from delta_log.core.topic_config import TopicConfig
-from delta_log.errors import AuthorizationError, TopiclakeError
-from delta_log.log.reader import Encoder, FetchResult, TopicReader
+from delta_log.errors import AuthorizationError, PartitionNotFoundError, TopiclakeError
+from delta_log.log.reader import Encoded as Encoded
+from delta_log.log.reader import Encoder as Encoder
+from delta_log.log.reader import FetchResult as FetchResult
+from delta_log.log.reader import OffsetSpec as OffsetSpec
+from delta_log.log.reader import TopicReader
 from delta_log.registry import TopicRegistry
 
 
@@ -179,6 +184,54 @@ class FetchService:
             p.high_watermark = p.result.high_watermark
             total += p.size()
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAt:
+    """Where an offset lookup points in one partition."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    #: None: no record at or after the timestamp ("timestamp"), or an empty partition ("max_timestamp")
+    offset: int | None
+    timestamp_ms: int = -1  # the found record's ("timestamp", "max_timestamp")
+
+
+def list_offsets(
+    registry: TopicRegistry,
+    principal: Principal,
+    topic: str,
+    at: Literal["earliest", "latest", "max_timestamp", "timestamp"],
+    *,
+    timestamp_ms: int = 0,
+    partitions: Sequence[int] | None = None,
+    action: Literal["consume", "describe"] = "consume",
+) -> list[OffsetAt]:
+    """Per partition (default: all): the log start offset ("earliest"), the high watermark
+    ("latest"), the newest record ("max_timestamp") or the first record at or after
+    `timestamp_ms` ("timestamp"). `action`: the ACL the door asks for (Kafka's ListOffsets:
+    describe). Blocking. Raises: AuthorizationError, TopicNotFoundError, PartitionNotFoundError,
+    PartitionRecoveringError, StorageUnavailableError."""
+    authorize(principal, action, topic)
+    reader = registry.reader(topic)
+    n = reader.config.partitions
+    out = []
+    for p in range(n) if partitions is None else partitions:
+        if not 0 <= p < n:
+            raise PartitionNotFoundError(topic, p, n)
+        lso, hw = reader.log_start_offset(p), reader.high_watermark(p)
+        found: int | None = {"earliest": lso, "latest": hw}.get(at)
+        ms = -1
+        if at == "max_timestamp" and hw > lso:
+            found = hw - 1
+        elif at == "timestamp":
+            found = reader.offset_for_timestamp(p, timestamp_ms)
+        if found is not None and at in ("max_timestamp", "timestamp"):
+            record = reader.fetch(p, found, max_records=1).records
+            ms = record.column("timestamp").cast("int64")[0].as_py() // 1000 if record.num_rows else timestamp_ms
+        out.append(OffsetAt(p, lso, hw, found, ms))
+    return out
 
 
 def read_blocking(

@@ -45,7 +45,9 @@ from delta_log.errors import (
     TopicNotFoundError,
     WriterClosedError,
 )
-from delta_log.log.writer import AppendRequest, AppendResult
+from delta_log.log.group_commit import FlushStats as FlushStats
+from delta_log.log.writer import AppendRequest
+from delta_log.log.writer import AppendResult as AppendResult
 from delta_log.registry import Committer, TopicRegistry
 from delta_log.system.schemas import check_values
 

@@ -11,7 +11,7 @@ from broker.fetch import FetchService
 from broker.notifier import CommitNotifier
 from broker.produce import ProduceService
 from conf import Settings
-from delta_log.registry import TopicRegistry
+from delta_log.registry import TopicRegistry as TopicRegistry
 
 
 @dataclass(slots=True, kw_only=True)

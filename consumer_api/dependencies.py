@@ -17,10 +17,9 @@ from fastapi import Depends, Header, Request
 
 from broker.coordinator import GroupCoordinator
 from broker.notifier import CommitNotifier
-from broker.services import Services
+from broker.services import Services, TopicRegistry
 from conf import Settings
 from delta_log.core.acl import Principal, authenticate
-from delta_log.registry import TopicRegistry
 
 
 async def get_settings(request: Request) -> Settings:

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from broker.fetch import SERVED
+from broker.produce import FlushStats
 from delta_log.core.histogram import Histogram
-from delta_log.log.group_commit import FlushStats
 
 V = TypeVar("V")
 

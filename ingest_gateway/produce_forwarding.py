@@ -22,10 +22,10 @@ from collections.abc import Mapping
 import httpx
 from fastapi import Response
 
+from broker.produce import AppendResult
 from consumer_api.forwarding import FORWARDED_BY
 from delta_log.core.records import PartitionRange
 from delta_log.errors import OwnerNotAvailableError
-from delta_log.log.writer import AppendResult
 from ingest_gateway.decoding import ARROW_STREAM
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from broker.cluster import Cluster
+from broker.cluster import Cluster, GatewayRecord
 from delta_log.core.ownership import group_resource
-from delta_log.system.gateways import GatewayRecord
 
 
 def node_id_for(address: str) -> int:

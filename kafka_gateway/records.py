@@ -48,9 +48,9 @@ import numpy as np
 import pyarrow as pa
 
 import kafka_gateway._codec as _codec
+from broker.fetch import Encoded
 from delta_log import errors
 from delta_log.core.records import CODEC_KEY
-from delta_log.log.reader import Encoded
 
 HEADER_STRUCT: Final = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE: Final = pa.list_(pa.field("element", HEADER_STRUCT))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -13,9 +13,9 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
-from broker.fetch import FetchPart
+from broker.fetch import FetchPart, FetchResult, list_offsets
 from broker.services import Services
-from consumer_api.dependencies import PrincipalDep, RegistryDep, ServicesDep
+from consumer_api.dependencies import PrincipalDep, ServicesDep
 from consumer_api.encoding import check_format, records_to_json
 from consumer_api.params import (
     MAX_JSON_INT,
@@ -29,10 +29,9 @@ from consumer_api.params import (
     check_json_int,
 )
 from consumer_api.schemas import OffsetLookup
-from delta_log.core.acl import Principal, authorize
+from delta_log.core.acl import Principal
 from delta_log.core.records import DIGITS
 from delta_log.errors import InvalidOffsetError
-from delta_log.log.reader import FetchResult, OffsetSpec
 
 router = APIRouter(tags=["consume"])
 
@@ -132,7 +131,7 @@ async def fetch(
 @router.get("/topics/{topic}/offsets", response_model=OffsetLookup)
 async def lookup_offsets(
     topic: TopicPath,
-    registry: RegistryDep,
+    services: ServicesDep,
     principal: PrincipalDep,
     at: Annotated[
         str,
@@ -143,26 +142,22 @@ async def lookup_offsets(
     ] = "latest",
 ) -> OffsetLookup:
     """Per partition: the earliest offset, the latest (high watermark), or the first offset at/after a timestamp."""
-    authorize(principal, "consume", topic)
-    ts: int | None = None
+    ts = 0
     if at not in ("earliest", "latest"):
         if not re.fullmatch(DIGITS, at):
             raise InvalidOffsetError(f"at must be earliest, latest or epoch ms; got {at[:40]!r}.")
         ts = int(at)
 
     def lookup() -> list[dict[str, int | None]]:
-        reader = registry.reader(topic)
-        infos = reader.partition_offsets()
-        to: OffsetSpec = "timestamp" if ts is not None else ("earliest" if at == "earliest" else "latest")
-        found = reader.resolve_offsets(to, timestamp=ts, partitions=[i.partition for i in infos])
+        spec: Literal["earliest", "latest", "timestamp"] = "timestamp" if at not in ("earliest", "latest") else at  # type: ignore[assignment]
         return [
             {
-                "partition": info.partition,
-                "offset": found[info.partition],
-                "log_start_offset": info.log_start_offset,
-                "high_watermark": info.high_watermark,
+                "partition": o.partition,
+                "offset": o.high_watermark if o.offset is None else o.offset,  # none at or after: the end
+                "log_start_offset": o.log_start_offset,
+                "high_watermark": o.high_watermark,
             }
-            for info in infos
+            for o in list_offsets(services.registry, principal, topic, spec, timestamp_ms=ts)
         ]
 
     return OffsetLookup(topic=topic, partitions=await run_in_threadpool(lookup))

@@ -17,10 +17,10 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict
 
+from broker.admin import JobRun, JobRunLog
+from broker.services import TopicRegistry
 from delta_log.core.acl import authorize_all
 from delta_log.errors import UnknownJobError
-from delta_log.registry import TopicRegistry
-from delta_log.system.job_runs import JobRun, JobRunLog
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
 from jobs.scheduler import run_job, schedule_of
 

@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from broker.produce import (
     Acked,
+    AppendResult,
     DeadLetter,
     DeadLetters,
     Decoded,
@@ -34,7 +35,6 @@ from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import Principal
 from delta_log.core.records import producer_arrow_stream
 from delta_log.errors import RequestTooLargeError, SchemaValidationError
-from delta_log.log.writer import AppendResult
 from ingest_gateway import decoding
 from ingest_gateway.dependencies import PrincipalDep, SettingsDep
 from ingest_gateway.produce_forwarding import forward_append

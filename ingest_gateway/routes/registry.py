@@ -17,6 +17,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
+from broker.admin import RegistryState, SubjectVersion, find_version, version_of
+from broker.services import TopicRegistry
 from consumer_api.params import AfterQuery, SearchQuery
 from delta_log.core.acl import Principal, authorize
 from delta_log.core.paging import page_of
@@ -33,8 +35,6 @@ from delta_log.errors import (
     SchemaNotFoundError,
     SubjectConfigNotFoundError,
 )
-from delta_log.registry import TopicRegistry
-from delta_log.system.schemas import RegistryState, SubjectVersion, find_version, version_of
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep
 from ingest_gateway.errors import REGISTRY_PREFIX
 from ingest_gateway.schemas import CompatibilityLevel, RegisterSchema

@@ -8,9 +8,8 @@ from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from broker import admin
+from broker.admin import TopicDescription, TopicReader
 from consumer_api.params import AfterQuery, LimitQuery, SearchQuery, TopicPath
-from delta_log.log.catalog import TopicDescription
-from delta_log.log.reader import TopicReader
 from ingest_gateway.dependencies import PrincipalDep, RegistryDep
 from ingest_gateway.schemas import (
     AddPartitions,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
-from broker import admin
+from broker import admin, fetch
 from delta_log.core.acl import authorize
 from delta_log.core.topic_config import INTERNAL_TOPICS
 from delta_log.errors import PartitionNotFoundError, TopiclakeError
@@ -26,31 +26,38 @@ LATEST_TIERED = -5
 
 def _list_offset(conn: Session, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
     out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1, "leader_epoch": -1}
+    assert conn.principal is not None
+    if topic in INTERNAL_TOPICS or timestamp <= LATEST_TIERED:  # answered without reading the log
+        authorize(conn.principal, "describe", topic)
     if topic in INTERNAL_TOPICS:  # read as empty (docs/KAFKA.md)
         if not 0 <= partition < INTERNAL_TOPICS[topic]:
             raise PartitionNotFoundError(topic, partition, INTERNAL_TOPICS[topic])
         return out | {"offset": 0 if timestamp in (LATEST, EARLIEST, EARLIEST_LOCAL) else -1, "old_style_offsets": [0]}
-    reader = conn.services.registry.reader(topic)
-    if timestamp in (LATEST, MAX_TIMESTAMP):
-        hw = reader.resolve_offsets("latest", partitions=[partition])[partition]
-        if timestamp == LATEST:
-            return out | {"offset": hw, "old_style_offsets": [hw]}
-        if hw == reader.log_start_offset(partition):
-            return out | {"offset": -1}
-        last = reader.fetch(partition, hw - 1, max_records=1).records  # Kafka: the newest record's
-        ms = last.column("timestamp").cast("int64")[0].as_py() // 1000 if last.num_rows else -1
-        return out | {"offset": hw - 1, "timestamp": ms}
-    if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        lso = reader.resolve_offsets("earliest", partitions=[partition])[partition]
-        return out | {"offset": lso, "old_style_offsets": [lso]}
-    if timestamp == LATEST_TIERED or timestamp < 0:
+    if timestamp <= LATEST_TIERED:  # no tiered storage; no other special timestamp is known
         return out | {"offset": -1}
-    found = reader.offset_for_timestamp(partition, timestamp)
-    if found is None:  # no record at or after the time
-        return out | {"offset": -1}
-    record = reader.fetch(partition, found, max_records=1).records
-    ms = record.column("timestamp").cast("int64")[0].as_py() // 1000 if record.num_rows else timestamp
-    return out | {"offset": found, "timestamp": ms}
+    at: Literal["earliest", "latest", "max_timestamp", "timestamp"] = _SPECS.get(timestamp, "timestamp")
+    (found,) = fetch.list_offsets(
+        conn.services.registry,
+        conn.principal,
+        topic,
+        at,
+        timestamp_ms=timestamp,
+        partitions=[partition],
+        action="describe",
+    )
+    offset = -1 if found.offset is None else found.offset
+    if at in ("earliest", "latest"):
+        return out | {"offset": offset, "old_style_offsets": [offset]}
+    return out | {"offset": offset, "timestamp": found.timestamp_ms}
+
+
+#: Kafka's special timestamps -> the lookup (EARLIEST_LOCAL: every record is local)
+_SPECS: dict[int, Literal["earliest", "latest", "max_timestamp"]] = {
+    LATEST: "latest",
+    EARLIEST: "earliest",
+    EARLIEST_LOCAL: "earliest",
+    MAX_TIMESTAMP: "max_timestamp",
+}
 
 
 def each_partition(
@@ -76,11 +83,7 @@ def each_partition(
 
 
 def _list_offsets(conn: Session, request: Any) -> dict[str, Any]:
-    assert conn.principal is not None
-    principal = conn.principal
-
     def answer(topic: str, p: Any) -> dict[str, Any]:
-        authorize(principal, "describe", topic)
         return _list_offset(conn, topic, p.partition_index, p.timestamp)
 
     topics = each_partition(
@@ -99,8 +102,10 @@ def _end_offsets(conn: Session, request: Any) -> dict[str, Any]:
     principal = conn.principal
 
     def answer(topic: str, p: Any) -> dict[str, Any]:
-        authorize(principal, "describe", topic)
-        hw = conn.services.registry.reader(topic).high_watermark(p.partition)
+        (found,) = fetch.list_offsets(
+            conn.services.registry, principal, topic, "latest", partitions=[p.partition], action="describe"
+        )
+        hw = found.high_watermark
         return {"partition": p.partition, "leader_epoch": -1, "end_offset": hw, "error_code": 0}
 
     def failed(p: Any) -> dict[str, Any]:

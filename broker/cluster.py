@@ -8,7 +8,7 @@ the same owner for a group with no messages exchanged.
 A gateway that cannot refresh its own record for `member_timeout_s` (its storage is gone) counts
 itself out too, and owns nothing: it forwards instead of acting on state others have taken over.
 
-Protocol-agnostic on purpose: the HTTP forwarding (consumer_api.forwarding) and a Kafka listener
+Protocol-agnostic on purpose: the HTTP forwarding (ingest_gateway.kit.forwarding) and a Kafka listener
 (FindCoordinator answers with `owner(group_resource(g))`) read the same view.
 """
 

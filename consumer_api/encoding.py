@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from consumer_api.errors import MalformedRequestError
+from ingest_gateway.kit.errors import MalformedRequestError
 
 OUTPUT_FORMATS = ("binary", "string", "json")
 

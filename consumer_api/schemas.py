@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field
 
 from delta_log.core.group_rules import MAX_SUBSCRIBED_TOPICS
 from delta_log.core.topic_config import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_PATTERN
+from ingest_gateway.kit.params import BodyInt
 
 #: A topic name, as the OpenAPI document states it (validate_topic_name enforces it).
 TOPIC_NAME: dict[str, Any] = {"minLength": 1, "maxLength": MAX_TOPIC_NAME_LENGTH, "pattern": TOPIC_NAME_PATTERN}
@@ -24,10 +25,7 @@ class _Model(BaseModel):
 
 
 INT32 = 2**31 - 1
-#: an integer in a request body: JSON's true/false and "1" are refused (pydantic's lax mode took
-#: them for 1/0), as the OpenAPI schema's `integer` says
-BodyInt = Annotated[int, Strict()]
-#: I-JSON's exact integers: the HTTP API's bound for offsets (consumer_api.params.MAX_JSON_INT)
+#: I-JSON's exact integers: the HTTP API's bound for offsets (ingest_gateway.kit.params.MAX_JSON_INT)
 JSON_INT = 2**53 - 1
 
 

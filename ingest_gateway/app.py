@@ -16,13 +16,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conf import AuthSettings, Settings, load_settings
 from console.app import install_console, is_console_file
-from consumer_api.forwarding import GroupForwardingMiddleware
 from consumer_api.router import router as consumer_router
 from delta_log.core.acl import authenticate
 from delta_log.errors import AuthenticationError, RequestTooLargeError
 from ingest_gateway.api_docs import install_docs, is_docs_asset
 from ingest_gateway.browser_guard import SameOriginMiddleware
-from ingest_gateway.errors import error_response, install_error_handlers
+from ingest_gateway.kit.errors import error_response, install_error_handlers
+from ingest_gateway.kit.forwarding import GroupForwardingMiddleware
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.openapi import install_openapi
 from ingest_gateway.routes import jobs as jobs_routes

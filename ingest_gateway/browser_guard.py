@@ -21,8 +21,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from consumer_api.errors import CrossSiteRequestError, HostNotAllowedError
-from ingest_gateway.errors import error_response
+from ingest_gateway.kit.errors import CrossSiteRequestError, HostNotAllowedError, error_response
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})

@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from consumer_api import json_body
-from consumer_api.errors import JsonTooDeepError, MalformedRequestError
 from delta_log.core.records import HEADERS_TYPE, MAX_TIMESTAMP_MS, NO_TIMESTAMP, TIMESTAMP_TYPE
 from delta_log.errors import InvalidRecordError, InvalidSchemaError, InvalidTimestampError
+from ingest_gateway.kit import json_body
+from ingest_gateway.kit.errors import JsonTooDeepError, MalformedRequestError
 
 Format = Literal["json", "string", "binary"]
 FORMATS = ("json", "string", "binary")

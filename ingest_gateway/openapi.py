@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from conf import Settings
-from ingest_gateway.errors import STATUS
+from ingest_gateway.kit.errors import STATUS
 from ingest_gateway.schemas import ProduceRequest
 
 ERROR_ENVELOPE: dict[str, Any] = {

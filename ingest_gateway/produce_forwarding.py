@@ -23,10 +23,10 @@ import httpx
 from fastapi import Response
 
 from broker.produce import AppendResult
-from consumer_api.forwarding import FORWARDED_BY
 from delta_log.core.records import PartitionRange
 from delta_log.errors import OwnerNotAvailableError
 from ingest_gateway.decoding import ARROW_STREAM
+from ingest_gateway.kit.forwarding import FORWARDED_BY
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from consumer_api.schemas import BodyInt
 from delta_log.core.topic_config import (
     ACK_MODES,
     CLEANUP_POLICY_PATTERN,
@@ -23,6 +22,7 @@ from delta_log.core.topic_config import (
     TOPIC_NAME_PATTERN,
 )
 from delta_log.core.value_schemas import COMPATIBILITY_LEVELS, MAX_SCHEMA_CHARS
+from ingest_gateway.kit.params import BodyInt
 
 
 class _Model(BaseModel):

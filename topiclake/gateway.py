@@ -185,7 +185,7 @@ class Gateway:
             self.registry.close()  # flushes queued requests before exit
 
     def publish(self, state: Any) -> None:
-        """Put what the HTTP routes use on the app's state (consumer_api.dependencies reads it)."""
+        """Put what the HTTP routes use on the app's state (ingest_gateway.kit.dependencies reads it)."""
         state.registry, state.notifier, state.cluster = self.registry, self.notifier, self.cluster
         state.forwarder, state.coordinator, state.services = self.forwarder, self.coordinator, self.services
         state.kafka, state.recovery = self.listener, self.recovery

@@ -15,9 +15,13 @@ from fastapi.responses import StreamingResponse
 
 from broker.fetch import FetchPart, FetchResult, list_offsets
 from broker.services import Services
-from consumer_api.dependencies import PrincipalDep, ServicesDep
 from consumer_api.encoding import check_format, records_to_json
-from consumer_api.params import (
+from consumer_api.schemas import OffsetLookup
+from delta_log.core.acl import Principal
+from delta_log.core.records import DIGITS
+from delta_log.errors import InvalidOffsetError
+from ingest_gateway.kit.dependencies import PrincipalDep, ServicesDep
+from ingest_gateway.kit.params import (
     MAX_JSON_INT,
     KeyFormat,
     LastEventId,
@@ -28,10 +32,6 @@ from consumer_api.params import (
     bounded_int,
     check_json_int,
 )
-from consumer_api.schemas import OffsetLookup
-from delta_log.core.acl import Principal
-from delta_log.core.records import DIGITS
-from delta_log.errors import InvalidOffsetError
 
 router = APIRouter(tags=["consume"])
 

@@ -13,17 +13,6 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from broker import groups
-from consumer_api.dependencies import CoordinatorDep, PrincipalDep, RegistryDep
-from consumer_api.forwarding import FORWARDED_BY, FORWARDED_FOR
-from consumer_api.params import (
-    MAX_JSON_INT,
-    AfterQuery,
-    GroupPath,
-    LimitQuery,
-    MemberPath,
-    SearchQuery,
-    check_json_int,
-)
 from consumer_api.schemas import (
     CommitRequest,
     CommittedOffsets,
@@ -40,6 +29,17 @@ from consumer_api.schemas import (
     PartitionLagAt,
     PartitionOffset,
     ResetRequest,
+)
+from ingest_gateway.kit.dependencies import CoordinatorDep, PrincipalDep, RegistryDep
+from ingest_gateway.kit.forwarding import FORWARDED_BY, FORWARDED_FOR
+from ingest_gateway.kit.params import (
+    MAX_JSON_INT,
+    AfterQuery,
+    GroupPath,
+    LimitQuery,
+    MemberPath,
+    SearchQuery,
+    check_json_int,
 )
 
 router = APIRouter(prefix="/groups", tags=["consumer groups"])

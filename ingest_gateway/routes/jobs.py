@@ -21,7 +21,7 @@ from broker.admin import JobRun, JobRunLog
 from broker.services import TopicRegistry
 from delta_log.core.acl import authorize_all
 from delta_log.errors import UnknownJobError
-from ingest_gateway.dependencies import PrincipalDep, RegistryDep, SettingsDep
+from ingest_gateway.kit.dependencies import PrincipalDep, RegistryDep, SettingsDep
 from jobs.scheduler import run_job, schedule_of
 
 router = APIRouter(prefix="/jobs", tags=["operations"])

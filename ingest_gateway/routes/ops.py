@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from broker import admin
 from broker.groups import held_groups
-from consumer_api.params import AfterQuery, SearchQuery, TopicQuery
 from delta_log.core.acl import authorize
 from delta_log.core.ownership import group_resource
 from delta_log.errors import TopicNotFoundError
-from ingest_gateway.dependencies import MetricsDep, OptionalPrincipalDep, PrincipalDep, RegistryDep
+from ingest_gateway.kit.dependencies import MetricsDep, OptionalPrincipalDep, PrincipalDep, RegistryDep
+from ingest_gateway.kit.params import AfterQuery, SearchQuery, TopicQuery
 
 router = APIRouter(tags=["operations"])
 

@@ -28,15 +28,14 @@ from broker.produce import (
 )
 from broker.services import Services
 from conf import Settings
-from consumer_api.dependencies import principal_of
-from consumer_api.errors import MalformedRequestError, UnsupportedMediaTypeError
-from consumer_api.forwarding import FORWARDED_BY
-from consumer_api.params import KeyFormat, TopicPath, ValueFormat
 from delta_log.core.acl import Principal
 from delta_log.core.records import producer_arrow_stream
 from delta_log.errors import RequestTooLargeError, SchemaValidationError
 from ingest_gateway import decoding
-from ingest_gateway.dependencies import PrincipalDep, SettingsDep
+from ingest_gateway.kit.dependencies import PrincipalDep, SettingsDep, principal_of
+from ingest_gateway.kit.errors import MalformedRequestError, UnsupportedMediaTypeError
+from ingest_gateway.kit.forwarding import FORWARDED_BY
+from ingest_gateway.kit.params import KeyFormat, TopicPath, ValueFormat
 from ingest_gateway.produce_forwarding import forward_append
 from ingest_gateway.schemas import ProduceBatchResponse, ProduceResponse
 

@@ -19,7 +19,6 @@ from fastapi.concurrency import run_in_threadpool
 
 from broker.admin import RegistryState, SubjectVersion, find_version, version_of
 from broker.services import TopicRegistry
-from consumer_api.params import AfterQuery, SearchQuery
 from delta_log.core.acl import Principal, authorize
 from delta_log.core.paging import page_of
 from delta_log.core.value_schemas import (
@@ -35,8 +34,9 @@ from delta_log.errors import (
     SchemaNotFoundError,
     SubjectConfigNotFoundError,
 )
-from ingest_gateway.dependencies import PrincipalDep, RegistryDep
-from ingest_gateway.errors import REGISTRY_PREFIX
+from ingest_gateway.kit.dependencies import PrincipalDep, RegistryDep
+from ingest_gateway.kit.errors import REGISTRY_PREFIX
+from ingest_gateway.kit.params import AfterQuery, SearchQuery
 from ingest_gateway.schemas import CompatibilityLevel, RegisterSchema
 
 router = APIRouter(prefix=REGISTRY_PREFIX, tags=["schema registry"])

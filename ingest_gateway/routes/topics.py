@@ -9,8 +9,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from broker import admin
 from broker.admin import TopicDescription, TopicReader
-from consumer_api.params import AfterQuery, LimitQuery, SearchQuery, TopicPath
-from ingest_gateway.dependencies import PrincipalDep, RegistryDep
+from ingest_gateway.kit.dependencies import PrincipalDep, RegistryDep
+from ingest_gateway.kit.params import AfterQuery, LimitQuery, SearchQuery, TopicPath
 from ingest_gateway.schemas import (
     AddPartitions,
     AlterConfig,

@@ -11,7 +11,7 @@ from delta_log.core.acl import (
     principal_of,
 )
 from delta_log.errors import AuthenticationError, AuthorizationError, all_error_classes
-from ingest_gateway.errors import STATUS, status_for
+from ingest_gateway.kit.errors import STATUS, status_for
 
 AUTH = AuthSettings(
     api_keys=[
@@ -46,7 +46,7 @@ def test_acls():
 
 def test_every_error_class_has_a_status():
     for cls in all_error_classes():
-        assert cls in STATUS, f"{cls.__name__} has no HTTP status in ingest_gateway.errors.STATUS"
+        assert cls in STATUS, f"{cls.__name__} has no HTTP status in ingest_gateway.kit.errors.STATUS"
     assert status_for(AuthenticationError()) == 401
 
 

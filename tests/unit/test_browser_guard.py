@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from consumer_api.errors import MalformedRequestError
-from consumer_api.json_body import loads
 from ingest_gateway.browser_guard import _hostname, allowed_hosts, cross_site
+from ingest_gateway.kit.errors import MalformedRequestError
+from ingest_gateway.kit.json_body import loads
 
 
 def scope(method: str = "POST", **headers: str) -> dict:

@@ -5,9 +5,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from consumer_api.errors import MalformedRequestError
 from delta_log.errors import InvalidRecordError, InvalidSchemaError
 from ingest_gateway.decoding import decode_arrow, decode_json, decode_ndjson
+from ingest_gateway.kit.errors import MalformedRequestError
 
 
 def body(records, **extra):

@@ -1,5 +1,5 @@
-"""Dependencies shared by every HTTP router (the consumer API's, and the gateway's, which imports
-them): settings, the topic registry, the coordinator, the commit notifier, and authentication.
+"""Dependencies shared by every HTTP router: settings, the services, the topic registry, the
+coordinator, the commit notifier, the metrics, and authentication.
 
 The composition root (topiclake.gateway) puts the long-lived objects on `app.state`; routes receive
 them, and the caller's `Principal`, as typed dependencies. Each is `async def`: they only read
@@ -20,6 +20,7 @@ from broker.notifier import CommitNotifier
 from broker.services import Services, TopicRegistry
 from conf import Settings
 from delta_log.core.acl import Principal, authenticate
+from ingest_gateway.metrics import Metrics
 
 
 async def get_settings(request: Request) -> Settings:
@@ -77,3 +78,10 @@ NotifierDep = Annotated[CommitNotifier, Depends(get_notifier)]
 ServicesDep = Annotated[Services, Depends(get_services)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 OptionalPrincipalDep = Annotated[Principal | None, Depends(get_optional_principal)]
+
+
+async def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]

@@ -9,10 +9,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Header, Path, Query
+from pydantic import Strict
 
 from delta_log.core.group_rules import GROUP_ID_PATTERN, MAX_GROUP_ID_LENGTH
 from delta_log.core.topic_config import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_PATTERN
 from delta_log.errors import InvalidOffsetError
+
+#: an integer in a request body: JSON's true/false and "1" are refused (pydantic's lax mode took
+#: them for 1/0), as the OpenAPI schema's `integer` says
+BodyInt = Annotated[int, Strict()]
 
 FORMATS: dict[str, Any] = {"enum": ["json", "string", "binary"]}
 

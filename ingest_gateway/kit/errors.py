@@ -1,4 +1,5 @@
-"""One table from error class to HTTP status, and the app's exception handlers."""
+"""The HTTP face's errors: those only it raises, one table from every error class to its HTTP
+status (`STATUS`), and the app's exception handlers."""
 
 from __future__ import annotations
 
@@ -11,11 +12,49 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from consumer_api import errors as http_errors
-from consumer_api.errors import JsonTooDeepError
 from delta_log import errors as e
 
 log = logging.getLogger(__name__)
+
+
+# --- errors only the HTTP face raises (request bodies, media types, query formats); the errors
+# every face shares (authentication, authorization, records, offsets) live in delta_log.errors
+
+
+class MalformedRequestError(e.TopiclakeError):
+    """The body cannot be parsed (bad JSON, NDJSON line or Arrow stream); `index` names the record."""
+
+    code = "MALFORMED_REQUEST"
+
+
+class JsonTooDeepError(MalformedRequestError):
+    """A JSON document nested deeper than MAX_JSON_DEPTH (see ingest_gateway.kit.json_body)."""
+
+    code = "JSON_TOO_DEEP"
+    hint = "Flatten the document: objects and arrays may nest at most 64 levels."
+
+
+class UnsupportedMediaTypeError(e.TopiclakeError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    hint = "Use application/json, application/x-ndjson or application/vnd.apache.arrow.stream."
+
+
+class CrossSiteRequestError(e.TopiclakeError):
+    """A browser sent a state-changing request from another site's page (CSRF)."""
+
+    code = "CROSS_SITE_REQUEST"
+    hint = (
+        "The API takes writes from its own origin (the console) and from clients outside a browser; "
+        "call it from this origin, or from a backend."
+    )
+
+
+class HostNotAllowedError(e.TopiclakeError):
+    """The Host header names a host this server does not serve (DNS rebinding)."""
+
+    code = "HOST_NOT_ALLOWED"
+    hint = "Use the address the server listens on, or add the name to server.allowed_hosts."
+
 
 STATUS: dict[type[e.TopiclakeError], int] = {
     e.TopiclakeError: 500,
@@ -46,11 +85,11 @@ STATUS: dict[type[e.TopiclakeError], int] = {
     e.WriteAheadGapError: 503,
     e.BackPressureError: 429,
     e.WriterClosedError: 503,
-    http_errors.MalformedRequestError: 400,
-    http_errors.JsonTooDeepError: 400,
-    http_errors.UnsupportedMediaTypeError: 415,
-    http_errors.CrossSiteRequestError: 403,
-    http_errors.HostNotAllowedError: 400,
+    MalformedRequestError: 400,
+    JsonTooDeepError: 400,
+    UnsupportedMediaTypeError: 415,
+    CrossSiteRequestError: 403,
+    HostNotAllowedError: 400,
     e.SourcesGoneError: 503,
     e.DataLossError: 409,
     e.AuthenticationError: 401,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from consumer_api.errors import JsonTooDeepError, MalformedRequestError
+from ingest_gateway.kit.errors import JsonTooDeepError, MalformedRequestError
 
 #: Objects and arrays may nest this deep (the produce envelope counts: {"records": [{"value": ...}]}).
 MAX_JSON_DEPTH = 64

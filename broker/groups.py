@@ -20,10 +20,16 @@ from dataclasses import dataclass
 from broker.coordinator import GroupCoordinator, GroupLag, GroupSummary, HeartbeatResult, JoinResult
 from delta_log.core.acl import Principal, authorize, authorize_group
 from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer
-from delta_log.core.group_rules import MemberState
+from delta_log.core.group_rules import STABLE
 from delta_log.core.group_state import GroupState
 from delta_log.core.paging import page_of
-from delta_log.errors import InvalidOffsetError, TopiclakeError, UnknownGroupError
+from delta_log.errors import (
+    FencedMemberError,
+    InvalidOffsetError,
+    RebalanceInProgressError,
+    TopiclakeError,
+    UnknownGroupError,
+)
 from delta_log.log.reader import OffsetSpec
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit, committed_history
@@ -369,15 +375,25 @@ async def delete_offsets(
     return denied
 
 
-def member(
-    coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str
-) -> tuple[GroupState, MemberState]:
-    """The group and one of its members, for the key that joined it (Kafka's SyncGroup reads it).
+def assignment(
+    coordinator: GroupCoordinator, principal: Principal, group: str, member_id: str, generation: int
+) -> dict[str, list[int]]:
+    """A classic member's partitions at `generation`, for the key that joined it: Kafka's SyncGroup
+    in a group whose coordinator assigns.
 
-    Raises: AuthorizationError, UnknownGroupMemberError, UnknownMemberError."""
+    Raises: AuthorizationError, UnknownGroupMemberError, UnknownMemberError,
+    RebalanceInProgressError (the group is between generations), FencedMemberError (another
+    generation: Kafka's ILLEGAL_GENERATION)."""
     authorize_group(principal, "read", group)
     g = coordinator.member_group(group)
-    return g, g.member(member_id, owner_of(principal))
+    member = g.member(member_id, owner_of(principal))
+    if g.state != STABLE:
+        raise RebalanceInProgressError(f"Group {group!r} is rebalancing.", group=group)
+    if generation != g.generation:
+        raise FencedMemberError(
+            f"Generation {generation} is not group {group!r}'s ({g.generation}).", group=group, generation=generation
+        )
+    return member.assignment
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

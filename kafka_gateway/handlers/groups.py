@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 from broker import groups
 from delta_log.core.acl import NO_OPERATIONS, kafka_operations
 from delta_log.core.consumer_group import Heartbeat
-from delta_log.core.group_rules import STABLE, leader_assignor, leader_assigns
+from delta_log.core.group_rules import leader_assignor, leader_assigns
 from delta_log.core.group_state import GroupState
 from delta_log.errors import (
     AuthorizationError,
@@ -178,17 +178,15 @@ async def sync_group(conn: Session, request: Any, version: int) -> Any:
     if g is not None and g.leader_assigns:
         return _sync_from_leader(conn, request, g)
     try:
-        g, member = groups.member(conn.services.coordinator, conn.principal, group, request.member_id)
+        assigned = groups.assignment(
+            conn.services.coordinator, conn.principal, group, request.member_id, request.generation_id
+        )
     except TopiclakeError as exc:
         return base | {"error_code": code_of(exc)}
-    if g.state != STABLE:
-        return base | {"error_code": ErrorCode.rebalance_in_progress}
-    if request.generation_id != g.generation:
-        return base | {"error_code": ErrorCode.illegal_generation}
     return base | {
         "error_code": 0,
         "protocol_name": getattr(request, "protocol_name", None),
-        "assignment": messages.encode_assignment(member.assignment),
+        "assignment": messages.encode_assignment(assigned),
     }
 
 

@@ -434,15 +434,19 @@ class ProduceService:
                     if u._dead is None:
                         u._written = await self._submit(u.topic, plan.prepared.append, u._committer)
                     else:
-                        u._written = asyncio.ensure_future(self._after(u._dead, u.topic, plan.prepared.append))
+                        u._written = asyncio.ensure_future(
+                            self._after(u._dead, u.topic, plan.prepared.append, u._committer)
+                        )
             except TopiclakeError as exc:  # back-pressure: the client retries
                 u.error = exc
 
-    async def _after(self, first: asyncio.Future[AppendResult], topic: str, append: AppendRequest) -> AppendResult:
+    async def _after(
+        self, first: asyncio.Future[AppendResult], topic: str, append: AppendRequest, committer: Committer | None
+    ) -> AppendResult:
         result = await first
         if result.error is not None:
             raise result.error
-        return await (await self._submit(topic, append, None))
+        return await (await self._submit(topic, append, committer))
 
     async def _submit(
         self, topic: str, append: AppendRequest, committer: Committer | None
@@ -465,6 +469,9 @@ class ProduceService:
         if unit._dead is not None:
             dead = await unit._dead
             if dead.error is not None:
+                if unit._written is not None:  # never handed over: its task ends with the same error
+                    with contextlib.suppress(TopiclakeError):
+                        await unit._written
                 raise dead.error
         if unit._written is not None:
             written = await unit._written

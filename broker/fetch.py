@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from broker.notifier import CommitNotifier
-from delta_log.core.acl import Principal, authorize
+from delta_log.core.acl import Principal, authorize, refusal
 from delta_log.core.topic_config import TopicConfig
 from delta_log.errors import AuthorizationError, PartitionNotFoundError, TopiclakeError
 from delta_log.log.reader import Encoded as Encoded
@@ -99,11 +99,9 @@ class FetchService:
         StorageUnavailableError). With `max_wait_s`, waits until `min_bytes` are found, a part
         fails (an error is news: answered at once) or the deadline. `encoder`: the topic's record
         encoder (Kafka's batches), None for Arrow records."""
-        allowed: dict[str, AuthorizationError | None] = {}
+        refused = {t: self.refusal(principal, t) for t in {p.topic for p in parts}}
         for p in parts:
-            if p.topic not in allowed:
-                allowed[p.topic] = self.refusal(principal, p.topic)
-            p.error = allowed[p.topic]
+            p.error = refused[p.topic]
         live = [p for p in parts if p.error is None]
         deadline = time.monotonic() + max_wait_s
         found = await self._pass(live, max_bytes, max_records, encoder)
@@ -121,17 +119,12 @@ class FetchService:
         PartitionNotFoundError, StorageUnavailableError."""
         if (refused := self.refusal(principal, topic)) is not None:
             raise refused
-        reader = await asyncio.to_thread(self.registry.reader, topic)
-        return await asyncio.to_thread(reader.high_watermark, partition)
+        return await asyncio.to_thread(lambda: self.registry.reader(topic).high_watermark(partition))
 
     @staticmethod
     def refusal(principal: Principal, topic: str) -> AuthorizationError | None:
         """Why the key may not consume `topic`, or None: the one ACL check of every fetch."""
-        try:
-            authorize(principal, "consume", topic)
-        except AuthorizationError as exc:
-            return exc
-        return None
+        return refusal(principal, "consume", topic)
 
     async def _pass(
         self,

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker.cluster import Cluster
-from delta_log.core.acl import Principal, authorize
+from delta_log.core.acl import Principal, authorize, refusal
 from delta_log.core.dead_letters import Split, validation_error
 from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
 from delta_log.core.producer import ProducerSequence
@@ -36,7 +36,6 @@ from delta_log.core.records import DIGITS, offsets_for_rows
 from delta_log.core.topic_config import TopicConfig
 from delta_log.core.value_schemas import subject_for
 from delta_log.errors import (
-    AuthorizationError,
     InvalidRecordError,
     NotPartitionOwnerError,
     PartitionNotFoundError,
@@ -334,15 +333,9 @@ class ProduceService:
         """Check, decode and plan every unit of a request, and open the writers they need: small
         requests on the event loop, others in one thread hop for the whole request (one of at most
         DECODE_THREADS). Each unit's refusal is put in its `error`."""
-        allowed: dict[str, AuthorizationError | None] = {}
+        refused = {t: refusal(principal, "produce", t) for t in {u.topic for u in units}}
         for u in units:
-            if u.topic not in allowed:
-                try:
-                    authorize(principal, "produce", u.topic)
-                    allowed[u.topic] = None
-                except AuthorizationError as exc:
-                    allowed[u.topic] = exc
-            u.error = allowed[u.topic]
+            u.error = refused[u.topic]
         await self._check_partitions([u for u in units if u.error is None and u.partition is not None])
         todo = [u for u in units if u.error is None]
         registry = self.registry

@@ -193,6 +193,16 @@ def authorize(principal: Principal, operation: TopicOperation, topic: str | None
         )
 
 
+def refusal(principal: Principal, operation: TopicOperation, topic: str) -> AuthorizationError | None:
+    """`authorize`'s error, returned instead of raised (None: allowed): for a request whose topics
+    are each answered on their own."""
+    try:
+        authorize(principal, operation, topic)
+    except AuthorizationError as exc:
+        return exc
+    return None
+
+
 def authorize_all(principal: Principal, operation: str) -> None:
     """Raises: AuthorizationError unless `principal` administers every topic and group."""
     if not principal.administers_all():

@@ -40,7 +40,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -1151,8 +1151,10 @@ class GroupCoordinator:
         member_id: str | None,
         generation: int | None,
         principal: str | None = None,
+        write: Callable[[str, list[OffsetCommit]], Awaitable[int]] | None = None,
     ) -> int:
-        """Durably commit offsets if the caller owns them in the current generation.
+        """Durably commit offsets if the caller owns them in the current generation. `write`: what
+        to do with checked offsets instead of committing them (a transaction stages them).
 
         Raises: InvalidGroupError, UnknownMemberError, FencedMemberError, InvalidOffsetError,
         StorageUnavailableError, AuthorizationError (a member another principal joined).
@@ -1162,6 +1164,7 @@ class GroupCoordinator:
             validate_commit(c)
         await asyncio.to_thread(self._check_partitions_exist, commits)
         await self.restored(group_id)
+        write = write or self._write_commits
         cg = self.consumer_groups.get(group_id)
         if cg is not None:  # Kafka's rule there: the member's current epoch (no generations)
             self._check_owned(group_id)
@@ -1171,7 +1174,7 @@ class GroupCoordinator:
                 principal,
                 [(c.topic, c.partition) for c in commits],
             )
-            return await self._write_commits(group_id, commits)
+            return await write(group_id, commits)
         g = await self._ensure(group_id, create="range")
         assert g is not None
         async with self._lock(g):
@@ -1184,7 +1187,16 @@ class GroupCoordinator:
                 now=self.clock(),
                 principal=principal,
             )
-            return await self._write_commits(group_id, commits)
+            return await write(group_id, commits)
+
+    async def commit_transactional(self, group_id: str, commits: list[OffsetCommit]) -> None:
+        """Write a committed transaction's offsets (their member was checked when they were
+        staged): fenced by the group's coordinator epoch where this gateway coordinates the group,
+        else a plain append that the group's coordinator reads on its next offset fetch.
+
+        Raises: StorageUnavailableError, NotCoordinatorError (the group moved while writing)."""
+        fence = self._fence(group_id) if self._fenced and group_id in self._epochs else None
+        await asyncio.to_thread(lambda: self.offsets.commit(commits, fence=fence))
 
     async def _write_commits(self, group_id: str, commits: list[OffsetCommit]) -> int:
         fence = self._fence(group_id)

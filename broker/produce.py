@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker.cluster import Cluster
+from broker.transactions import TransactionCoordinator, TxnProduce
 from delta_log.core.acl import Principal, authorize, refusal
 from delta_log.core.dead_letters import Split, validation_error
 from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
@@ -37,6 +38,7 @@ from delta_log.core.topic_config import TopicConfig
 from delta_log.core.value_schemas import subject_for
 from delta_log.errors import (
     InvalidRecordError,
+    InvalidTxnStateError,
     NotPartitionOwnerError,
     PartitionNotFoundError,
     TopicExistsError,
@@ -252,6 +254,8 @@ class Decoded:
     table: pa.Table
     producer: ProducerSequence | None = None  # an idempotent producer's sequence range
     codec: str = "none"  # how the client compressed them
+    #: transactional records: (producer id, epoch, base sequence) of their batches
+    transactional: tuple[int, int, int] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -269,7 +273,11 @@ class Produce:
     #: steer the records to their owner gateway: `plan.prepared.owner` names it, for the face to forward to
     route: bool = False
     forwarded: bool = False  # another gateway forwarded the records (see _plan_records)
+    #: the transactional id the request names (Kafka's transactional Produce): its records are
+    #: staged with their transaction (broker.transactions), not appended
+    transactional_id: str | None = None
     error: TopiclakeError | None = None
+    transaction: TxnProduce | None = None
     plan: ProducePlan | None = None
     _committer: Committer | None = None
     _dead_committer: Committer | None = None
@@ -316,6 +324,8 @@ class ProduceService:
         self.registry = registry
         self.cluster = cluster
         self._decoders = asyncio.Semaphore(DECODE_THREADS)
+        #: stages transactional records with their transaction (set by broker.services)
+        self.transactions: TransactionCoordinator | None = None
 
     def placement(self, topic: str) -> Placement | None:
         """This gateway's view of who owns `topic`'s partitions (None: produce is not routed)."""
@@ -393,6 +403,7 @@ class ProduceService:
         for u in units:
             try:
                 decoded = u.decode()
+                u.transaction = self._transaction(u, decoded)
                 placement = self.placement(u.topic) if u.route else None
                 plan = u.plan = _plan_records(
                     registry,
@@ -411,6 +422,24 @@ class ProduceService:
             except TopiclakeError as exc:
                 u.error = exc
 
+    def _transaction(self, u: Produce, decoded: Decoded) -> TxnProduce | None:
+        """The transaction a unit's records belong to (None: appended now). Raises:
+        InvalidTxnStateError (transactional records without a transactional id, or the reverse),
+        and as TransactionCoordinator.check_produce."""
+        tid, txn = u.transactional_id, decoded.transactional
+        if tid is None and txn is None:
+            return None
+        if tid is None or txn is None or self.transactions is None:
+            raise InvalidTxnStateError(
+                "Transactional records come with the producer's transactional id, and only they do: "
+                "set transactional.id and call initTransactions, or produce without transactions.",
+                topic=u.topic,
+            )
+        producer_id, epoch, base_sequence = txn
+        assert u.partition is not None, "transactional records name their partition"
+        self.transactions.check_produce(tid, producer_id, epoch, u.topic, u.partition)
+        return TxnProduce(tid, producer_id, epoch, base_sequence)
+
     async def submit(self, units: Sequence[Produce]) -> None:
         """Hand the planned units to the writers, in order (a request's units land in one flush:
         one Delta commit per topic). A unit's dead letters go first and its valid records after
@@ -419,6 +448,13 @@ class ProduceService:
         for u in units:
             plan = u.plan
             if u.error is not None or plan is None:
+                continue
+            if u.transaction is not None and self.transactions is not None:
+                stage = self.transactions.stage
+                if plan.dead is not None:
+                    u._dead = asyncio.ensure_future(stage(u.transaction, plan.dead.topic, plan.dead.append.append))
+                if plan.prepared is not None:
+                    u._written = asyncio.ensure_future(stage(u.transaction, u.topic, plan.prepared.append))
                 continue
             try:
                 if plan.dead is not None:
@@ -453,6 +489,11 @@ class ProduceService:
         except WriterClosedError:  # released as idle since it was opened: open it again
             committer = await asyncio.to_thread(self.registry.committer, topic)
             return asyncio.wrap_future(committer.submit(append))
+
+    async def append(self, topic: str, append: AppendRequest) -> AppendResult:
+        """Append one request to `topic` now (a committed transaction's records): its result after
+        the Delta commit that holds it. Raises: BackPressureError, TopicNotFoundError."""
+        return await (await self._submit(topic, append, None))
 
     async def acked(self, unit: Produce) -> Acked:
         """The unit once written. Raises: the unit's refusal, or its write's error (TopiclakeError)."""

@@ -10,7 +10,9 @@ from broker.coordinator import GroupCoordinator
 from broker.fetch import FetchService
 from broker.notifier import CommitNotifier
 from broker.produce import ProduceService
+from broker.transactions import TransactionCoordinator
 from conf import Settings
+from delta_log.core.ownership import transaction_resource
 from delta_log.registry import TopicRegistry as TopicRegistry
 
 
@@ -24,7 +26,17 @@ class Services:
     cluster: Cluster | None = None
     produce: ProduceService = field(init=False)  # produce, whichever door a record came by
     fetch: FetchService = field(init=False)  # fetch and its long-poll, whichever door asked
+    transactions: TransactionCoordinator = field(init=False)  # Kafka's transactions, for every face
 
     def __post_init__(self) -> None:
         self.produce = ProduceService(self.registry, self.cluster)
         self.fetch = FetchService(self.registry, self.notifier)
+        cluster = self.cluster
+        self.transactions = TransactionCoordinator(
+            self.registry,
+            self.settings.transactions,
+            land=self.produce.append,
+            commit_offsets=self.coordinator.commit_transactional,
+            owns=(lambda tid: cluster.owns(transaction_resource(tid))) if cluster is not None else None,
+        )
+        self.produce.transactions = self.transactions

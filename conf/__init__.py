@@ -13,6 +13,7 @@ from conf.settings import (
     Settings,
     SparkSettings,
     SqlServerSettings,
+    TransactionSettings,
     WriterSettings,
     load_settings,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Settings",
     "SparkSettings",
     "SqlServerSettings",
+    "TransactionSettings",
     "WriterSettings",
     "load_settings",
 ]

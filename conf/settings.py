@@ -235,7 +235,7 @@ class ApiKeySettings(BaseModel):
     `acls` maps a topic name or glob (`*`, `orders-*`) to operations among produce, consume,
     describe, admin; `groups` maps a group name or glob to read, describe, admin. A key without
     `groups` (key files older than group ACLs) gets read on every group if it may consume or
-    administer a topic.
+    administer a topic. `transactional_ids` maps a transactional id or glob to write, describe.
     """
 
     model_config = _FROZEN
@@ -244,6 +244,10 @@ class ApiKeySettings(BaseModel):
     principal: str
     acls: dict[str, list[Literal["produce", "consume", "describe", "admin"]]] = Field(default_factory=dict)
     groups: dict[str, list[Literal["read", "describe", "admin"]]] | None = None
+    #: Kafka's TransactionalId resource: a transactional id or glob -> write (use it: begin,
+    #: produce, commit, abort) and describe. Absent: a key that may produce to some topic may
+    #: write every transactional id.
+    transactional_ids: dict[str, list[Literal["write", "describe"]]] | None = None
 
 
 class AuthSettings(BaseModel):
@@ -535,6 +539,25 @@ class SqlServerSettings(BaseModel):
     port: int = Field(10000, ge=0, le=65535, description="Its port (HiveServer2's default).")
 
 
+class TransactionSettings(BaseModel):
+    """Kafka's transactions (broker.transactions): the coordinator's limits."""
+
+    model_config = _FROZEN
+
+    max_timeout_ms: int = Field(
+        900_000,
+        ge=1_000,
+        le=2**31 - 1,
+        description="The longest transaction.timeout.ms a producer may ask for (Kafka's transaction.max.timeout.ms).",
+    )
+    max_transactional_ids: int = Field(
+        100_000, ge=1, description="Transactional ids one gateway coordinates at once; more are refused."
+    )
+    max_partitions: int = Field(
+        10_000, ge=1, description="Partitions and groups one transaction may touch; more are refused."
+    )
+
+
 class Settings(BaseSettings):
     """Everything topiclake reads from configuration."""
 
@@ -559,6 +582,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     cluster: ClusterSettings = ClusterSettings()
     kafka: KafkaSettings = KafkaSettings()
+    transactions: TransactionSettings = TransactionSettings()
     spark: SparkSettings = SparkSettings()
     jobs: JobsSettings = JobsSettings()
     catalog: CatalogSettings = CatalogSettings()

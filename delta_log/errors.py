@@ -125,13 +125,6 @@ class UnsupportedMessageFormatError(InvalidRecordError):
     hint = "Use a client that writes record batches v2 (Kafka 0.11 and later)."
 
 
-class TransactionalRecordsError(InvalidRecordError):
-    """Transactional or control batches, which this server does not take yet (docs/KAFKA.md)."""
-
-    code = "INVALID_TXN_STATE"
-    hint = "Produce without a transactional.id."
-
-
 class RecordTooLargeError(TopiclakeError):
     code = "RECORD_TOO_LARGE"
     hint = "Split the value, or raise the topic's max.message.bytes."
@@ -181,6 +174,82 @@ class OutOfOrderSequenceError(TopiclakeError):
 
     code = "OUT_OF_ORDER_SEQUENCE"
     hint = "A batch before this one was not written; the producer must reset its sequence (a new producer id)."
+
+
+# --- transactions ----------------------------------------------------------------------------
+class ProducerFencedError(TopiclakeError):
+    """A newer producer of the transactional id initialized (or the coordinator aborted this
+    producer's transaction at its timeout): this one may not write or decide any more. Kafka's
+    PRODUCER_FENCED (INVALID_PRODUCER_EPOCH to older clients)."""
+
+    code = "PRODUCER_FENCED"
+    hint = "Close this producer; a producer with a newer epoch owns the transactional id."
+
+    def __init__(self, transactional_id: str, epoch: int) -> None:
+        super().__init__(
+            f"Producer of transactional id {transactional_id!r} was fenced: the current epoch is {epoch}.",
+            transactional_id=transactional_id,
+            epoch=epoch,
+        )
+
+
+class InvalidProducerIdMappingError(TopiclakeError):
+    """The producer id is not the transactional id's (unknown id, or a new producer id since).
+    Kafka's INVALID_PRODUCER_ID_MAPPING."""
+
+    code = "INVALID_PRODUCER_ID_MAPPING"
+    hint = "Initialize the producer again (initTransactions / init_transactions)."
+
+    def __init__(self, transactional_id: str) -> None:
+        super().__init__(
+            f"The producer id is not the current one of transactional id {transactional_id!r}.",
+            transactional_id=transactional_id,
+        )
+
+
+class InvalidTxnStateError(TopiclakeError):
+    """The request does not fit the transaction's state (ending a transaction that is not open, a
+    transactional write outside a transaction). Kafka's INVALID_TXN_STATE."""
+
+    code = "INVALID_TXN_STATE"
+    hint = "Begin a transaction and add its partitions before writing to them; commit or abort it once."
+
+
+class InvalidTransactionTimeoutError(TopiclakeError):
+    code = "INVALID_TRANSACTION_TIMEOUT"
+    hint = "Set transaction.timeout.ms within the server's limit (transactions.max_timeout_ms)."
+
+
+class ConcurrentTransactionsError(TopiclakeError):
+    """The transactional id's previous transaction is being completed. Kafka's
+    CONCURRENT_TRANSACTIONS (clients retry it by themselves)."""
+
+    code = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+    hint = "Retry in a moment: the previous transaction of this id is being completed."
+
+    def __init__(self, transactional_id: str) -> None:
+        super().__init__(
+            f"Transactional id {transactional_id!r} is completing its previous transaction.",
+            transactional_id=transactional_id,
+        )
+
+
+class TransactionalIdNotFoundError(TopiclakeError):
+    code = "TRANSACTIONAL_ID_NOT_FOUND"
+    hint = "No producer initialized this transactional id (or it expired)."
+
+    def __init__(self, transactional_id: str) -> None:
+        super().__init__(f"Transactional id {transactional_id!r} is not known.", transactional_id=transactional_id)
+
+
+class UnstableOffsetCommitError(TopiclakeError):
+    """A transaction that commits offsets for the partition is still open. Kafka's
+    UNSTABLE_OFFSET_COMMIT (clients retry it by themselves)."""
+
+    code = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True
+    hint = "Retry once the transaction that commits this offset is committed or aborted."
 
 
 # --- storage and concurrency -----------------------------------------------------------------
@@ -329,6 +398,10 @@ class AuthenticationError(TopiclakeError):
 class AuthorizationError(TopiclakeError):
     code = "FORBIDDEN"
     hint = "Ask an admin to grant this key the operation on the topic or group (auth.api_keys acls, groups)."
+
+
+class TransactionalIdAuthorizationError(AuthorizationError):
+    """Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
 
 
 # --- maintenance jobs ------------------------------------------------------------------------

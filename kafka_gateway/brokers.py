@@ -10,7 +10,7 @@ import zlib
 from dataclasses import dataclass
 
 from broker.cluster import Cluster, GatewayRecord
-from delta_log.core.ownership import group_resource
+from delta_log.core.ownership import group_resource, transaction_resource
 
 
 def node_id_for(address: str) -> int:
@@ -70,8 +70,9 @@ class BrokerView:
         owners = self.cluster.partition_owners(topic, partitions)
         return 0 <= partition < partitions and owners[partition] == self.cluster.me.gateway_id
 
-    def coordinator(self, group: str) -> Broker | None:
+    def coordinator(self, key: str, *, transaction: bool = False) -> Broker | None:
+        """The coordinator of group `key` (of transactional id `key` if `transaction`)."""
         if self.cluster is None:
             return self.me
-        owner = self.cluster.owner(group_resource(group))
+        owner = self.cluster.owner(transaction_resource(key) if transaction else group_resource(key))
         return self._broker_of(owner.gateway_id) if owner is not None else None

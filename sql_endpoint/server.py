@@ -120,7 +120,7 @@ def grants(settings: Settings, tables: dict[str, str], upserts: dict[str, str] |
     storage = StorageRoot(settings.root, settings.storage_options)
     out = Grants(set(), {}, {})
     for key in endpoint_keys(settings):
-        principal = principal_of(key.principal, key.acls, key.groups)
+        principal = principal_of(key.principal, key.acls, key.groups, key.transactional_ids)
         if principal.administers_all():
             out.admins.add(principal.name)
             continue

@@ -128,6 +128,10 @@ class Gateway:
         self.services = Services(
             settings=settings, registry=registry, notifier=self.notifier, coordinator=coordinator, cluster=cluster
         )
+        transactions = self.services.transactions
+        await transactions.start()  # decisions a crash left half done are finished before serving
+        if cluster is not None:
+            cluster.on_change(transactions.on_membership_change)
         if self.listener is not None:
             await self.listener.serve(self.services)
         self._tasks.append(asyncio.create_task(_release_idle_topics(registry, settings), name="release-idle-topics"))
@@ -179,6 +183,8 @@ class Gateway:
             await self.forwarder.aclose()
         if self.coordinator is not None:
             await self.coordinator.stop()
+        if self.services is not None:
+            await self.services.transactions.stop()
         if self.notifier is not None:
             await self.notifier.close()
         if self.registry is not None:

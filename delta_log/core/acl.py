@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from conf import AuthSettings
-from delta_log.errors import AuthenticationError, AuthorizationError
+from delta_log.errors import AuthenticationError, AuthorizationError, TransactionalIdAuthorizationError
 
 TopicOperation = Literal["produce", "consume", "admin", "describe"]
 GroupOperation = Literal["read", "describe", "admin"]
+TransactionalIdOperation = Literal["write", "describe"]
 
 #: what each granted permission implies (Kafka: READ/WRITE/ALTER... imply DESCRIBE; admin all)
 _TOPIC_IMPLIED: dict[str, frozenset[str]] = {
@@ -44,6 +45,10 @@ _GROUP_IMPLIED: dict[str, frozenset[str]] = {
     "read": frozenset({"read", "describe"}),
     "admin": frozenset({"read", "describe", "admin"}),
 }
+_TRANSACTIONAL_ID_IMPLIED: dict[str, frozenset[str]] = {
+    "describe": frozenset({"describe"}),
+    "write": frozenset({"write", "describe"}),
+}
 
 Rules = tuple[tuple[str, frozenset[str]], ...]
 
@@ -54,6 +59,14 @@ def _rules(acls: Mapping[str, Sequence[str]], implied: Mapping[str, frozenset[st
 
 def _allowed(rules: Rules, operation: str, name: str) -> bool:
     return any(operation in ops and fnmatch.fnmatchcase(name, pattern) for pattern, ops in rules)
+
+
+def legacy_transactional_id_acls(topic_acls: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Transactional-id permissions of a key file without a `transactional_ids` table: a key that
+    may produce to some topic may use any transactional id (its records still need produce)."""
+    if any(op in ("produce", "admin") for granted in topic_acls.values() for op in granted):
+        return {"*": ["write"]}
+    return {}
 
 
 def legacy_group_acls(topic_acls: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
@@ -69,6 +82,7 @@ class Principal:
     name: str
     topics: Rules = ()
     groups: Rules = ()
+    transactional_ids: Rules = ()
     anonymous: bool = False
 
     def allows(self, operation: TopicOperation, topic: str | None) -> bool:
@@ -81,6 +95,9 @@ class Principal:
 
     def allows_group(self, operation: GroupOperation, group: str) -> bool:
         return self.anonymous or _allowed(self.groups, operation, group)
+
+    def allows_transactional_id(self, operation: TransactionalIdOperation, transactional_id: str) -> bool:
+        return self.anonymous or _allowed(self.transactional_ids, operation, transactional_id)
 
     def administers_all(self) -> bool:
         """Admin on every topic and every group (`*` rules): what acts on the whole root, as the
@@ -141,12 +158,18 @@ def kafka_operations(principal: Principal, resource: Literal["topic", "group", "
 
 
 def principal_of(
-    name: str, topics: Mapping[str, Sequence[str]], groups: Mapping[str, Sequence[str]] | None
+    name: str,
+    topics: Mapping[str, Sequence[str]],
+    groups: Mapping[str, Sequence[str]] | None,
+    transactional_ids: Mapping[str, Sequence[str]] | None = None,
 ) -> Principal:
+    if transactional_ids is None:
+        transactional_ids = legacy_transactional_id_acls(topics)
     return Principal(
         name=name,
         topics=_rules(topics, _TOPIC_IMPLIED),
         groups=_rules(legacy_group_acls(topics) if groups is None else groups, _GROUP_IMPLIED),
+        transactional_ids=_rules(transactional_ids, _TRANSACTIONAL_ID_IMPLIED),
     )
 
 
@@ -177,7 +200,7 @@ def authenticate(settings: AuthSettings, authorization: str | None) -> Principal
         raise AuthenticationError("This server requires an API key.")
     for key in settings.api_keys:
         if hmac.compare_digest(key.key.get_secret_value().encode(), token):
-            return principal_of(key.principal, key.acls, key.groups)
+            return principal_of(key.principal, key.acls, key.groups, key.transactional_ids)
     raise AuthenticationError("Unknown API key: check the key, or ask an operator for one.")
 
 
@@ -222,4 +245,18 @@ def authorize_group(principal: Principal, operation: GroupOperation, group: str)
             principal=principal.name,
             operation=operation,
             group=group,
+        )
+
+
+def authorize_transactional_id(
+    principal: Principal, operation: TransactionalIdOperation, transactional_id: str
+) -> None:
+    """Raises: TransactionalIdAuthorizationError (Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+    if not principal.allows_transactional_id(operation, transactional_id):
+        raise TransactionalIdAuthorizationError(
+            f"{principal.name!r} may not {operation} transactional id {transactional_id!r}; ask an operator "
+            "for a transactional_ids ACL.",
+            principal=principal.name,
+            operation=operation,
+            transactional_id=transactional_id,
         )

@@ -17,6 +17,10 @@ def group_resource(group: str) -> str:
     return f"group:{group}"
 
 
+def transaction_resource(transactional_id: str) -> str:
+    return f"transaction:{transactional_id}"
+
+
 def partition_resource(topic: str, partition: int) -> str:
     return f"partition:{topic}:{partition}"
 

@@ -1,20 +1,14 @@
 """Admin over Kafka: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs (all through broker.admin, the same rules and ACLs as HTTP), and
-InitProducerId for idempotent producers.
+IncrementalAlterConfigs (all through broker.admin, the same rules and ACLs as HTTP).
 
 - Replication factors are accepted and not used: a topic is one Delta table on the root's storage,
   whose durability is the storage's (one copy, never a second table).
-- A producer id is 63 random bits (no service hands them out; a collision needs about 3e9
-  producers alive at once), epoch 0; a producer that asks again with its id gets epoch + 1.
-- Transactions (a transactional.id) are not supported yet: InitProducerId answers
-  UNSUPPORTED_VERSION, and docs/KAFKA.md says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import uuid
 from typing import Any
 
@@ -291,19 +285,3 @@ async def incremental_alter_configs(conn: Session, request: Any, version: int) -
 @api(33, "AlterConfigs", 0, 2)
 async def alter_configs(conn: Session, request: Any, version: int) -> dict[str, Any]:
     return await _alter(conn, request, False)
-
-
-@api(22, "InitProducerId", 0, 5)
-async def init_producer_id(conn: Session, request: Any, version: int) -> dict[str, Any]:
-    assert conn.principal is not None
-    none = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
-    if request.transactional_id is not None:
-        return none | {"error_code": ErrorCode.unsupported_version}
-    if not conn.principal.allows("produce", None):
-        return none | {"error_code": ErrorCode.cluster_authorization_failed}
-    known = getattr(request, "producer_id", -1)
-    if known >= 0:  # a producer re-initializing (KIP-360): same id, next epoch
-        epoch = getattr(request, "producer_epoch", -1) + 1
-        if epoch < 2**15 - 1:
-            return {"throttle_time": 0, "error_code": 0, "producer_id": known, "producer_epoch": epoch}
-    return {"throttle_time": 0, "error_code": 0, "producer_id": secrets.randbits(63), "producer_epoch": 0}

@@ -302,10 +302,12 @@ async def offset_commit(conn: Session, request: Any, version: int) -> Any:
 
 
 async def _fetched(
-    conn: Session, group: str, wanted: Any, member_id: str | None = None, epoch: int = -1
+    conn: Session, group: str, wanted: Any, member_id: str | None = None, epoch: int = -1, stable: bool = False
 ) -> dict[str, Any]:
     """One group's committed offsets, of the requested topics (none named: every topic it
-    committed that this key may describe); `member_id`, `epoch`: the member asking (v9+)."""
+    committed that this key may describe); `member_id`, `epoch`: the member asking (v9+);
+    `stable` (v7+'s require_stable): a partition whose offset an open transaction commits is
+    answered UNSTABLE_OFFSET_COMMIT (the consumer retries) instead of its older offset."""
     assert conn.principal is not None
     try:
         committed = await groups.committed(
@@ -321,18 +323,20 @@ async def _fetched(
     else:
         pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
     topics = []
+    unstable = conn.services.transactions.unstable(group) if stable else set()
     for name, partitions in pairs:
         denied = not conn.principal.allows("describe", name)
         parts = []
         for p in partitions:
             c = committed.get((name, p))
+            code = ErrorCode.unstable_offset_commit if (name, p) in unstable else ErrorCode.none
             parts.append(
                 {
                     "partition_index": p,
                     "committed_offset": c.offset if c is not None else -1,
                     "committed_leader_epoch": -1,
                     "metadata": c.metadata if c is not None else "",
-                    "error_code": ErrorCode.topic_authorization_failed if denied else ErrorCode.none,
+                    "error_code": ErrorCode.topic_authorization_failed if denied else code,
                 }
             )
         topics.append({"name": name, "partitions": parts})
@@ -342,12 +346,15 @@ async def _fetched(
 @api(9, "OffsetFetch", 1, 9)
 async def offset_fetch(conn: Session, request: Any, version: int) -> Any:
     if version >= 8:
+        stable = bool(request.require_stable)
         fetched = [
-            await _fetched(conn, g.group_id, g.topics, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            await _fetched(
+                conn, g.group_id, g.topics, getattr(g, "member_id", None), getattr(g, "member_epoch", -1), stable
+            )
             for g in request.groups
         ]
         return {"throttle_time": 0, "groups": fetched}
-    one = await _fetched(conn, request.group_id, request.topics)
+    one = await _fetched(conn, request.group_id, request.topics, stable=bool(getattr(request, "require_stable", False)))
     return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
 

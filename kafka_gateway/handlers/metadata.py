@@ -142,15 +142,18 @@ TRANSACTION_KEY = 1
 def _coordinator(conn: Session, key: str, key_type: int) -> dict[str, Any]:
     assert conn.principal is not None
     none = {"key": key, "node_id": -1, "host": "", "port": -1}
-    if key_type != GROUP_KEY:  # not retriable: a transactional producer fails at once, not after minutes
-        return none | {
-            "error_code": ErrorCode.unsupported_version,
-            "error_message": "Transactions are not supported yet (docs/KAFKA.md); use an idempotent producer.",
-        }
-    if not conn.principal.allows_group("describe", key):
+    if key_type == TRANSACTION_KEY:
+        if not conn.principal.allows_transactional_id("describe", key):
+            return none | {
+                "error_code": ErrorCode.transactional_id_authorization_failed,
+                "error_message": "No ACL for this transactional id.",
+            }
+    elif key_type != GROUP_KEY:  # share groups (KIP-932) are not served
+        return none | {"error_code": ErrorCode.invalid_request, "error_message": "Unknown coordinator key type."}
+    elif not conn.principal.allows_group("describe", key):
         return none | {"error_code": ErrorCode.group_authorization_failed, "error_message": "No ACL for this group."}
     try:
-        b = conn.brokers.coordinator(key)
+        b = conn.brokers.coordinator(key, transaction=key_type == TRANSACTION_KEY)
     except TopiclakeError as exc:
         return none | {"error_code": code_of(exc), "error_message": message_of(exc)}
     if b is None:

@@ -1,15 +1,14 @@
 """What Kafka's operator tools and consoles ask a cluster about its brokers' disks, leaders,
-reassignments and transactions: DescribeLogDirs (kafka-log-dirs, and the consoles' topic sizes),
-ElectLeaders (kafka-leader-election), ListPartitionReassignments (kafka-reassign-partitions
---list) and ListTransactions (kafka-transactions list), answered truthfully for one copy per
-partition on a shared root:
+reassignments: DescribeLogDirs (kafka-log-dirs, and the consoles' topic sizes), ElectLeaders
+(kafka-leader-election) and ListPartitionReassignments (kafka-reassign-partitions --list),
+answered truthfully for one copy per partition on a shared root (kafka-transactions' APIs are in
+kafka_gateway.handlers.transactions):
 
 - A gateway's one "log dir" is the storage root; it holds the partitions the gateway leads, each
   with the bytes of its files in the topic's Delta table (a `log` topic's unflushed acks are not
   counted: they are in the write-ahead log, not yet in the table).
 - A partition's leader is its owner gateway, which is always the one replica: an election is never
   needed (ELECTION_NOT_NEEDED), and no reassignment is ever in progress.
-- Transactions are not supported yet (docs/KAFKA.md), so none is ever listed.
 
 Cluster rights, as Kafka's: ElectLeaders needs ALTER on the cluster (here: admin on every topic and
 group, `Principal.administers_all`, what the maintenance jobs need), DescribeLogDirs and
@@ -154,24 +153,3 @@ async def list_partition_reassignments(conn: Session, request: Any, version: int
             "topics": [],
         }
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": []}
-
-
-#: Kafka's transaction states (a ListTransactions filter naming another is echoed back as unknown)
-TRANSACTION_STATES = frozenset(
-    {
-        "Empty",
-        "Ongoing",
-        "PrepareCommit",
-        "PrepareAbort",
-        "CompleteCommit",
-        "CompleteAbort",
-        "Dead",
-        "PrepareEpochFence",
-    }
-)
-
-
-@api(66, "ListTransactions", 0, 1)
-async def list_transactions(conn: Session, request: Any, version: int) -> dict[str, Any]:
-    unknown = [str(f) for f in request.state_filters if str(f) not in TRANSACTION_STATES]
-    return {"throttle_time": 0, "error_code": 0, "unknown_state_filters": unknown, "transaction_states": []}

@@ -9,6 +9,9 @@ the same rules as HTTP (ACLs, schema checks, dead letters, partition checks, ide
   sequence range is checked by the writer's rules (delta_log.core.producer): a retried batch is
   answered with its first offsets, an older one with DUPLICATE_SEQUENCE_NUMBER, a gap with
   OUT_OF_ORDER_SEQUENCE_NUMBER, whichever gateway the retry reaches.
+- Transactional batches (the request names its transactional id) are staged with their
+  transaction (broker.transactions) and answered with base offset -1: their offsets are assigned
+  when the transaction commits.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from kio.schema.errors import ErrorCode
 from broker.produce import Decoded, Produce, ProduceService
 from delta_log.core.producer import KAFKA_SEQUENCES, ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
-from delta_log.errors import InvalidRecordError, TopiclakeError, TransactionalRecordsError
+from delta_log.errors import InvalidRecordError, TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of, message_of
 from kafka_gateway.records import DecodedBatches, decode_batches
@@ -81,18 +84,30 @@ def _decoder(records: bytes, partition: int, max_records: int, budget: list[int]
     def decode() -> Decoded:
         decoded = decode_batches(records, max_records=max_records, max_bytes=max(budget[0], 1))
         budget[0] -= decoded.value.nbytes + decoded.key.nbytes
-        if any(b.is_transactional or b.is_control for b in decoded.batches):
-            raise TransactionalRecordsError("Transactions are not supported yet (docs/KAFKA.md).")
+        if any(b.is_control for b in decoded.batches):
+            raise InvalidRecordError("Control batches are written by the transaction coordinator, not produced.")
+        transactional = {b.is_transactional for b in decoded.batches}
+        if len(transactional) > 1:
+            raise InvalidRecordError("The batches of one partition are all transactional, or none is.")
         codec = decoded.batches[-1].compression if decoded.batches else "none"
-        return Decoded(_table(decoded, partition), _producer(decoded), codec)
+        producer = _producer(decoded)
+        txn = None
+        if transactional == {True}:
+            if producer is None:
+                raise InvalidRecordError("Transactional batches carry a producer id, epoch and sequence.")
+            first = decoded.batches[0]
+            txn = (first.producer_id, first.producer_epoch, first.base_sequence)
+        return Decoded(_table(decoded, partition), producer, codec, txn)
 
     return decode
 
 
-def _refusal(request: Any) -> tuple[int, str | None]:
+def _refusal(conn: Session, request: Any) -> tuple[int, str | None]:
     """Why the request may not be written at all (Kafka's error code and message), or (0, None)."""
-    if request.transactional_id is not None:
-        return ErrorCode.transactional_id_authorization_failed, "Transactions are not supported yet."
+    assert conn.principal is not None
+    tid = request.transactional_id
+    if tid is not None and not conn.principal.allows_transactional_id("write", tid):
+        return ErrorCode.transactional_id_authorization_failed, "No ACL to write this transactional id."
     if request.acks not in (0, 1, -1):
         return ErrorCode.invalid_required_acks, "acks must be 0, 1 or all (-1)."
     return ErrorCode.none, None
@@ -121,7 +136,7 @@ async def _answer(service: ProduceService, unit: Produce) -> dict[str, Any]:
 async def produce(conn: Session, request: Any, version: int) -> Awaitable[dict[str, Any] | None]:
     assert conn.principal is not None
     service = conn.services.produce
-    code, why = _refusal(request)
+    code, why = _refusal(conn, request)
     max_records = conn.services.settings.reader.max_fetch_records
     budget = [conn.settings.max_request_bytes]  # decompressed, for the whole request
     units = [
@@ -131,6 +146,7 @@ async def produce(conn: Session, request: Any, version: int) -> Awaitable[dict[s
                 partition=p.index,
                 size=len(p.records or b""),
                 decode=_decoder(bytes(p.records or b""), p.index, max_records, budget),
+                transactional_id=request.transactional_id,
             )
             for p in t.partition_data
         ]

@@ -14,10 +14,7 @@ processes it, or drops a member whose work is not committed, shows up as duplica
 from __future__ import annotations
 
 import collections
-import hashlib
-import os
 import random
-import shutil
 import subprocess
 import threading
 import time
@@ -29,7 +26,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.kafka_broker import ensure_jars, java
+from tests.e2e import java_build
 
 STAGES = 3
 
@@ -288,30 +285,13 @@ def _stages(bootstrap: str, topics: list[str], partitions: int) -> list[dict[str
 JAVA_SOURCE = Path(__file__).with_name("java_churn") / "Churn.java"
 
 
-def _java_classes(libs: Path) -> Path:
-    """Churn.java compiled against the Kafka client jars, cached by the source's hash."""
-    digest = hashlib.sha256(JAVA_SOURCE.read_bytes() + str(libs).encode()).hexdigest()[:16]
-    out = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "topiclake" / "java-churn" / digest
-    if not (out / "Churn.class").exists():
-        tmp = out.with_suffix(".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        javac = Path(java()).with_name("javac")
-        subprocess.run([str(javac), "-cp", f"{libs}/*", "-d", str(tmp), str(JAVA_SOURCE)], check=True)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
-    return out
-
-
 def _member_process(
     client: str, bootstrap: str, tag: str, workers: int, *, protocol: str, strategy: str, static: bool
 ) -> subprocess.Popen[str]:
     """The members of every stage in one process of `client` (java, go), until its stdin closes."""
     args = [bootstrap, tag, str(STAGES), str(workers), protocol, strategy, str(static).lower()]
     if client == "java":
-        libs = ensure_jars()
-        cmd = [java(), "-Xmx512m", f"-Dlog4j2.configurationFile={libs.parent / 'log4j2.xml'}"]
-        cmd += ["-cp", f"{_java_classes(libs)}:{libs}/*", "Churn", *args]
+        cmd = java_build.command(JAVA_SOURCE, *args)
     else:
         from tests.e2e import go_kafka_clients
 

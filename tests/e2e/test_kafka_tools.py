@@ -168,17 +168,3 @@ def test_operator_tools_log_dirs_leader_election_reassignments_and_transactions(
     assert "No partition reassignments found." in out
     out = tool(libs, "org.apache.kafka.tools.TransactionsCommand", *bs, "list")
     assert out.strip().splitlines() == ["TransactionalId\tCoordinator\tProducerId\tTransactionState"]
-
-
-def test_a_transactional_producer_is_told_at_once_that_transactions_are_not_supported(gateway, libs):
-    """FindCoordinator for a transactional id answers a code the client does not retry, so
-    initTransactions fails at once with the reason (Kafka Streams' exactly_once_v2 hung before)."""
-    tool(libs, TOPICS, "--bootstrap-server", gateway.kafka, "--create", "--topic", "txn", "--partitions", "1")
-    cmd = [java(), "-Xmx256m", f"-Dlog4j2.configurationFile={CACHE / 'log4j2.xml'}", "-cp", f"{libs}/*"]
-    args = ["--topic", "txn", "--num-records", "10", "--record-size", "10", "--throughput", "-1"]
-    out = subprocess.run(
-        [*cmd, "org.apache.kafka.tools.ProducerPerformance", *args, "--transactional-id", "tx-1",
-         "--producer-props", f"bootstrap.servers={gateway.kafka}"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode != 0 and "Transactions are not supported yet" in out.stderr

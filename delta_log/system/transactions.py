@@ -1,0 +1,313 @@
+"""Transactions' durable state: the `_system/transactions` Delta table, and the staged records and
+offsets of open transactions under `_system/transactions_staged/`.
+
+The table: one row per saved change of a transactional id: the id, the coordinator epoch of the
+gateway that saved it, that gateway's sequence number, the id's state (delta_log.core.transactions
+`Txn.snapshot`, JSON) and, while a decision is being carried out (PrepareCommit, PrepareAbort),
+the decision: the staged files it lands and the per-partition sequences it covers. The latest row
+per id wins: the highest coordinator epoch, then the highest sequence. A gateway that takes an id
+over (a failover, a restart) reads it back and finishes any decision it finds, so no outcome is
+ever decided by memory alone.
+
+Coordinator epochs: a gateway claims an id (`claim`) by committing its epoch + 1 as the Delta app
+transaction `txn-coordinator-<id>`; every save carries that app transaction with the epoch it
+holds, so a save by a gateway that lost the id (a stale view, a pause) fails on the commit rule
+and is refused with NotCoordinatorError, never written.
+
+Staging: a transactional producer's records are written, before they are acked, as one Arrow IPC
+file per request and partition at `<pid>.<epoch>/records/<topic>/<partition>/<base sequence>.arrow`
+(a retried request rewrites its own file), and TxnOffsetCommit's offsets as JSON files at
+`<pid>.<epoch>/offsets/<group>/<time>.json`. They are fsynced on local disk (PUT on object
+storage). The topic tables never see them until the coordinator lands them at commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from delta_log.core.transactions import Txn
+from delta_log.errors import NotCoordinatorError, StorageUnavailableError
+from delta_log.table.storage import SYSTEM_DIR, StorageRoot, translate_storage_errors
+
+TABLE = "transactions"
+STAGED_DIR = "transactions_staged"
+SCHEMA = pa.schema(
+    [
+        pa.field("transactional_id", pa.string()),
+        pa.field("coordinator_epoch", pa.int64()),
+        pa.field("sequence", pa.int64()),
+        pa.field("state", pa.string()),
+        pa.field("snapshot", pa.string()),
+        pa.field("decision", pa.string()),  # "": no decision being carried out
+        pa.field("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+_ATTEMPTS = 10
+
+
+def coordinator_app_id(transactional_id: str) -> str:
+    return f"txn-coordinator-{transactional_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """A transactional id as last saved: its state, the decision being carried out, and the
+    coordinator epoch that saved it."""
+
+    txn: Txn
+    decision: Mapping[str, Any] | None
+    coordinator_epoch: int
+
+
+def _latest(rows: Sequence[Mapping[str, Any]]) -> dict[str, Saved]:
+    ranked: dict[str, tuple[tuple[int, int], Mapping[str, Any]]] = {}
+    for r in rows:
+        rank = (int(r["coordinator_epoch"]), int(r["sequence"]))
+        tid = r["transactional_id"]
+        if tid not in ranked or rank > ranked[tid][0]:
+            ranked[tid] = (rank, r)
+    return {
+        tid: Saved(Txn.of(json.loads(r["snapshot"])), json.loads(r["decision"]) if r["decision"] else None, rank[0])
+        for tid, (rank, r) in ranked.items()
+    }
+
+
+class TransactionStore:
+    """The `_system/transactions` table (thread-safe; every call is blocking I/O)."""
+
+    def __init__(self, storage: StorageRoot) -> None:
+        self.storage = storage
+        self._lock = threading.Lock()
+        self._dt = storage.open_or_create_system_table(TABLE, SCHEMA)
+        self._sequence = 0
+
+    def _epoch(self, transactional_id: str) -> int:
+        return self._dt.transaction_version(coordinator_app_id(transactional_id)) or 0
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        """The id's coordinator epoch on the latest version (0: never claimed)."""
+        with self._lock, translate_storage_errors():
+            self._dt.update_incremental()
+            return self._epoch(transactional_id)
+
+    def claim(self, transactional_id: str) -> int:
+        """Coordinate `transactional_id` from here: commit its coordinator epoch + 1 and return it.
+        Saves with an older epoch are refused from now on. Raises: StorageUnavailableError."""
+        with self._lock:
+            for _ in range(_ATTEMPTS):
+                try:
+                    self._dt.update_incremental()
+                    epoch = self._epoch(transactional_id) + 1
+                    write_deltalake(
+                        self._dt,
+                        SCHEMA.empty_table(),
+                        mode="append",
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(coordinator_app_id(transactional_id), epoch)],
+                            max_commit_retries=0,
+                        ),
+                        post_commithook_properties=_HOOKS,
+                    )
+                    return epoch
+                except CommitFailedError:
+                    continue  # another claim or save won the version: read again
+                except (DeltaError, OSError) as exc:
+                    raise StorageUnavailableError(
+                        f"Could not claim transactional id {transactional_id!r}: {exc}"
+                    ) from exc
+        raise StorageUnavailableError(f"Could not claim transactional id {transactional_id!r}: too many commits.")
+
+    def save(self, txn: Txn, epoch: int, decision: Mapping[str, Any] | None = None) -> None:
+        """Save the id's state (and the decision being carried out) durably, while `epoch` is still
+        its coordinator epoch. Raises: NotCoordinatorError (another gateway claimed the id),
+        StorageUnavailableError."""
+        tid = txn.transactional_id
+        with self._lock:
+            self._sequence = max(self._sequence + 1, time.time_ns())
+            row = pa.table(
+                {
+                    "transactional_id": [tid],
+                    "coordinator_epoch": pa.array([epoch], pa.int64()),
+                    "sequence": pa.array([self._sequence], pa.int64()),
+                    "state": [txn.state],
+                    "snapshot": [json.dumps(txn.snapshot(), separators=(",", ":"))],
+                    "decision": [json.dumps(decision, separators=(",", ":")) if decision else ""],
+                    "updated_at": pa.array([int(time.time() * 1e6)], pa.timestamp("us", tz="UTC")),
+                },
+                schema=SCHEMA,
+            )
+            for _ in range(_ATTEMPTS):
+                try:
+                    self._dt.update_incremental()
+                    current = self._epoch(tid)
+                    if current != epoch:
+                        raise NotCoordinatorError(
+                            f"Transactional id {tid!r} was taken over by another gateway "
+                            f"(epoch {current}, this one holds {epoch}).",
+                            transactional_id=tid,
+                        )
+                    write_deltalake(
+                        self._dt,
+                        row,
+                        mode="append",
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(coordinator_app_id(tid), epoch)], max_commit_retries=0
+                        ),
+                        post_commithook_properties=_HOOKS,
+                    )
+                    return
+                except CommitFailedError:
+                    continue  # a concurrent commit: read the epoch again
+                except (DeltaError, OSError) as exc:
+                    raise StorageUnavailableError(f"Could not save transactional id {tid!r}: {exc}") from exc
+        raise StorageUnavailableError(f"Could not save transactional id {tid!r}: too many concurrent commits.")
+
+    def load(self, transactional_id: str | None = None) -> dict[str, Saved]:
+        """The latest saved state of each id (of `transactional_id` only, if given).
+
+        Raises: StorageUnavailableError."""
+        with self._lock, translate_storage_errors():
+            self._dt.update_incremental()
+            rows = self.storage.read_system_table(self._dt, SCHEMA).to_pylist()
+        if transactional_id is not None:
+            rows = [r for r in rows if r["transactional_id"] == transactional_id]
+        return _latest(rows)
+
+
+# -- staging ------------------------------------------------------------------------------------
+def _quote(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRecords:
+    """One staged file of a transaction's records: a request's batches for one partition."""
+
+    topic: str
+    partition: int
+    base_sequence: int
+    path: str  # relative to the producer's staging directory
+
+
+@dataclass(frozen=True, slots=True)
+class StagedOffsets:
+    group: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    records: tuple[StagedRecords, ...]
+    offsets: tuple[StagedOffsets, ...]
+
+
+class TransactionStaging:
+    """The staged records and offsets of transactions, by producer id and epoch (blocking I/O)."""
+
+    def __init__(self, storage: StorageRoot) -> None:
+        self.storage = storage
+        self.fs, base = storage.filesystem()
+        self.base = f"{base}/{SYSTEM_DIR}/{STAGED_DIR}"
+
+    def _dir(self, producer_id: int, epoch: int) -> str:
+        return f"{self.base}/{producer_id}.{epoch}"
+
+    def _put(self, path: str, data: bytes) -> None:
+        """Write `data` at `path` durably and atomically (a reader sees all of it or nothing)."""
+        with translate_storage_errors():
+            if self.storage.is_local:
+                directory = os.path.dirname(path)
+                os.makedirs(directory, exist_ok=True)
+                tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                fd = os.open(directory, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            else:
+                with self.fs.open_output_stream(path) as out:
+                    out.write(data)
+
+    def stage_records(
+        self, producer_id: int, epoch: int, topic: str, partition: int, base_sequence: int, batch: pa.Table
+    ) -> None:
+        """Keep one request's records of one partition until the transaction is decided.
+        Raises: StorageUnavailableError."""
+        sink = io.BytesIO()
+        with ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_table(batch)
+        path = f"{self._dir(producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}.arrow"
+        self._put(path, sink.getvalue())
+
+    def stage_offsets(self, producer_id: int, epoch: int, group: str, offsets: Sequence[Mapping[str, Any]]) -> None:
+        """Keep a TxnOffsetCommit's offsets until the transaction is decided (later ones win).
+        Raises: StorageUnavailableError."""
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
+        path = f"{self._dir(producer_id, epoch)}/offsets/{_quote(group)}/{name}"
+        self._put(path, json.dumps(list(offsets), separators=(",", ":")).encode())
+
+    def staged(self, producer_id: int, epoch: int) -> Staged:
+        """Everything staged for the producer, in the order it lands (by topic, partition, sequence;
+        offsets by the time they were staged). Raises: StorageUnavailableError."""
+        root = self._dir(producer_id, epoch)
+        with translate_storage_errors():
+            infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        records, offsets = [], []
+        for info in infos:
+            if info.type != pafs.FileType.File or info.path.endswith(".tmp"):
+                continue
+            rel = info.path[len(root) + 1 :]
+            parts = rel.split("/")
+            if parts[0] == "records" and len(parts) == 4:
+                records.append(StagedRecords(parts[1], int(parts[2]), int(parts[3].split(".")[0]), rel))
+            elif parts[0] == "offsets" and len(parts) == 3:
+                offsets.append(StagedOffsets(urllib.parse.unquote(parts[1]), rel))
+        records.sort(key=lambda r: (r.topic, r.partition, r.base_sequence))
+        offsets.sort(key=lambda o: o.path)
+        return Staged(tuple(records), tuple(offsets))
+
+    def read_records(self, producer_id: int, epoch: int, staged: Sequence[StagedRecords]) -> list[pa.Table]:
+        root = self._dir(producer_id, epoch)
+        out = []
+        with translate_storage_errors():
+            for s in staged:
+                with self.fs.open_input_stream(f"{root}/{s.path}") as f:
+                    out.append(ipc.open_stream(f.read()).read_all())
+        return out
+
+    def read_offsets(self, producer_id: int, epoch: int, staged: Sequence[StagedOffsets]) -> list[dict[str, Any]]:
+        """The offsets staged, in order (a later commit of a partition after an earlier one)."""
+        root = self._dir(producer_id, epoch)
+        out: list[dict[str, Any]] = []
+        with translate_storage_errors():
+            for s in staged:
+                with self.fs.open_input_stream(f"{root}/{s.path}") as f:
+                    out.extend({"group": s.group, **o} for o in json.loads(f.read()))
+        return out
+
+    def drop(self, producer_id: int, epoch: int) -> None:
+        """Delete everything staged for the producer. Raises: StorageUnavailableError."""
+        with translate_storage_errors(), contextlib.suppress(FileNotFoundError):
+            self.fs.delete_dir(self._dir(producer_id, epoch))

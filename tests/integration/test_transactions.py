@@ -1,0 +1,228 @@
+"""The transaction coordinator (broker.transactions) on a real registry and real Delta tables:
+staged records are invisible until commit, a commit lands each topic in one Delta commit with the
+group offsets after, and a decision a crash left half done is finished exactly once by the next
+coordinator (a restart, or another gateway taking the id over)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from broker.produce import Decoded, Produce, ProduceService
+from broker.transactions import TransactionCoordinator
+from conf import TransactionSettings
+from delta_log.core import transactions as rules
+from delta_log.core.acl import ANONYMOUS, principal_of
+from delta_log.errors import InvalidTxnStateError, ProducerFencedError, TransactionalIdAuthorizationError
+from delta_log.registry import TopicRegistry
+from delta_log.system.offsets import OffsetCommit
+from delta_log.system.transactions import TransactionStaging, TransactionStore
+
+
+@pytest.fixture
+def registry(settings):
+    reg = TopicRegistry(settings)
+    for name in ("a", "b"):
+        reg.catalog.create_topic(name, partitions=2)
+    yield reg
+    reg.close()
+
+
+def _coordinator(registry: TopicRegistry) -> tuple[ProduceService, TransactionCoordinator]:
+    produce = ProduceService(registry)
+
+    async def commit_offsets(group: str, commits: list[OffsetCommit]) -> None:
+        await asyncio.to_thread(registry.offsets.commit, commits)
+
+    coordinator = TransactionCoordinator(
+        registry, TransactionSettings(), land=produce.append, commit_offsets=commit_offsets
+    )
+    produce.transactions = coordinator
+    return produce, coordinator
+
+
+def _unit(tid: str, topic: str, partition: int, txn: rules.Txn, sequence: int, *values: bytes) -> Produce:
+    table = pa.table(
+        {
+            "key": pa.array([None] * len(values), pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "partition": pa.array([partition] * len(values), pa.int64()),
+        }
+    )
+    return Produce(
+        topic=topic,
+        partition=partition,
+        size=table.nbytes,
+        decode=lambda: Decoded(table, transactional=(txn.producer_id, txn.producer_epoch, sequence)),
+        transactional_id=tid,
+    )
+
+
+def _values(registry: TopicRegistry, topic: str) -> list[tuple[int, int, bytes]]:
+    rows = DeltaTable(registry.storage.topic_uri(topic)).to_pyarrow_table().to_pylist()
+    return sorted((r["partition"], r["offset"], r["value"]) for r in rows)
+
+
+async def _open_transaction(produce: ProduceService, coordinator: TransactionCoordinator) -> rules.Txn:
+    txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+    added = await coordinator.add_partitions(
+        ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, [("a", 0), ("a", 1), ("b", 0)]
+    )
+    assert set(added.values()) == {None}
+    units = [
+        _unit("t1", "a", 0, txn, 0, b"a0", b"a1"),
+        _unit("t1", "a", 1, txn, 0, b"a2"),
+        _unit("t1", "b", 0, txn, 0, b"b0"),
+        _unit("t1", "a", 0, txn, 2, b"a3"),
+    ]
+    await produce.produce(ANONYMOUS, units)
+    for u in units:
+        assert (await produce.acked(u)).base_offset == -1  # offsets are assigned at commit
+    await coordinator.add_offsets(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, "g")
+    await coordinator.stage_offsets(
+        ANONYMOUS,
+        "t1",
+        "g",
+        txn.producer_id,
+        txn.producer_epoch,
+        [OffsetCommit(group="g", topic="b", partition=1, offset=42)],
+    )
+    return txn
+
+
+def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await _open_transaction(produce, coordinator)
+        assert _values(registry, "a") == [] and _values(registry, "b") == []
+        assert coordinator.unstable("g") == {("b", 1)}
+        versions = {t: DeltaTable(registry.storage.topic_uri(t)).version() for t in ("a", "b")}
+        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)
+        assert _values(registry, "a") == [(0, 0, b"a0"), (0, 1, b"a1"), (0, 2, b"a3"), (1, 0, b"a2")]
+        assert _values(registry, "b") == [(0, 0, b"b0")]
+        for t, v in versions.items():  # one Delta commit per topic, all its partitions in it
+            assert DeltaTable(registry.storage.topic_uri(t)).version() == v + 1
+        registry.offsets.load()
+        assert registry.offsets.committed("g")[("b", 1)].offset == 42
+        assert coordinator.unstable("g") == set()
+        assert coordinator.state("t1").state == rules.COMPLETE_COMMIT
+        # a retried EndTxn is answered again and lands nothing twice
+        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)
+        assert len(_values(registry, "a")) == 4
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
+def test_an_abort_and_a_fenced_producer_leave_nothing_in_any_table(registry):
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await _open_transaction(produce, coordinator)
+        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=False)
+        txn = await _open_transaction(produce, coordinator)
+        newer = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)  # a new producer of the id
+        assert newer.producer_epoch == txn.producer_epoch + 2  # one bump fenced and aborted, one is its own
+        with pytest.raises(ProducerFencedError):
+            await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)
+        stale = _unit("t1", "a", 0, txn, 3, b"zombie")
+        await produce.produce(ANONYMOUS, [stale])
+        with pytest.raises(ProducerFencedError):
+            await produce.acked(stale)
+        outside = _unit("t1", "b", 1, newer, 0, b"not added")
+        await produce.produce(ANONYMOUS, [outside])
+        with pytest.raises(InvalidTxnStateError):  # KIP-890: a partition not in the transaction
+            await produce.acked(outside)
+        assert _values(registry, "a") == [] and _values(registry, "b") == []
+        registry.offsets.load()
+        assert registry.offsets.committed("g") == {}
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
+def test_a_decision_left_half_done_by_a_crash_is_finished_once_by_the_next_coordinator(registry, tmp_path):
+    """The coordinator dies after saving PrepareCommit (before landing), then again after landing
+    (before dropping the staging and saving CompleteCommit): each next coordinator rolls the
+    decision forward, and the records are in the tables exactly once."""
+
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await _open_transaction(produce, coordinator)
+        store, staging = TransactionStore(registry.storage), TransactionStaging(registry.storage)
+        # the decision as EndTxn saves it, and then the process is gone
+        ending = rules.end(coordinator.state("t1"), "t1", txn.producer_id, txn.producer_epoch, commit=True, now_ms=0)
+        staged = staging.staged(txn.producer_id, txn.producer_epoch)
+        decision = {
+            "producer_id": txn.producer_id,
+            "staged_epoch": txn.producer_epoch,
+            "records": [[s.topic, s.partition, s.base_sequence, s.path] for s in staged.records],
+            "offsets": [[o.group, o.path] for o in staged.offsets],
+        }
+        store.save(ending.txn, store.coordinator_epoch("t1"), decision)
+        kept = tmp_path / "staged"
+        shutil.copytree(staging._dir(txn.producer_id, txn.producer_epoch), kept)
+        await coordinator.stop()
+
+        _, restarted = _coordinator(registry)
+        await restarted.start()  # finds PrepareCommit: lands, commits offsets, completes
+        assert restarted.state("t1").state == rules.COMPLETE_COMMIT
+        landed = _values(registry, "a") + _values(registry, "b")
+        assert len(landed) == 5
+        await restarted.stop()
+
+        # the second crash: everything landed, but the staging and CompleteCommit were not saved
+        shutil.copytree(kept, staging._dir(txn.producer_id, txn.producer_epoch))
+        store.save(ending.txn, store.coordinator_epoch("t1"), decision)
+        _, again = _coordinator(registry)
+        await again.start()
+        assert again.state("t1").state == rules.COMPLETE_COMMIT
+        assert _values(registry, "a") + _values(registry, "b") == landed  # not twice
+        assert staging.staged(txn.producer_id, txn.producer_epoch).records == ()
+        await again.stop()
+
+    asyncio.run(main())
+
+
+def test_an_open_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(registry):
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 1_000)
+        await coordinator.add_partitions(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, [("a", 0)])
+        unit = _unit("t1", "a", 0, txn, 0, b"late")
+        await produce.produce(ANONYMOUS, [unit])
+        await produce.acked(unit)
+        for _ in range(100):  # woken by the timer, not a poll of ours
+            if coordinator.state("t1").state == rules.COMPLETE_ABORT:
+                break
+            await asyncio.sleep(0.05)
+        assert coordinator.state("t1").state == rules.COMPLETE_ABORT
+        with pytest.raises(ProducerFencedError):
+            await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)
+        assert _values(registry, "a") == []
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
+def test_a_key_needs_write_on_the_transactional_id(registry):
+    async def main() -> None:
+        _, coordinator = _coordinator(registry)
+        key = principal_of("k", {"a": ["produce"]}, None, {"app-*": ["write"]})
+        assert (await coordinator.init_producer_id(key, "app-1", 60_000)).producer_epoch == 0
+        with pytest.raises(TransactionalIdAuthorizationError):
+            await coordinator.init_producer_id(key, "other", 60_000)
+        legacy = principal_of("old", {"a": ["produce"]}, None)  # a key file without transactional_ids
+        assert legacy.allows_transactional_id("write", "anything")
+        reader = principal_of("r", {"a": ["consume"]}, None)
+        with pytest.raises(TransactionalIdAuthorizationError):
+            await coordinator.init_producer_id(reader, "app-1", 60_000)
+
+    asyncio.run(main())

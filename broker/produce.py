@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker.cluster import Cluster
-from broker.transactions import TransactionCoordinator, TxnProduce
+from broker.transactions import TransactionCoordinator, TxnBatch, TxnProduce
 from delta_log.core.acl import Principal, authorize, refusal
 from delta_log.core.dead_letters import Split, validation_error
 from delta_log.core.partitioner import idempotent_null_key_partition, partitioned_batch
@@ -254,8 +254,8 @@ class Decoded:
     table: pa.Table
     producer: ProducerSequence | None = None  # an idempotent producer's sequence range
     codec: str = "none"  # how the client compressed them
-    #: transactional records: (producer id, epoch, base sequence) of their batches
-    transactional: tuple[int, int, int] | None = None
+    #: transactional records: who wrote them (their transaction's producer, epoch and sequence)
+    transactional: TxnBatch | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -424,8 +424,8 @@ class ProduceService:
 
     def _transaction(self, u: Produce, decoded: Decoded) -> TxnProduce | None:
         """The transaction a unit's records belong to (None: appended now). Raises:
-        InvalidTxnStateError (transactional records without a transactional id, or the reverse),
-        and as TransactionCoordinator.check_produce."""
+        InvalidTxnStateError (transactional records without a transactional id, or the reverse).
+        The transaction itself is checked when the records are staged (TransactionCoordinator.stage)."""
         tid, txn = u.transactional_id, decoded.transactional
         if tid is None and txn is None:
             return None
@@ -435,10 +435,7 @@ class ProduceService:
                 "set transactional.id and call initTransactions, or produce without transactions.",
                 topic=u.topic,
             )
-        producer_id, epoch, base_sequence = txn
-        assert u.partition is not None, "transactional records name their partition"
-        self.transactions.check_produce(tid, producer_id, epoch, u.topic, u.partition)
-        return TxnProduce(tid, producer_id, epoch, base_sequence)
+        return TxnProduce(tid, txn, implicit=u.partition is None)
 
     async def submit(self, units: Sequence[Produce]) -> None:
         """Hand the planned units to the writers, in order (a request's units land in one flush:
@@ -451,10 +448,12 @@ class ProduceService:
                 continue
             if u.transaction is not None and self.transactions is not None:
                 stage = self.transactions.stage
-                if plan.dead is not None:
-                    u._dead = asyncio.ensure_future(stage(u.transaction, plan.dead.topic, plan.dead.append.append))
                 if plan.prepared is not None:
                     u._written = asyncio.ensure_future(stage(u.transaction, u.topic, plan.prepared.append))
+                if plan.dead is not None:
+                    u._dead = asyncio.ensure_future(
+                        self._dead_after(u._written, u.transaction, plan.dead.topic, plan.dead.append.append)
+                    )
                 continue
             try:
                 if plan.dead is not None:
@@ -468,6 +467,16 @@ class ProduceService:
                         )
             except TopiclakeError as exc:  # back-pressure: the client retries
                 u.error = exc
+
+    async def _dead_after(
+        self, written: asyncio.Future[AppendResult] | None, txn: TxnProduce, topic: str, append: AppendRequest
+    ) -> AppendResult:
+        """A transactional unit's dead letters, staged with it once its valid records passed the
+        transaction's check (or, all of them dead letters, checked themselves)."""
+        if written is None:
+            return await self.transactions.stage(txn, topic, append) if self.transactions else AppendResult()
+        await written
+        return await self.transactions.stage(txn, topic, append, verify=False) if self.transactions else AppendResult()
 
     async def _after(
         self, first: asyncio.Future[AppendResult], topic: str, append: AppendRequest, committer: Committer | None

@@ -76,13 +76,34 @@ def landing_producer(producer_id: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class TxnProduce:
-    """A transactional produce unit: which transaction its records belong to."""
+class TxnBatch:
+    """Who wrote a transactional request, as its face decoded it: the producer id and epoch the
+    coordinator gave, the request's sequence (Kafka: its batches' first; HTTP: Producer-Sequence),
+    and the lane it belongs to (HTTP: Producer-Id; Kafka: "", one lane a partition)."""
 
-    transactional_id: str
     producer_id: int
     producer_epoch: int
-    base_sequence: int
+    sequence: int
+    lane: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProduce:
+    """A transactional produce unit: which transaction its records belong to. `implicit`: the
+    request does not name its partitions (HTTP): they join the transaction as it writes them
+    (Kafka's clients add them first, AddPartitionsToTxn, and are checked against them)."""
+
+    transactional_id: str
+    batch: TxnBatch
+    implicit: bool = False
+
+    @property
+    def producer_id(self) -> int:
+        return self.batch.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self.batch.producer_epoch
 
 
 class TransactionCoordinator:
@@ -473,34 +494,47 @@ class TransactionCoordinator:
             await self.commit_offsets(group, list(commits.values()))
 
     # -- the data path ----------------------------------------------------------------------------
-    def check_produce(self, tid: str, producer_id: int, epoch: int, topic: str, partition: int) -> None:
+    async def _verify(self, txn: TxnProduce, topic: str, partitions: Sequence[int]) -> None:
         """KIP-890's check of a transactional write, where this gateway coordinates the id: the
-        writer is the id's producer, its transaction is open, and holds the partition.
+        writer is the id's producer, and its transaction is open and holds the partitions; a write
+        that does not name its partitions (`implicit`) adds them, and may begin the transaction.
+        Elsewhere the coordinator's EndTxn decides (a fenced producer's commit is refused).
 
-        Raises: InvalidProducerIdMappingError, ProducerFencedError, InvalidTxnStateError."""
-        if tid not in self._epochs or not self.owns(tid):
-            return  # coordinated elsewhere: its EndTxn decides (a fenced producer's commit is refused)
-        txn = rules.check_producer(self._txns.get(tid), tid, producer_id, epoch)
-        if txn.state != rules.ONGOING or (topic, partition) not in txn.partitions:
+        Raises: InvalidProducerIdMappingError, ProducerFencedError, InvalidTxnStateError,
+        ConcurrentTransactionsError, NotCoordinatorError, StorageUnavailableError."""
+        tid, b = txn.transactional_id, txn.batch
+        if not self.owns(tid):
+            return
+        if txn.implicit:
+            await self._add(tid, b.producer_id, b.producer_epoch, partitions=[(topic, p) for p in partitions])
+            return
+        async with self._lock(tid):
+            current = rules.check_producer(await self._take_over(tid), tid, b.producer_id, b.producer_epoch)
+        missing = [p for p in partitions if (topic, p) not in current.partitions]
+        if current.state != rules.ONGOING or missing:
             raise InvalidTxnStateError(
-                f"Partition {partition} of {topic!r} is not in an open transaction of {tid!r}: "
-                "add it to the transaction (AddPartitionsToTxn) before writing to it.",
+                f"Partition {(missing or list(partitions))[0]} of {topic!r} is not in an open transaction of "
+                f"{tid!r}: add it to the transaction (AddPartitionsToTxn) before writing to it.",
                 transactional_id=tid,
                 topic=topic,
-                partition=partition,
             )
 
-    async def stage(self, txn: TxnProduce, topic: str, request: AppendRequest) -> AppendResult:
-        """Keep a transactional write's records (each partition's) until its transaction is decided.
+    async def stage(self, txn: TxnProduce, topic: str, request: AppendRequest, *, verify: bool = True) -> AppendResult:
+        """Keep a transactional write's records (each partition's) until its transaction is decided,
+        checked first (`_verify`; not `verify`: dead letters split from records that were).
         Answered with no offsets: they are assigned when the transaction commits."""
         _, staging = await asyncio.to_thread(self._open)
         batch = request.batch
         parts = request.partition_array()
+        touched = [int(p) for p in sorted(set(parts.tolist()))]
+        if verify:
+            await self._verify(txn, topic, touched)
+        b = txn.batch
 
         def write() -> None:
-            for p in sorted(set(parts.tolist())):
-                rows = batch.filter(pa.array(parts == p)) if len(set(parts.tolist())) > 1 else batch
-                staging.stage_records(txn.producer_id, txn.producer_epoch, topic, int(p), txn.base_sequence, rows)
+            for p in touched:
+                rows = batch.filter(pa.array(parts == p)) if len(touched) > 1 else batch
+                staging.stage_records(b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane)
 
         await asyncio.to_thread(write)
         return AppendResult()

@@ -26,7 +26,7 @@ from ingest_gateway.kit.forwarding import GroupForwardingMiddleware
 from ingest_gateway.metrics import Metrics
 from ingest_gateway.openapi import install_openapi
 from ingest_gateway.routes import jobs as jobs_routes
-from ingest_gateway.routes import ops, records, topics
+from ingest_gateway.routes import ops, records, topics, transactions
 from ingest_gateway.routes import registry as registry_routes
 
 log = logging.getLogger(__name__)
@@ -197,6 +197,7 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(topics.router)
     app.include_router(records.router)
+    app.include_router(transactions.router)
     records.QuerylessProduceRoute.install(app.router.routes)
     app.include_router(consumer_router)
     app.include_router(registry_routes.router)

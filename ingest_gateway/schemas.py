@@ -180,18 +180,19 @@ class TopicList(_Model):
 
 class RecordOffset(_Model):
     partition: int
-    offset: int
+    offset: int | None = Field(description="null in a transaction: offsets are assigned when it commits.")
 
 
 class ProduceResponse(_Model):
     topic: str
     offsets: list[RecordOffset]
     duplicate: bool = False
+    transactional_id: str | None = Field(None, description="The transaction the records are staged with.")
 
 
 class PartitionBatch(_Model):
     partition: int
-    base_offset: int
+    base_offset: int | None = Field(description="null in a transaction: offsets are assigned when it commits.")
     count: int
 
 
@@ -200,6 +201,7 @@ class ProduceBatchResponse(_Model):
     record_count: int
     partitions: list[PartitionBatch]
     duplicate: bool = False
+    transactional_id: str | None = Field(None, description="The transaction the records are staged with.")
 
 
 class RecordHeader(_Model):
@@ -232,3 +234,65 @@ class CompatibilityLevel(BaseModel):
     compatibility: str = Field(
         json_schema_extra={"enum": list(COMPATIBILITY_LEVELS)}, description="Confluent's level names."
     )
+
+
+# -- transactions ---------------------------------------------------------------------------------
+_PRODUCER_ID: dict[str, Any] = {"minimum": 0, "maximum": 2**63 - 1}
+
+
+class InitTransaction(_Model):
+    timeout_ms: BodyInt = Field(
+        60_000,
+        ge=1,
+        le=2**31 - 1,
+        description="Abort the transaction if it stays open this long (transaction.timeout.ms).",
+    )
+
+
+class TransactionProducer(_Model):
+    """The producer id and epoch `POST /transactions/{id}/init` gave."""
+
+    producer_id: BodyInt = Field(json_schema_extra=_PRODUCER_ID)
+    producer_epoch: BodyInt = Field(ge=0, le=2**15 - 1)
+
+
+class TransactionOffset(_Model):
+    topic: str = Field(
+        max_length=MAX_TOPIC_NAME_LENGTH, json_schema_extra={"minLength": 1, "pattern": TOPIC_NAME_PATTERN}
+    )
+    partition: BodyInt = Field(ge=0, le=MAX_PARTITIONS - 1)
+    offset: BodyInt = Field(
+        ge=0, le=MAX_JSON_INT, description="The next offset to consume, committed with the transaction."
+    )
+    metadata: str = Field("", max_length=4096)
+
+
+class TransactionOffsets(TransactionProducer):
+    group: str = Field(min_length=1, max_length=255)
+    #: the group member the offsets are committed for (checked as for POST /groups/{g}/offsets)
+    member_id: str | None = Field(None, max_length=300)
+    generation: BodyInt | None = Field(None, ge=-1, le=2**31 - 1)
+    offsets: list[TransactionOffset] = Field(max_length=100_000)
+
+
+class TransactionPartitions(_Model):
+    topic: str
+    partitions: list[int]
+
+
+class TransactionState(_Model):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str = Field(
+        description="Kafka's: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort."
+    )
+    timeout_ms: int
+    #: when the open transaction began (ms since the epoch; null: none is open)
+    start_ms: int | None
+    topics: list[TransactionPartitions]
+    groups: list[str]
+
+
+class TransactionList(_Model):
+    transactions: list[TransactionState]

@@ -24,8 +24,9 @@ import random
 import ssl
 import threading
 import time
+import urllib.parse
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import httpx
@@ -205,7 +206,8 @@ class RecordMetadata(NamedTuple):
 
     topic: str
     partition: int
-    offset: int
+    #: None for a record of a transaction: its offset is assigned when the transaction commits
+    offset: int | None
 
 
 class _BatchResult:
@@ -218,7 +220,7 @@ class _BatchResult:
         self.dead_letters: dict[int, str] = {}  # index -> the dead-letter topic that took the record
         self.done = threading.Event()
         self.partitions: list[int] = []
-        self.offsets: list[int] = []
+        self.offsets: list[int | None] = []
         self.error: BaseException | None = None
         self.callbacks: list[tuple[int, Callable[[RecordFuture], None]]] = []
         self.send_callbacks: list[tuple[int, Callable[[RecordMetadata | None, Exception | None], None]]] = []
@@ -487,6 +489,10 @@ class Producer:
       the gateway never writes it twice.
     - `compression="gzip"` compresses request bodies (Content-Encoding: gzip).
     - `send()` returns a RecordFuture; `callback(metadata, error)` runs when it resolves.
+    - Transactions (`transactional_id`): `init_transactions()` once (it fences older producers of
+      the id), then `begin_transaction()`, `send()`s, `send_offsets_to_transaction()`, and
+      `commit_transaction()` (every record and offset visible at once; a record's offset is None
+      until then) or `abort_transaction()` (none of them, ever), as with Kafka's producers.
     """
 
     def __init__(
@@ -511,6 +517,8 @@ class Producer:
         producer_id: str | None = None,
         ca_file: str | None = None,
         client_cert: tuple[str, str] | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         if compression not in (None, "gzip"):
             raise ValueError("compression must be None or 'gzip'")
@@ -544,6 +552,12 @@ class Producer:
         self.value_format = value_format
         self.key_format = key_format
         self.producer_id = producer_id or f"py-{uuid.uuid4().hex[:20]}"
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        #: the transaction's headers while one is open (None: records are appended at once)
+        self._txn_headers: dict[str, str] | None = None
+        self._txn_producer: tuple[int, int] | None = None  # (producer id, epoch) from init_transactions
+        self._txn_failed: BaseException | None = None  # a send of the open transaction failed
         self._http = http_client(
             url, api_key=api_key, timeout=request_timeout, ca_file=ca_file, client_cert=client_cert
         )
@@ -613,6 +627,8 @@ class Producer:
             )
         if self._stopped:
             self._check_running()
+        if self.transactional_id is not None and self._txn_headers is None:
+            raise RuntimeError("A transactional producer sends inside a transaction: call begin_transaction() first.")
         state = self._topics.get(topic)
         if state is None or time.monotonic() >= state.refresh_at:
             state = self._refresh(topic)
@@ -814,6 +830,8 @@ class Producer:
         batches' results are set, and the last error returned."""
         body = _Batch.to_arrow(batches, lane.partition)
         headers = {"Content-Type": _ARROW, "Producer-Id": lane.producer_id, "Producer-Sequence": str(sequence)}
+        if self._txn_headers is not None:
+            headers |= self._txn_headers
         if self.compression == "gzip":
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
@@ -844,8 +862,9 @@ class Producer:
             time.sleep(self.retry_backoff_s * (2 ** min(attempt, 6)) * random.uniform(0.5, 1.0))
         return error
 
-    @staticmethod
-    def _resolve(result: _BatchResult, error: BaseException | None) -> None:
+    def _resolve(self, result: _BatchResult, error: BaseException | None) -> None:
+        if error is not None and self._txn_headers is not None and self._txn_failed is None:
+            self._txn_failed = error  # the open transaction cannot commit
         result.error = error
         with _CALLBACKS_LOCK:
             result.done.set()
@@ -873,6 +892,99 @@ class Producer:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("flush timed out")
                 self._lock.wait(remaining)
+
+    # -- transactions ----------------------------------------------------------------------------
+    def _transaction_call(self, action: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        assert self.transactional_id is not None
+        path = f"/transactions/{urllib.parse.quote(self.transactional_id, safe='')}/{action}"
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self._http.post(path, json=body, timeout=timeout or self.request_timeout)
+                raise_for_error(resp)
+                return dict(resp.json())
+            except TopiclakeClientError as exc:
+                if not exc.retriable or attempt == self.retries:
+                    raise
+            except httpx.TransportError:  # the call is safe to repeat (a decision is answered again)
+                if attempt == self.retries:
+                    raise
+            time.sleep(self.retry_backoff_s * (2 ** min(attempt, 6)) * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
+    def _producer_body(self) -> dict[str, int]:
+        if self.transactional_id is None or self._txn_producer is None:
+            raise RuntimeError("Call init_transactions() first (a Producer made with transactional_id).")
+        return {"producer_id": self._txn_producer[0], "producer_epoch": self._txn_producer[1]}
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Become the transactional id's producer (POST /transactions/{id}/init): a transaction the
+        id left open is aborted, and older producers of the id are fenced. Raises:
+        TopiclakeClientError, RuntimeError (no transactional_id)."""
+        if self.transactional_id is None:
+            raise RuntimeError("init_transactions() needs a Producer made with transactional_id.")
+        answer = self._transaction_call("init", {"timeout_ms": self.transaction_timeout_ms}, timeout)
+        self._txn_producer = (int(answer["producer_id"]), int(answer["producer_epoch"]))
+
+    def begin_transaction(self) -> None:
+        """Begin a transaction: the records sent until commit or abort belong to it."""
+        self._producer_body()
+        if self._txn_headers is not None:
+            raise RuntimeError("A transaction is already open: commit or abort it first.")
+        assert self.transactional_id is not None and self._txn_producer is not None
+        self._txn_failed = None
+        self._txn_headers = {
+            "Transactional-Id": self.transactional_id,
+            "Transactional-Producer": f"{self._txn_producer[0]}.{self._txn_producer[1]}",
+        }
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[tuple[str, int], int],
+        group: str,
+        *,
+        member_id: str | None = None,
+        generation: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a group's offsets ((topic, partition) -> the next offset to consume) with the open
+        transaction; with `member_id` and `generation` the member is checked as for a commit."""
+        if self._txn_headers is None:
+            raise RuntimeError("No transaction is open: call begin_transaction() first.")
+        body: dict[str, Any] = {
+            **self._producer_body(),
+            "group": group,
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in offsets.items()],
+        }
+        if member_id is not None:
+            body["member_id"] = member_id
+        if generation is not None:
+            body["generation"] = generation
+        self._transaction_call("offsets", body, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is queued, then commit: every record and offset of the transaction becomes
+        visible at once. Raises: TopiclakeClientError (a send of the transaction failed: abort it;
+        or the commit was refused, e.g. 409 PRODUCER_FENCED), TimeoutError."""
+        if self._txn_headers is None:
+            raise RuntimeError("No transaction is open: call begin_transaction() first.")
+        self.flush(timeout)
+        if self._txn_failed is not None:
+            raise TopiclakeClientError(
+                409,
+                "TRANSACTION_ABORTABLE",
+                f"A record of this transaction was not sent ({self._txn_failed}); abort it.",
+            ) from self._txn_failed
+        self._transaction_call("commit", self._producer_body(), timeout)
+        self._txn_headers = None
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Wait for what was sent, then abort: none of the transaction's records or offsets ever
+        becomes visible."""
+        if self._txn_headers is None:
+            raise RuntimeError("No transaction is open: call begin_transaction() first.")
+        self.flush(timeout)
+        self._transaction_call("abort", self._producer_body(), timeout)
+        self._txn_headers = None
 
     def close(self, timeout: float | None = None) -> None:
         self.flush(timeout)

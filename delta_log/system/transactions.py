@@ -16,7 +16,8 @@ and is refused with NotCoordinatorError, never written.
 
 Staging: a transactional producer's records are written, before they are acked, as one Arrow IPC
 file per request and partition at `<pid>.<epoch>/records/<topic>/<partition>/<base sequence>.arrow`
-(a retried request rewrites its own file), and TxnOffsetCommit's offsets as JSON files at
+(a retried request rewrites its own file; an HTTP producer's lane, its Producer-Id, hashed into
+the name after the sequence), and TxnOffsetCommit's offsets as JSON files at
 `<pid>.<epoch>/offsets/<group>/<time>.json`. They are fsynced on local disk (PUT on object
 storage). The topic tables never see them until the coordinator lands them at commit.
 """
@@ -24,6 +25,7 @@ storage). The topic tables never see them until the coordinator lands them at co
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -251,14 +253,24 @@ class TransactionStaging:
                     out.write(data)
 
     def stage_records(
-        self, producer_id: int, epoch: int, topic: str, partition: int, base_sequence: int, batch: pa.Table
+        self,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        partition: int,
+        base_sequence: int,
+        batch: pa.Table,
+        *,
+        lane: str = "",
     ) -> None:
-        """Keep one request's records of one partition until the transaction is decided.
-        Raises: StorageUnavailableError."""
+        """Keep one request's records of one partition until the transaction is decided; `lane`
+        names a producer's sequence space when it has several (HTTP's Producer-Id), so two lanes'
+        requests with one sequence do not take one name. Raises: StorageUnavailableError."""
         sink = io.BytesIO()
         with ipc.new_stream(sink, batch.schema) as writer:
             writer.write_table(batch)
-        path = f"{self._dir(producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}.arrow"
+        suffix = f".{hashlib.blake2b(lane.encode(), digest_size=6).hexdigest()}" if lane else ""
+        path = f"{self._dir(producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}{suffix}.arrow"
         self._put(path, sink.getvalue())
 
     def stage_offsets(self, producer_id: int, epoch: int, group: str, offsets: Sequence[Mapping[str, Any]]) -> None:
@@ -284,7 +296,7 @@ class TransactionStaging:
                 records.append(StagedRecords(parts[1], int(parts[2]), int(parts[3].split(".")[0]), rel))
             elif parts[0] == "offsets" and len(parts) == 3:
                 offsets.append(StagedOffsets(urllib.parse.unquote(parts[1]), rel))
-        records.sort(key=lambda r: (r.topic, r.partition, r.base_sequence))
+        records.sort(key=lambda r: (r.topic, r.partition, r.base_sequence, r.path))
         offsets.sort(key=lambda o: o.path)
         return Staged(tuple(records), tuple(offsets))
 

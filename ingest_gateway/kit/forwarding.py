@@ -1,11 +1,11 @@
-"""Any gateway answers for any group: requests for a group another gateway coordinates are
-forwarded to it, transparently (curl against any gateway works; no client needs to know who
-coordinates).
+"""Any gateway answers for any group and transactional id: requests for one another gateway
+coordinates are forwarded to it, transparently (curl against any gateway works; no client needs to
+know who coordinates).
 
 An ASGI middleware inside the app's authentication gate and body limit: a request is
 authenticated here first, then again by the owner, which also authorizes it with its own ACLs, so
 a key refused on the owner is refused through every gateway. One hop only: a forwarded request
-(`X-Topiclake-Forwarded-By`) that reaches a gateway which does not own the group either (views of
+(`X-Topiclake-Forwarded-By`) that reaches a gateway which does not own it either (views of
 the membership differ for a moment) is answered 503 NOT_COORDINATOR, and the client retries.
 """
 
@@ -21,7 +21,7 @@ import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.cluster import Cluster
-from delta_log.core.ownership import group_resource
+from delta_log.core.ownership import group_resource, transaction_resource
 from delta_log.errors import CoordinatorNotAvailableError, NotCoordinatorError, TopiclakeError
 
 log = logging.getLogger(__name__)
@@ -30,8 +30,22 @@ FORWARDED_BY = "x-topiclake-forwarded-by"
 #: on a forwarded request: the address the client connected to the first gateway from (what a
 #: group's description shows as the member's client host); read only beside FORWARDED_BY
 FORWARDED_FOR = "x-topiclake-forwarded-for"
-#: one group's routes: /groups/{g} and below (not the listing, /groups)
-GROUP_PATH = re.compile(r"^/groups/([^/]+)(?:/|$)")
+#: the routes of one coordinated resource, and the resource: a group's (/groups/{g} and below,
+#: not the listing) and a transactional id's (/transactions/{id} and below)
+COORDINATED = (
+    (re.compile(r"^/groups/([^/]+)(?:/|$)"), group_resource),
+    (re.compile(r"^/transactions/([^/]+)(?:/|$)"), transaction_resource),
+)
+
+
+def _coordinated(path: str) -> tuple[str, str] | None:
+    """(the resource, its name) whose coordinator serves `path`, if one does."""
+    for pattern, resource in COORDINATED:
+        if (found := pattern.match(path)) is not None:
+            return resource(found.group(1)), found.group(1)
+    return None
+
+
 #: hop-by-hop headers (RFC 9110 7.6.1), those the client library recomputes, and where a browser's
 #: request came from: this gateway checked that already (ingest_gateway.browser_guard), and the
 #: owner, reached on another address, would take the console's own writes for another site's
@@ -77,11 +91,12 @@ class GroupForwardingMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         cluster: Cluster | None = getattr(self.state, "cluster", None)
-        match = GROUP_PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
-        if match is None or cluster is None:
+        found = _coordinated(scope.get("path", "")) if scope["type"] == "http" else None
+        if found is None or cluster is None:
             await self.app(scope, receive, send)
             return
-        owner = cluster.owner(group_resource(match.group(1)))
+        resource, name = found
+        owner = cluster.owner(resource)
         if owner is not None and owner.gateway_id == cluster.me.gateway_id and cluster.self_live:
             await self.app(scope, receive, send)
             return
@@ -89,9 +104,9 @@ class GroupForwardingMiddleware:
         if owner is None or forwarded:
             await self._refuse(
                 NotCoordinatorError(
-                    f"This gateway does not coordinate group {match.group(1)!r} "
+                    f"This gateway does not coordinate {resource.split(':', 1)[0]} {name!r} "
                     f"({'no gateway is live' if owner is None else f'gateway {owner.gateway_id} does'}).",
-                    group=match.group(1),
+                    **({"group": name} if resource == group_resource(name) else {"transactional_id": name}),
                 ),
                 scope,
                 receive,
@@ -104,7 +119,7 @@ class GroupForwardingMiddleware:
         if await self._forward(cluster, owner.url, owner.gateway_id, body, scope, send):
             return
         await cluster.refresh()  # the owner cannot be reached: did it leave?
-        again = cluster.owner(group_resource(match.group(1)))
+        again = cluster.owner(resource)
         if again is not None and again.gateway_id == cluster.me.gateway_id and cluster.self_live:
             await self.app(scope, _replay(body), send)
             return
@@ -114,8 +129,8 @@ class GroupForwardingMiddleware:
             owner = again
         await self._refuse(
             CoordinatorNotAvailableError(
-                f"The group's coordinator, gateway {owner.gateway_id}, cannot be reached; another gateway takes "
-                "its groups over once its membership times out.",
+                f"The coordinator of {name!r}, gateway {owner.gateway_id}, cannot be reached; another gateway takes "
+                "over what it coordinated once its membership times out.",
                 gateway=owner.gateway_id,
             ),
             scope,

@@ -43,6 +43,13 @@ GroupPath = Annotated[
         json_schema_extra={"minLength": 1, "maxLength": MAX_GROUP_ID_LENGTH, "pattern": GROUP_ID_PATTERN},
     ),
 ]
+TransactionalIdPath = Annotated[
+    str,
+    Path(
+        description="Transactional id: 1-249 characters without '/'.",
+        json_schema_extra={"minLength": 1, "maxLength": 249, "pattern": r"^[^/]+$"},
+    ),
+]
 MemberPath = Annotated[str, Path(description="The member id a join returned.", json_schema_extra={"maxLength": 300})]
 KeyFormat = Annotated[str, Query(description="json | string | binary (base64)", json_schema_extra=FORMATS)]
 ValueFormat = KeyFormat

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ from broker.produce import (
     record_offset_columns,
 )
 from broker.services import Services
+from broker.transactions import TxnBatch
 from conf import Settings
 from delta_log.core.acl import Principal
 from delta_log.core.records import producer_arrow_stream
@@ -118,8 +119,25 @@ async def produce(
     record_offsets: Annotated[
         bool, Query(description="Arrow requests: also return each record's partition and offset, in order.")
     ] = False,
+    transactional_id: Annotated[
+        str,
+        Header(
+            description="Write in this transactional id's transaction (POST /transactions/{id}/init first); "
+            "with Transactional-Producer, Producer-Id and Producer-Sequence.",
+            json_schema_extra={"maxLength": 249},
+        ),
+    ] = "",
+    transactional_producer: Annotated[
+        str,
+        Header(
+            description="`<producer_id>.<producer_epoch>` as POST /transactions/{id}/init answered.",
+            json_schema_extra={"pattern": r"^([0-9]{1,19}\.[0-9]{1,5})?$"},
+        ),
+    ] = "",
 ) -> Response:
-    """Append records to a topic; the response comes after the Delta commit that holds them."""
+    """Append records to a topic; the response comes after the Delta commit that holds them. In a
+    transaction (Transactional-Id), after the records are staged with it: their offsets are null
+    until it commits."""
     return await produce_records(
         request,
         topic,
@@ -152,15 +170,18 @@ async def produce_records(
     if media not in _DECODERS:
         raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not supported.", content_type=media)
 
+    tid, txn = _transaction(request.headers, producer_headers)
+
     def decode() -> Decoded:  # after the ACL check, in the broker's decoding thread for large bodies
         producer = producer_from_headers(*(h or None for h in producer_headers))
-        return Decoded(_DECODERS[media](body, key_format, value_format), producer)
+        return Decoded(_DECODERS[media](body, key_format, value_format), producer, transactional=txn)
 
     state = request.app.state
     services: Services = state.services
     service = services.produce
     forwarded = FORWARDED_BY in request.headers
-    unit = Produce(topic=topic, decode=decode, size=len(body), route=not forwarded, forwarded=forwarded)
+    route = not forwarded and tid is None  # a transaction's records are staged here, for any partition
+    unit = Produce(topic=topic, decode=decode, size=len(body), route=route, forwarded=forwarded, transactional_id=tid)
     await service.plan(principal, [unit])
     if unit.error is not None:
         raise unit.error
@@ -195,7 +216,49 @@ async def produce_records(
                 return _respond(topic, media, prepared_plan, Acked(outcome, None), record_offsets)
     await service.submit([unit])
     assert unit.plan is not None
-    return _respond(topic, media, unit.plan, await service.acked(unit), record_offsets)
+    acked = await service.acked(unit)
+    if tid is not None:
+        return _staged(topic, tid, media, unit.plan, record_offsets)
+    return _respond(topic, media, unit.plan, acked, record_offsets)
+
+
+def _staged(topic: str, tid: str, media: str, plan: ProducePlan, record_offsets: bool) -> Response:
+    """A transactional request's answer: where each record goes, without offsets (null: they are
+    assigned when the transaction commits)."""
+    parts = plan.prepared.append.partition_array().tolist() if plan.prepared is not None else []
+    payload: dict[str, object] = {"topic": topic, "transactional_id": tid, "duplicate": False}
+    if media == decoding.ARROW_STREAM:
+        counts: dict[int, int] = {}
+        for p in parts:
+            counts[p] = counts.get(p, 0) + 1
+        payload["record_count"] = len(parts)
+        payload["partitions"] = [{"partition": p, "base_offset": None, "count": n} for p, n in sorted(counts.items())]
+        if record_offsets:
+            payload["record_partitions"], payload["record_offsets"] = parts, [None] * len(parts)
+    else:
+        payload["offsets"] = [{"partition": p, "offset": None} for p in parts]
+    return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+
+def _transaction(
+    headers: Mapping[str, str], producer_headers: tuple[str, str, str]
+) -> tuple[str | None, TxnBatch | None]:
+    """The transactional id and writer a request names (Transactional-Id, Transactional-Producer,
+    with Producer-Id and Producer-Sequence: a retried request is staged once). Raises:
+    MalformedRequestError."""
+    tid, producer = headers.get("transactional-id"), headers.get("transactional-producer")
+    if tid is None and producer is None:
+        return None, None
+    lane, sequence, _ = producer_headers
+    pid, _, epoch = (producer or "").partition(".")
+    if not tid or not (pid.isdigit() and epoch.isdigit() and sequence.isdigit() and lane):
+        raise MalformedRequestError(
+            "A transactional request has Transactional-Id, Transactional-Producer (<producer_id>.<epoch>, as "
+            "POST /transactions/{id}/init answered), Producer-Id and Producer-Sequence.",
+        )
+    if int(pid) >= 2**63 or int(epoch) >= 2**15 or len(tid) > 249:
+        raise MalformedRequestError("Transactional-Producer's id or epoch is out of range, or the id is too long.")
+    return tid, TxnBatch(int(pid), int(epoch), int(sequence), lane)
 
 
 def _respond(topic: str, media: str, plan: ProducePlan, acked: Acked, record_offsets: bool) -> Response:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
 from broker.produce import Decoded, Produce, ProduceService
+from broker.transactions import TxnBatch
 from delta_log.core.producer import KAFKA_SEQUENCES, ProducerSequence
 from delta_log.core.records import HEADERS_TYPE, TIMESTAMP_TYPE
 from delta_log.errors import InvalidRecordError, TopiclakeError
@@ -96,7 +97,7 @@ def _decoder(records: bytes, partition: int, max_records: int, budget: list[int]
             if producer is None:
                 raise InvalidRecordError("Transactional batches carry a producer id, epoch and sequence.")
             first = decoded.batches[0]
-            txn = (first.producer_id, first.producer_epoch, first.base_sequence)
+            txn = TxnBatch(first.producer_id, first.producer_epoch, first.base_sequence)
         return Decoded(_table(decoded, partition), producer, codec, txn)
 
     return decode

@@ -317,3 +317,48 @@ def test_kafka_streams_exactly_once_word_count_killed_once_counts_exactly(gatewa
     finally:
         app.terminate()
         app.wait(30)
+
+
+def test_http_transactions_through_the_python_producer(gateway):
+    """The HTTP transaction API (docs/API.md) through `topiclake.Producer`: records of two topics and
+    a group's offsets visible all at once at commit, nothing of an aborted transaction, the same
+    fencing as Kafka's producers, and a Kafka read_committed consumer sees what HTTP committed."""
+    from topiclake.client import Producer as HttpProducer
+    from topiclake.client import TopiclakeClientError
+
+    a, b = _topic(gateway), _topic(gateway, 1)
+    producer = HttpProducer(gateway.url, transactional_id="http-tx", value_format="string", linger_ms=1)
+    producer.init_transactions()
+    producer.begin_transaction()
+    futures = [producer.send(a, f"h{i}", key=f"k{i}") for i in range(10)] + [producer.send(b, "hb", partition=0)]
+    producer.send_offsets_to_transaction({(b, 0): 7}, "http-group")
+    producer.flush()
+    assert all(f.result(10).offset is None for f in futures)  # staged: offsets come with the commit
+    described = httpx.get(f"{gateway.url}/transactions/http-tx", timeout=30).json()
+    assert described["state"] == "Ongoing" and described["groups"] == ["http-group"]
+    assert {t["topic"] for t in described["topics"]} == {a, b}
+    assert _table_values(gateway, a) == [] and _table_values(gateway, b) == []
+    producer.commit_transaction()
+    assert sorted(_table_values(gateway, a)) == sorted(f"h{i}".encode() for i in range(10))
+    committed = httpx.get(f"{gateway.url}/groups/http-group/offsets", timeout=30).json()["offsets"]
+    assert committed == [{"topic": b, "partition": 0, "offset": 7, "metadata": ""}]
+    assert httpx.get(f"{gateway.url}/transactions/http-tx", timeout=30).json()["state"] == "CompleteCommit"
+
+    producer.begin_transaction()
+    producer.send(b, "aborted", partition=0)
+    producer.abort_transaction()
+    successor = HttpProducer(gateway.url, transactional_id="http-tx", value_format="string")
+    successor.init_transactions()
+    producer.begin_transaction()
+    producer.send(b, "fenced", partition=0)
+    with pytest.raises(TopiclakeClientError) as refused:
+        producer.commit_transaction()
+    assert refused.value.code in ("PRODUCER_FENCED", "TRANSACTION_ABORTABLE")
+    successor.begin_transaction()
+    successor.send(b, "successor", partition=0)
+    successor.commit_transaction()
+    assert _read_committed(gateway, [b], 2) == [b"hb", b"successor"]
+    listed = httpx.get(f"{gateway.url}/transactions", timeout=30).json()["transactions"]
+    assert any(t["transactional_id"] == "http-tx" for t in listed)
+    producer.close()
+    successor.close()

@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from broker.produce import Decoded, Produce, ProduceService
-from broker.transactions import TransactionCoordinator
+from broker.transactions import TransactionCoordinator, TxnBatch
 from conf import TransactionSettings
 from delta_log.core import transactions as rules
 from delta_log.core.acl import ANONYMOUS, principal_of
@@ -57,7 +57,7 @@ def _unit(tid: str, topic: str, partition: int, txn: rules.Txn, sequence: int, *
         topic=topic,
         partition=partition,
         size=table.nbytes,
-        decode=lambda: Decoded(table, transactional=(txn.producer_id, txn.producer_epoch, sequence)),
+        decode=lambda: Decoded(table, transactional=TxnBatch(txn.producer_id, txn.producer_epoch, sequence)),
         transactional_id=tid,
     )
 

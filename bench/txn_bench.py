@@ -1,0 +1,167 @@
+"""Transactional produce, topiclake's Kafka listener beside Apache Kafka, in one run.
+
+    python -m bench.txn_bench            # 3 alternating repeats, 8 s a run
+    python -m bench.txn_bench --quick    # 1 repeat, 4 s a run
+
+The same clients run against a Kafka 4.x broker (KRaft, 127.0.0.1, bench/kafka_broker.py) and a
+`topiclake serve` on 127.0.0.1, alternating: Java's producer (bench/kafka/TxnPerf.java) and
+confluent-kafka's, 1 KB records, acks=all, idempotent, on a 4-partition topic:
+- plain: no transaction, for as long as a run lasts (the throughput a transaction is compared to);
+- transactional: transactions of 100 and of 10,000 records, each commit timed (commitTransaction:
+  the records not yet acked, then EndTxn).
+Reports throughput, commit latency p50/p99, and each system's overhead, transactional / plain
+throughput (the target: topiclake's no worse than Kafka's). Results: bench/results/txn_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import percentile, print_table, write_results
+from bench.kafka_broker import KafkaBroker
+from bench.produce_bench import random_values
+from tests.e2e import java_build
+from tests.e2e.server import ServerProcess
+
+PARTITIONS = 4
+SIZE = 1024
+PER_TXN = (100, 10_000)
+TXN_PERF = Path(__file__).with_name("kafka") / "TxnPerf.java"
+
+
+def java_producer(bootstrap: str, topic: str, per_txn: int, seconds: float, transactional: bool) -> dict[str, Any]:
+    tid = f"bench-{uuid.uuid4().hex[:8]}" if transactional else "-"
+    cmd = java_build.command(TXN_PERF, bootstrap, topic, str(SIZE), str(per_txn), str(seconds), tid)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120, check=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def confluent_producer(bootstrap: str, topic: str, per_txn: int, seconds: float, transactional: bool) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "linger.ms": 5,
+        "enable.idempotence": True,
+        "queue.buffering.max.messages": 500_000,
+    }
+    if transactional:
+        conf["transactional.id"] = f"bench-{uuid.uuid4().hex[:8]}"
+    p = Producer(conf)
+    if transactional:
+        p.init_transactions(60)
+    values = random_values(1000, SIZE)
+    commits: list[float] = []
+    records = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or (transactional and len(commits) < 3):
+        if transactional:
+            p.begin_transaction()
+        for i in range(per_txn):
+            while True:
+                try:
+                    p.produce(topic, values[i % 1000])
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        p.poll(0)
+        if transactional:
+            t0 = time.perf_counter()
+            p.commit_transaction(120)
+            commits.append((time.perf_counter() - t0) * 1000)
+        records += per_txn
+    p.flush(120)
+    elapsed = time.perf_counter() - start
+    out: dict[str, Any] = {"records": records, "seconds": elapsed, "records_s": records / elapsed}
+    if commits:
+        out |= {"commit_p50_ms": percentile(commits, 50), "commit_p99_ms": percentile(commits, 99)}
+    return out
+
+
+CLIENTS = {"Java producer": java_producer, "confluent-kafka": confluent_producer}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.txn_bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--seconds", type=float)
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    seconds = args.seconds or (4.0 if args.quick else 8.0)
+    work = Path(tempfile.mkdtemp(prefix="topiclake-txn-bench-", dir=os.environ.get("BENCH_TMP")))
+    kafka = KafkaBroker(work / "kafka").start()
+    srv = ServerProcess(work / "topiclake" / "data").start()
+    systems = {"Kafka": kafka.bootstrap, "topiclake": srv.kafka}
+    rows: list[dict[str, Any]] = []
+    try:
+        admin = httpx.Client(base_url=srv.url, timeout=60)
+        for rep in range(repeats):
+            for client, run in CLIENTS.items():
+                for mode in ("plain", *(f"{n} / txn" for n in PER_TXN)):
+                    for system, bootstrap in systems.items():  # alternating, run by run
+                        topic = f"txn-{uuid.uuid4().hex[:8]}"
+                        if system == "Kafka":
+                            kafka.create_topic(topic, partitions=PARTITIONS)
+                        else:
+                            admin.post("/topics", json={"name": topic, "partitions": PARTITIONS}).raise_for_status()
+                        per_txn = 1000 if mode == "plain" else int(mode.split()[0])
+                        res = run(bootstrap, topic, per_txn, seconds, mode != "plain")
+                        row = {"client": client, "mode": mode, "system": system, "repeat": rep, **res}
+                        rows.append(row)
+                        print(
+                            f"#{rep} {client} {mode} {system}: {res['records_s']:,.0f} records/s"
+                            + (f", commit p50 {res['commit_p50_ms']:.1f} ms" if "commit_p50_ms" in res else ""),
+                            flush=True,
+                        )
+    finally:
+        srv.stop()
+        kafka.stop()
+
+    def med(client: str, mode: str, system: str, key: str) -> float:
+        values = [r[key] for r in rows if (r["client"], r["mode"], r["system"]) == (client, mode, system) and key in r]
+        return statistics.median(values) if values else float("nan")
+
+    table = []
+    for client in CLIENTS:
+        for mode in (f"{n} / txn" for n in PER_TXN):
+            line: dict[str, Any] = {"client": client, "records a transaction": mode.split()[0]}
+            for system in systems:
+                plain = med(client, "plain", system, "records_s")
+                txn = med(client, mode, system, "records_s")
+                line[f"{system} records/s"] = round(txn)
+                line[f"{system} commit p50/p99 ms"] = (
+                    f"{med(client, mode, system, 'commit_p50_ms'):.1f} / {med(client, mode, system, 'commit_p99_ms'):.1f}"
+                )
+                line[f"{system} overhead (txn/plain)"] = round(txn / plain, 3)
+            line["overhead ratio (topiclake/Kafka)"] = round(
+                line["topiclake overhead (txn/plain)"] / line["Kafka overhead (txn/plain)"], 3
+            )
+            table.append(line)
+    plain_rows = [
+        {
+            "client": client,
+            **{f"{s} plain records/s": round(med(client, "plain", s, "records_s")) for s in systems},
+        }
+        for client in CLIENTS
+    ]
+    print_table(plain_rows, list(plain_rows[0]))
+    print_table(table, list(table[0]))
+    write_results("txn_bench", rows, {"summary": table, "plain": plain_rows, "seconds": seconds, "repeats": repeats})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -62,6 +62,8 @@ from delta_log.system.transactions import StagedOffsets, StagedRecords, Transact
 
 log = logging.getLogger(__name__)
 
+#: saves between two rewrites of `_system/transactions` to its latest row per id
+COMPACT_EVERY = 256
 #: lands one topic's records (ProduceService.append): the Delta commit that holds them, or its error
 Land = Callable[[str, AppendRequest], Awaitable[AppendResult]]
 #: writes a transaction's group offsets once it commits (GroupCoordinator.commit_transactional)
@@ -134,7 +136,8 @@ class TransactionCoordinator:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         #: group -> partitions with offsets staged by open transactions coordinated here
         self._pending_offsets: dict[str, dict[str, set[tuple[str, int]]]] = {}
-        self._background: set[asyncio.Future[None]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
+        self._saves = 0
         #: every id's state as read at start (what ListTransactions lists before an id is used)
         self._listed: dict[str, Txn] = {}
 
@@ -166,7 +169,7 @@ class TransactionCoordinator:
             self.release(tid)
         self._spawn(self.start())
 
-    def _spawn(self, work: Awaitable[None]) -> None:
+    def _spawn(self, work: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -237,6 +240,10 @@ class TransactionCoordinator:
             self.release(tid)
             raise
         self._txns[tid] = txn
+        self._saves += 1
+        if self._saves % COMPACT_EVERY == 0:  # the table to a row per id, idle ids expired
+            expire = self.clock_ms() - self.settings.id_expiration_ms
+            self._spawn(asyncio.to_thread(store.compact, min_rows=COMPACT_EVERY, expire_before_ms=expire))
 
     # -- timeouts ---------------------------------------------------------------------------------
     def _arm(self, txn: Txn) -> None:
@@ -404,7 +411,7 @@ class TransactionCoordinator:
         if (timer := self._timers.pop(txn.transactional_id, None)) is not None:
             timer.cancel()
         _, staging = self._open()
-        staged = await asyncio.to_thread(staging.staged, txn.producer_id, staged_epoch)
+        staged = await asyncio.to_thread(staging.staged, txn.transactional_id, txn.producer_id, staged_epoch)
         decision = {
             "producer_id": txn.producer_id,
             "staged_epoch": staged_epoch,
@@ -425,7 +432,7 @@ class TransactionCoordinator:
             await self._land_records(txn, pid, staged_epoch, records)
             await self._land_offsets(txn, pid, staged_epoch, decision.get("offsets", ()))
         if staged_epoch >= 0:
-            await asyncio.to_thread(staging.drop, pid, staged_epoch)
+            await asyncio.to_thread(staging.drop, tid, pid, staged_epoch)
         for groups in self._pending_offsets.values():
             groups.pop(tid, None)
         await self._save(rules.complete(txn, now_ms=self.clock_ms()))
@@ -441,7 +448,7 @@ class TransactionCoordinator:
 
         def read(topic: str) -> pa.Table | None:
             try:
-                tables = staging.read_records(pid, staged_epoch, by_topic[topic])
+                tables = staging.read_records(txn.transactional_id, pid, staged_epoch, by_topic[topic])
             except TopiclakeError as exc:
                 if isinstance(exc.__cause__, FileNotFoundError):
                     return None
@@ -471,7 +478,7 @@ class TransactionCoordinator:
 
         def read() -> list[dict[str, Any]]:
             try:
-                return staging.read_offsets(pid, staged_epoch, staged)
+                return staging.read_offsets(txn.transactional_id, pid, staged_epoch, staged)
             except TopiclakeError as exc:
                 if isinstance(exc.__cause__, FileNotFoundError):
                     return []
@@ -529,12 +536,12 @@ class TransactionCoordinator:
         touched = [int(p) for p in sorted(set(parts.tolist()))]
         if verify:
             await self._verify(txn, topic, touched)
-        b = txn.batch
+        tid, b = txn.transactional_id, txn.batch
 
         def write() -> None:
             for p in touched:
                 rows = batch.filter(pa.array(parts == p)) if len(touched) > 1 else batch
-                staging.stage_records(b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane)
+                staging.stage_records(tid, b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane)
 
         await asyncio.to_thread(write)
         return AppendResult()
@@ -577,7 +584,7 @@ class TransactionCoordinator:
             }
             for c in commits
         ]
-        await asyncio.to_thread(staging.stage_offsets, producer_id, epoch, group, rows)
+        await asyncio.to_thread(staging.stage_offsets, tid, producer_id, epoch, group, rows)
         self._pending_offsets.setdefault(group, {}).setdefault(tid, set()).update(
             (c.topic, c.partition) for c in commits
         )

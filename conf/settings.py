@@ -556,6 +556,12 @@ class TransactionSettings(BaseModel):
     max_partitions: int = Field(
         10_000, ge=1, description="Partitions and groups one transaction may touch; more are refused."
     )
+    id_expiration_ms: int = Field(
+        7 * 24 * 3600 * 1000,
+        ge=60_000,
+        description="A transactional id idle this long is forgotten: its next producer gets a new producer id "
+        "(Kafka's transactional.id.expiration.ms).",
+    )
 
 
 class Settings(BaseSettings):

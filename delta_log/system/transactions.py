@@ -15,10 +15,10 @@ holds, so a save by a gateway that lost the id (a stale view, a pause) fails on 
 and is refused with NotCoordinatorError, never written.
 
 Staging: a transactional producer's records are written, before they are acked, as one Arrow IPC
-file per request and partition at `<pid>.<epoch>/records/<topic>/<partition>/<base sequence>.arrow`
+file per request and partition at `<id hash>/<pid>.<epoch>/records/<topic>/<partition>/<base sequence>.arrow`
 (a retried request rewrites its own file; an HTTP producer's lane, its Producer-Id, hashed into
 the name after the sequence), and TxnOffsetCommit's offsets as JSON files at
-`<pid>.<epoch>/offsets/<group>/<time>.json`. They are fsynced on local disk (PUT on object
+`<id hash>/<pid>.<epoch>/offsets/<group>/<time>.json`. They are fsynced on local disk (PUT on object
 storage). The topic tables never see them until the coordinator lands them at commit.
 """
 
@@ -78,17 +78,20 @@ class Saved:
     coordinator_epoch: int
 
 
-def _latest(rows: Sequence[Mapping[str, Any]]) -> dict[str, Saved]:
+def _newest(rows: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each id's winning row: the highest coordinator epoch, then the highest sequence."""
     ranked: dict[str, tuple[tuple[int, int], Mapping[str, Any]]] = {}
     for r in rows:
         rank = (int(r["coordinator_epoch"]), int(r["sequence"]))
         tid = r["transactional_id"]
         if tid not in ranked or rank > ranked[tid][0]:
             ranked[tid] = (rank, r)
-    return {
-        tid: Saved(Txn.of(json.loads(r["snapshot"])), json.loads(r["decision"]) if r["decision"] else None, rank[0])
-        for tid, (rank, r) in ranked.items()
-    }
+    return {tid: r for tid, (_, r) in ranked.items()}
+
+
+def _saved(row: Mapping[str, Any]) -> Saved:
+    decision = json.loads(row["decision"]) if row["decision"] else None
+    return Saved(Txn.of(json.loads(row["snapshot"])), decision, int(row["coordinator_epoch"]))
 
 
 class TransactionStore:
@@ -99,6 +102,7 @@ class TransactionStore:
         self._lock = threading.Lock()
         self._dt = storage.open_or_create_system_table(TABLE, SCHEMA)
         self._sequence = 0
+        self._rows_since_compaction = 0
 
     def _epoch(self, transactional_id: str) -> int:
         return self._dt.transaction_version(coordinator_app_id(transactional_id)) or 0
@@ -174,12 +178,35 @@ class TransactionStore:
                         ),
                         post_commithook_properties=_HOOKS,
                     )
+                    self._rows_since_compaction += 1
                     return
                 except CommitFailedError:
                     continue  # a concurrent commit: read the epoch again
                 except (DeltaError, OSError) as exc:
                     raise StorageUnavailableError(f"Could not save transactional id {tid!r}: {exc}") from exc
         raise StorageUnavailableError(f"Could not save transactional id {tid!r}: too many concurrent commits.")
+
+    def compact(self, *, min_rows: int = 256, expire_before_ms: int | None = None) -> bool:
+        """Rewrite the table to its latest row per id once `min_rows` were saved here since the last
+        rewrite, dropping the ids idle (no transaction open or deciding) since `expire_before_ms`
+        (Kafka's transactional.id.expiration.ms: a producer of such an id starts anew). False when
+        skipped, or when a concurrent save or claim won (the rewrite never drops one)."""
+        with self._lock:
+            if self._rows_since_compaction < min_rows:
+                return False
+            try:
+                self._dt.update_incremental()
+                rows = self.storage.read_system_table(self._dt, SCHEMA).to_pylist()
+                kept = [
+                    r
+                    for r in _newest(rows).values()
+                    if expire_before_ms is None or (txn := _saved(r).txn).open or txn.updated_ms >= expire_before_ms
+                ]
+                self.storage.rewrite_system_table(self._dt, pa.Table.from_pylist(kept, schema=SCHEMA))
+            except (DeltaError, OSError):
+                return False
+            self._rows_since_compaction = 0
+            return True
 
     def load(self, transactional_id: str | None = None) -> dict[str, Saved]:
         """The latest saved state of each id (of `transactional_id` only, if given).
@@ -190,7 +217,7 @@ class TransactionStore:
             rows = self.storage.read_system_table(self._dt, SCHEMA).to_pylist()
         if transactional_id is not None:
             rows = [r for r in rows if r["transactional_id"] == transactional_id]
-        return _latest(rows)
+        return {tid: _saved(r) for tid, r in _newest(rows).items()}
 
 
 # -- staging ------------------------------------------------------------------------------------
@@ -228,8 +255,11 @@ class TransactionStaging:
         self.fs, base = storage.filesystem()
         self.base = f"{base}/{SYSTEM_DIR}/{STAGED_DIR}"
 
-    def _dir(self, producer_id: int, epoch: int) -> str:
-        return f"{self.base}/{producer_id}.{epoch}"
+    def _dir(self, transactional_id: str, producer_id: int, epoch: int) -> str:
+        """The producer's staging: under its transactional id (hashed: any characters), so records
+        staged under one id can never be landed by another id's transaction."""
+        tid = hashlib.blake2b(transactional_id.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+        return f"{self.base}/{tid}/{producer_id}.{epoch}"
 
     def _put(self, path: str, data: bytes) -> None:
         """Write `data` at `path` durably and atomically (a reader sees all of it or nothing)."""
@@ -254,6 +284,7 @@ class TransactionStaging:
 
     def stage_records(
         self,
+        transactional_id: str,
         producer_id: int,
         epoch: int,
         topic: str,
@@ -270,20 +301,22 @@ class TransactionStaging:
         with ipc.new_stream(sink, batch.schema) as writer:
             writer.write_table(batch)
         suffix = f".{hashlib.blake2b(lane.encode(), digest_size=6).hexdigest()}" if lane else ""
-        path = f"{self._dir(producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}{suffix}.arrow"
+        path = f"{self._dir(transactional_id, producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}{suffix}.arrow"
         self._put(path, sink.getvalue())
 
-    def stage_offsets(self, producer_id: int, epoch: int, group: str, offsets: Sequence[Mapping[str, Any]]) -> None:
+    def stage_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, group: str, offsets: Sequence[Mapping[str, Any]]
+    ) -> None:
         """Keep a TxnOffsetCommit's offsets until the transaction is decided (later ones win).
         Raises: StorageUnavailableError."""
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-        path = f"{self._dir(producer_id, epoch)}/offsets/{_quote(group)}/{name}"
+        path = f"{self._dir(transactional_id, producer_id, epoch)}/offsets/{_quote(group)}/{name}"
         self._put(path, json.dumps(list(offsets), separators=(",", ":")).encode())
 
-    def staged(self, producer_id: int, epoch: int) -> Staged:
+    def staged(self, transactional_id: str, producer_id: int, epoch: int) -> Staged:
         """Everything staged for the producer, in the order it lands (by topic, partition, sequence;
         offsets by the time they were staged). Raises: StorageUnavailableError."""
-        root = self._dir(producer_id, epoch)
+        root = self._dir(transactional_id, producer_id, epoch)
         with translate_storage_errors():
             infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
         records, offsets = [], []
@@ -300,8 +333,10 @@ class TransactionStaging:
         offsets.sort(key=lambda o: o.path)
         return Staged(tuple(records), tuple(offsets))
 
-    def read_records(self, producer_id: int, epoch: int, staged: Sequence[StagedRecords]) -> list[pa.Table]:
-        root = self._dir(producer_id, epoch)
+    def read_records(
+        self, transactional_id: str, producer_id: int, epoch: int, staged: Sequence[StagedRecords]
+    ) -> list[pa.Table]:
+        root = self._dir(transactional_id, producer_id, epoch)
         out = []
         with translate_storage_errors():
             for s in staged:
@@ -309,9 +344,11 @@ class TransactionStaging:
                     out.append(ipc.open_stream(f.read()).read_all())
         return out
 
-    def read_offsets(self, producer_id: int, epoch: int, staged: Sequence[StagedOffsets]) -> list[dict[str, Any]]:
+    def read_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, staged: Sequence[StagedOffsets]
+    ) -> list[dict[str, Any]]:
         """The offsets staged, in order (a later commit of a partition after an earlier one)."""
-        root = self._dir(producer_id, epoch)
+        root = self._dir(transactional_id, producer_id, epoch)
         out: list[dict[str, Any]] = []
         with translate_storage_errors():
             for s in staged:
@@ -319,7 +356,7 @@ class TransactionStaging:
                     out.extend({"group": s.group, **o} for o in json.loads(f.read()))
         return out
 
-    def drop(self, producer_id: int, epoch: int) -> None:
+    def drop(self, transactional_id: str, producer_id: int, epoch: int) -> None:
         """Delete everything staged for the producer. Raises: StorageUnavailableError."""
         with translate_storage_errors(), contextlib.suppress(FileNotFoundError):
-            self.fs.delete_dir(self._dir(producer_id, epoch))
+            self.fs.delete_dir(self._dir(transactional_id, producer_id, epoch))

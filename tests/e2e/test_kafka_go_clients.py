@@ -2,7 +2,7 @@
 kadm), IBM's sarama and segmentio's kafka-go (tests/e2e/go_clients/main.go). Each creates a topic,
 produces 3,000 keyed, compressed records with acks=all (idempotent where the client offers it),
 reads them all in a consumer group and commits; franz-go also on Kafka 4's consumer protocol
-(KIP-848). kafka-go found two faults: a JoinGroup v2 error
+(KIP-848) and with transactions (GroupTransactSession). kafka-go found two faults: a JoinGroup v2 error
 answer with a null protocol name (the connection dropped) and its version-1 subscriptions without
 owned partitions (refused as INCONSISTENT_GROUP_PROTOCOL)."""
 
@@ -47,3 +47,11 @@ def test_franz_go_members_share_a_group_on_the_consumer_protocol(server, go_clie
     out = subprocess.run([str(go_clients), server.kafka, "franz848"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, f"franz848: {out.stderr[-3000:]}\n{server.log.read_text()[-3000:]}"
     assert out.stdout.split()[:4] == ["franz-go", "848", "ok", "3000"], out.stdout
+
+
+def test_franz_go_group_transact_session_moves_a_topic_exactly_once(server, go_clients):
+    """franz-go's GroupTransactSession (read_committed, RequireStableFetchOffsets, transactions
+    that commit the group's offsets): every record of the input once in the output, no lag."""
+    out = subprocess.run([str(go_clients), server.kafka, "franztxn"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, f"franztxn: {out.stderr[-3000:]}\n{server.log.read_text()[-3000:]}"
+    assert out.stdout.split()[-4:] == ["franz-go", "txn", "ok", "3000"], out.stdout

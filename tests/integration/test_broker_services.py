@@ -70,8 +70,16 @@ def test_produce_checks_the_acl_and_the_named_partition_before_decoding(registry
     assert registry.reader("closed").high_watermark(0) == 0
 
 
-def test_one_request_lands_in_one_commit_per_topic(registry):
+def test_one_request_lands_in_one_commit_per_topic(settings):
+    """The service hands every unit of a request to the writer before it waits for any: they land in
+    the flush the first one opens (its linger, 50 ms here, so that a thread switch on a busy machine,
+    5 ms, cannot let the flush go before the second unit is queued)."""
     from deltalake import DeltaTable
+
+    registry = TopicRegistry(
+        settings.model_copy(update={"writer": settings.writer.model_copy(update={"linger_ms": 50.0})})
+    )
+    registry.catalog.create_topic("open", partitions=2)
 
     async def main() -> list:
         service = ProduceService(registry)
@@ -81,7 +89,10 @@ def test_one_request_lands_in_one_commit_per_topic(registry):
 
     uri = registry.storage.topic_uri("open")
     before = DeltaTable(uri).version()
-    acked = asyncio.run(main())
+    try:
+        acked = asyncio.run(main())
+    finally:
+        registry.close()
     assert [a.base_offset for a in acked] == [0, 0]
     assert DeltaTable(uri).version() == before + 1  # both partitions' records, one flush
 

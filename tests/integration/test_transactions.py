@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from dataclasses import replace as dataclasses_replace
 
 import pyarrow as pa
 import pytest
@@ -20,7 +21,7 @@ from delta_log.core.acl import ANONYMOUS, principal_of
 from delta_log.errors import InvalidTxnStateError, ProducerFencedError, TransactionalIdAuthorizationError
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit
-from delta_log.system.transactions import TransactionStaging, TransactionStore
+from delta_log.system.transactions import SCHEMA, TransactionStaging, TransactionStore
 
 
 @pytest.fixture
@@ -158,7 +159,7 @@ def test_a_decision_left_half_done_by_a_crash_is_finished_once_by_the_next_coord
         store, staging = TransactionStore(registry.storage), TransactionStaging(registry.storage)
         # the decision as EndTxn saves it, and then the process is gone
         ending = rules.end(coordinator.state("t1"), "t1", txn.producer_id, txn.producer_epoch, commit=True, now_ms=0)
-        staged = staging.staged(txn.producer_id, txn.producer_epoch)
+        staged = staging.staged("t1", txn.producer_id, txn.producer_epoch)
         decision = {
             "producer_id": txn.producer_id,
             "staged_epoch": txn.producer_epoch,
@@ -167,7 +168,7 @@ def test_a_decision_left_half_done_by_a_crash_is_finished_once_by_the_next_coord
         }
         store.save(ending.txn, store.coordinator_epoch("t1"), decision)
         kept = tmp_path / "staged"
-        shutil.copytree(staging._dir(txn.producer_id, txn.producer_epoch), kept)
+        shutil.copytree(staging._dir("t1", txn.producer_id, txn.producer_epoch), kept)
         await coordinator.stop()
 
         _, restarted = _coordinator(registry)
@@ -178,13 +179,13 @@ def test_a_decision_left_half_done_by_a_crash_is_finished_once_by_the_next_coord
         await restarted.stop()
 
         # the second crash: everything landed, but the staging and CompleteCommit were not saved
-        shutil.copytree(kept, staging._dir(txn.producer_id, txn.producer_epoch))
+        shutil.copytree(kept, staging._dir("t1", txn.producer_id, txn.producer_epoch))
         store.save(ending.txn, store.coordinator_epoch("t1"), decision)
         _, again = _coordinator(registry)
         await again.start()
         assert again.state("t1").state == rules.COMPLETE_COMMIT
         assert _values(registry, "a") + _values(registry, "b") == landed  # not twice
-        assert staging.staged(txn.producer_id, txn.producer_epoch).records == ()
+        assert staging.staged("t1", txn.producer_id, txn.producer_epoch).records == ()
         await again.stop()
 
     asyncio.run(main())
@@ -226,3 +227,28 @@ def test_a_key_needs_write_on_the_transactional_id(registry):
             await coordinator.init_producer_id(reader, "app-1", 60_000)
 
     asyncio.run(main())
+
+
+def test_the_state_table_compacts_to_a_row_per_id_and_forgets_idle_ids(registry):
+    store = TransactionStore(registry.storage)
+    epochs = {tid: store.claim(tid) for tid in ("busy", "idle", "open")}
+    idle = rules.Txn(transactional_id="idle", producer_id=1, producer_epoch=0, timeout_ms=1000, updated_ms=10)
+    store.save(idle, epochs["idle"])
+    opened = rules.Txn(
+        transactional_id="open", producer_id=2, producer_epoch=0, timeout_ms=1000, state=rules.ONGOING, updated_ms=10
+    )
+    store.save(opened, epochs["open"])
+    for epoch in range(5):
+        busy = rules.Txn(
+            transactional_id="busy", producer_id=3, producer_epoch=epoch, timeout_ms=1000, updated_ms=10**9
+        )
+        store.save(busy, epochs["busy"])
+    before = store.load()
+    assert not store.compact(min_rows=100)  # not enough rows saved since the last rewrite
+    assert store.compact(min_rows=7, expire_before_ms=10**6)
+    after = store.load()
+    assert set(after) == {"busy", "open"}  # the idle id is forgotten; an open transaction never is
+    assert after["busy"] == before["busy"] and after["open"] == before["open"]
+    assert len(store.storage.read_system_table(store._dt, SCHEMA)) == 2
+    store.save(dataclasses_replace(busy, producer_epoch=9), epochs["busy"])  # the epochs still fence
+    assert store.load()["busy"].txn.producer_epoch == 9

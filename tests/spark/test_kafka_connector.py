@@ -67,3 +67,33 @@ def test_spark_writes_and_reads_topics_with_its_kafka_connector(spark, gateway, 
     copied = spark.read.format("delta").load(out)
     assert copied.count() == 150
     assert copied.select("partition", "offset").distinct().count() == 150
+
+
+def test_spark_sees_a_committed_transaction_and_never_an_aborted_one(spark, gateway):
+    """A transactional producer commits to two topics x three partitions, then aborts a second
+    transaction: Spark's Kafka connector (read_committed and read_uncommitted), the `topiclake`
+    source and the tables read with format("delta") hold exactly the committed records."""
+    admin = AdminClient({"bootstrap.servers": gateway.kafka})
+    for name in ("txn-a", "txn-b"):
+        admin.create_topics([NewTopic(name, 3, 1)])[name].result(30)
+    producer = Producer({"bootstrap.servers": gateway.kafka, "transactional.id": "spark-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(60):
+        producer.produce(("txn-a", "txn-b")[i % 2], value=f"c{i}".encode(), partition=i % 3)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce(("txn-a", "txn-b")[i % 2], value=f"x{i}".encode(), partition=i % 3)
+    producer.flush(30)
+    producer.abort_transaction(30)
+    committed = {f"c{i}" for i in range(60)}
+    kafka = {"kafka.bootstrap.servers": gateway.kafka, "subscribe": "txn-a,txn-b"}
+    for isolation in ("read_committed", "read_uncommitted"):
+        read = spark.read.format("kafka").options(**kafka).option("kafka.isolation.level", isolation).load()
+        assert {r.value.decode() for r in read.select("value").collect()} == committed
+    tables = [spark.read.format("delta").load(f"{gateway.root}/topics/{t}") for t in ("txn-a", "txn-b")]
+    values = [r.value.decode() for t in tables for r in t.select("value").collect()]
+    assert sorted(values) == sorted(committed)
+    source = spark.read.format("topiclake").option("root", str(gateway.root)).option("subscribe", "txn-a,txn-b").load()
+    assert {r.value.decode() for r in source.select("value").collect()} == committed

@@ -3,12 +3,14 @@
 // produces keyed records (compressed, acks=all; idempotent where the client offers it), reads them
 // all back in a consumer group, commits, and checks what it can (offsets, headers, lag).
 //
-//	go-clients BOOTSTRAP franz|franz848|sarama|kafkago
+//	go-clients BOOTSTRAP franz|franz848|franztxn|sarama|kafkago
 //	go-clients BOOTSTRAP franzchurn TAG STAGES WORKERS PROTOCOL STRATEGY STATIC
 //
 // franz848: two franz-go members of one group on Kafka 4's consumer protocol (KIP-848,
 // kgo.ServerSideBalancer with the uniform assignor): the second joins while the first reads,
 // both end up holding partitions, every record is read.
+//
+// franztxn: franz-go's GroupTransactSession moves a topic to another exactly once (below).
 //
 // Exits 1 with "FAIL: ..." on stderr on the first thing that is not as Kafka would have it.
 package main
@@ -490,6 +492,114 @@ func kafkaGo(boot, topic string) {
 	fmt.Println("kafka-go ok", len(seen))
 }
 
+// franzTxn: franz-go's GroupTransactSession ETL (its exactly-once consume-transform-produce): read
+// IN in a group with read_committed, write each record to OUT in transactions that commit the group's
+// offsets, then check OUT holds every record once and the group has no lag.
+func franzTxn(boot, in, out string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(boot))
+	if err != nil {
+		fail("client: %v", err)
+	}
+	ad := kadm.NewClient(adm)
+	for _, t := range []string{in, out} {
+		if _, err := ad.CreateTopic(ctx, 3, 1, nil, t); err != nil {
+			fail("create %s: %v", t, err)
+		}
+	}
+	feeder, err := kgo.NewClient(kgo.SeedBrokers(boot))
+	if err != nil {
+		fail("feeder: %v", err)
+	}
+	recs := make([]*kgo.Record, 0, n)
+	for i := 0; i < n; i++ {
+		recs = append(recs, &kgo.Record{Topic: in, Key: []byte("k" + strconv.Itoa(i%17)), Value: []byte(strconv.Itoa(i))})
+	}
+	if err := feeder.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		fail("feed: %v", err)
+	}
+	feeder.Close()
+	sess, err := kgo.NewGroupTransactSession(
+		kgo.SeedBrokers(boot),
+		kgo.TransactionalID("franz-etl"),
+		kgo.TransactionTimeout(60*time.Second),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.ConsumerGroup("franz-txn-g"),
+		kgo.ConsumeTopics(in),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		fail("session: %v", err)
+	}
+	moved := 0
+	for moved < n {
+		fs := sess.PollFetches(ctx)
+		if errs := fs.Errors(); len(errs) > 0 {
+			fail("fetch: %v", errs)
+		}
+		if err := sess.Begin(); err != nil {
+			fail("begin: %v", err)
+		}
+		var batch int
+		var perr atomic.Value
+		fs.EachRecord(func(r *kgo.Record) {
+			batch++
+			sess.Produce(ctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					perr.Store(err)
+				}
+			})
+		})
+		if e := perr.Load(); e != nil {
+			fail("produce: %v", e)
+		}
+		committed, err := sess.End(ctx, kgo.TryCommit)
+		if err != nil {
+			fail("end: %v", err)
+		}
+		if committed {
+			moved += batch
+		}
+	}
+	sess.Close()
+	cons, err := kgo.NewClient(
+		kgo.SeedBrokers(boot),
+		kgo.ConsumeTopics(out),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	if err != nil {
+		fail("reader: %v", err)
+	}
+	seen := map[string]int{}
+	for total := 0; total < n; {
+		fs := cons.PollFetches(ctx)
+		if errs := fs.Errors(); len(errs) > 0 {
+			fail("read: %v", errs)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[string(r.Value)]++
+			total++
+		})
+	}
+	cons.Close()
+	for v, c := range seen {
+		if c != 1 {
+			fail("record %s written %d times", v, c)
+		}
+	}
+	lag, err := ad.Lag(ctx, "franz-txn-g")
+	if err != nil {
+		fail("lag: %v", err)
+	}
+	if l := lag["franz-txn-g"].Lag.Total(); l != 0 {
+		fail("lag %d", l)
+	}
+	fmt.Println("franz-go txn ok", len(seen))
+}
+
 func main() {
 	boot, which := os.Args[1], os.Args[2]
 	switch which {
@@ -501,6 +611,8 @@ func main() {
 		stages, _ := strconv.Atoi(os.Args[4])
 		workers, _ := strconv.Atoi(os.Args[5])
 		franzChurn(boot, os.Args[3], stages, workers, os.Args[6], os.Args[7], os.Args[8] == "true")
+	case "franztxn":
+		franzTxn(boot, "go-txn-in", "go-txn-out")
 	case "sarama":
 		saramaProbe(boot, "go-sarama")
 	case "kafkago":

@@ -45,6 +45,7 @@ BENCHES = [
     "console_bench",
     "upsert_bench",
     "sql_endpoint_bench",
+    "txn_bench",
 ]
 QUICK_ARGS = {
     "log_bench": ["--quick"],
@@ -64,6 +65,7 @@ QUICK_ARGS = {
     "console_bench": ["--quick"],
     "upsert_bench": ["--quick"],
     "sql_endpoint_bench": ["--quick"],
+    "txn_bench": ["--quick"],
 }
 
 

@@ -191,6 +191,7 @@ class TransactionCoordinator:
         """Stop acting for an id (another gateway coordinates it now)."""
         self._txns.pop(tid, None)
         self._epochs.pop(tid, None)
+        self._locks.pop(tid, None)
         if (timer := self._timers.pop(tid, None)) is not None:
             timer.cancel()
         for groups in self._pending_offsets.values():
@@ -204,10 +205,11 @@ class TransactionCoordinator:
                 transactional_id=tid,
             )
 
-    async def _take_over(self, tid: str) -> Txn | None:
+    async def _take_over(self, tid: str, *, create: bool = False) -> Txn | None:
         """With the id's lock held: this gateway's state of `tid`, claimed and loaded on first use
-        (a decision found half done is finished first). Raises: NotCoordinatorError,
-        CoordinatorNotAvailableError (too many ids), StorageUnavailableError."""
+        (a decision found half done is finished first). An id never saved is claimed only to
+        `create` it (InitProducerId): a write naming an unknown id costs no commit. Raises:
+        NotCoordinatorError, CoordinatorNotAvailableError (too many ids), StorageUnavailableError."""
         self._check_owned(tid)
         if tid in self._epochs:
             return self._txns.get(tid)
@@ -217,6 +219,8 @@ class TransactionCoordinator:
                 "(transactions.max_transactional_ids); retry later or add gateways.",
             )
         store, _ = await asyncio.to_thread(self._open)
+        if not create and tid not in (await asyncio.to_thread(store.load, tid)):
+            return None
         epoch = await asyncio.to_thread(store.claim, tid)
         saved = (await asyncio.to_thread(store.load, tid)).get(tid)
         self._check_owned(tid)
@@ -291,7 +295,7 @@ class TransactionCoordinator:
         rules.validate_transactional_id(tid)
         authorize_transactional_id(principal, "write", tid)
         async with self._lock(tid):
-            current = await self._take_over(tid)
+            current = await self._take_over(tid, create=True)
             for _ in range(3):
                 out = rules.init_producer_id(
                     current,

@@ -13,24 +13,18 @@ Concurrency contract
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import logging
-import os
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
+from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction
 
 from delta_log.core.group_rules import validate_group_id
 from delta_log.core.records import check_offset
@@ -41,14 +35,13 @@ from delta_log.errors import (
     OffsetMetadataTooLargeError,
     StorageUnavailableError,
 )
-from delta_log.table import log_entries
+from delta_log.system.own_log import OwnLog
 from delta_log.table.app_transactions import (
     coordinator_app_id,
     coordinator_transactions,
     read_coordinator_epoch,
-    transactions_written,
 )
-from delta_log.table.log_entries import StaleVersionError, append_entry, checkpoint_interval, plain_protocol
+from delta_log.table.log_entries import StaleVersionError, checkpoint_interval, plain_protocol
 from delta_log.table.storage import StorageRoot, translate_storage_errors
 from delta_log.table.time_travel import travel
 
@@ -162,9 +155,11 @@ class OffsetStore:
         # measured 21 ms a fenced commit through delta-rs, most of it rebuilding what this store
         # holds; a consumer committing after each poll waits for that. `_own` is then the version
         # the next commit is planned on, and the coordinator txns seen since (`_txns`).
-        self._own: _OwnLog | None = None
+        self._own: OwnLog | None = None
         if storage.is_local and plain_protocol(self._dt):
-            self._own = _OwnLog(storage.fs_path(self.uri), self._dt.version(), checkpoint_interval(self._dt))
+            self._own = OwnLog(
+                storage.fs_path(self.uri), self._dt.version(), checkpoint_interval(self._dt), OFFSETS_TABLE
+            )
         self.load()
 
     def load(self) -> None:
@@ -225,7 +220,7 @@ class OffsetStore:
     def _require_epoch(self, group: str, epoch: int) -> None:
         """With the lock held: refresh, then Raises NotCoordinatorError unless the epoch holds."""
         if self._own is not None:
-            current = self._own.epoch(self._dt, group)  # the log's newest entries, read as JSON
+            current = self._own.txn_version(self._dt, coordinator_app_id(group))  # the log's newest entries
         else:
             self._dt.update_incremental()
             current = read_coordinator_epoch(self._dt, group)
@@ -317,7 +312,7 @@ class OffsetStore:
         Raises: DeltaError, OSError."""
         self._dt.update_incremental()
         self._own = (
-            _OwnLog(self._own.table_dir, self._dt.version(), checkpoint_interval(self._dt))
+            OwnLog(self._own.table_dir, self._dt.version(), checkpoint_interval(self._dt), OFFSETS_TABLE)
             if self._own is not None and plain_protocol(self._dt)
             else None
         )
@@ -358,88 +353,6 @@ class OffsetStore:
         """The latest commit of every key; with `deleted`, the deletes (`DELETED` rows) too."""
         with self._lock:
             return [c for c in self._latest.values() if deleted or c.offset != DELETED]
-
-
-class _OwnLog:
-    """The offsets table's commits written as log entries by this store (local disk): the version
-    the next one is planned on, and the coordinator txns of the entries read since the table
-    object's snapshot. Used under the store's lock."""
-
-    def __init__(self, table_dir: str, version: int, interval: int) -> None:
-        self.table_dir = table_dir
-        self.log_dir = os.path.join(table_dir, "_delta_log")
-        self.version = version
-        self.interval = interval
-        self._txns: dict[str, int] = {}  # app id -> txn version, from entries after the snapshot
-        self._checkpointing = False
-        #: an entry read since changed the table's metadata or protocol (the store re-reads it)
-        self.changed = False
-
-    def catch_up(self) -> None:
-        """Read the entries committed after `version` (by anyone: this store, claims, compaction,
-        other gateways) for their txns."""
-        entries = log_entries.entries_from(self.log_dir, self.version + 1)
-        self._txns.update(transactions_written(entries))
-        if log_entries.conflicts(entries, frozenset()) is not None:  # with no txns of ours: metadata, protocol
-            self.changed = True
-        self.version += len(entries)
-
-    def epoch(self, dt: DeltaTable, group: str) -> int:
-        """`group`'s coordinator epoch on the newest version. `dt` is at or after the snapshot the
-        txns were first read from, and never past the log: an app id no entry since changed holds
-        there what it holds now."""
-        self.catch_up()
-        app_id = coordinator_app_id(group)
-        return self._txns[app_id] if app_id in self._txns else read_coordinator_epoch(dt, group)
-
-    def append(self, storage: StorageRoot, uri: str, table: pa.Table, txns: list[Transaction]) -> int:
-        """One parquet file and its log entry, on the version after `version` or (a blind append)
-        past commits in between that wrote none of `txns`' app ids, nor metadata or protocol;
-        returns its version. Raises: CommitFailedError (one did: the caller reads them and checks
-        the epoch again), StaleVersionError, OSError."""
-        name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
-        path = os.path.join(self.table_dir, name)
-        pq.write_table(table, path, compression="snappy")
-        add = AddAction(
-            name, os.path.getsize(path), {}, int(time.time() * 1000), True, json.dumps({"numRecords": table.num_rows})
-        )
-        try:
-            version = log_entries.commit(
-                self.log_dir,
-                self.version,
-                append_entry([add], txns, {}, partition_by=[]),
-                frozenset(t.app_id for t in txns),
-            )
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise
-        try:  # the commit is durable: what follows may not fail it
-            if log_entries.crosses_checkpoint(self.version, version, self.interval):
-                self._checkpoint(storage, uri)
-            self.catch_up()  # to `version`: the entries it skipped (others') and its own
-        except Exception as exc:
-            log.warning(
-                "offsets table: reading the log after version %d failed (read again next time): %s", version, exc
-            )
-        return version
-
-    def _checkpoint(self, storage: StorageRoot, uri: str) -> None:
-        """Every `delta.checkpointInterval` versions, as delta-rs's hook would, on a thread of its
-        own (tens of ms) with a table object of its own."""
-        if self._checkpointing:
-            return
-        self._checkpointing = True
-
-        def run() -> None:
-            try:
-                DeltaTable(uri, storage_options=storage.options()).create_checkpoint()
-            except Exception as exc:  # the next interval's covers it
-                log.warning("checkpoint of the offsets table failed: %s", exc)
-            finally:
-                self._checkpointing = False
-
-        threading.Thread(target=run, name="offsets-checkpoint", daemon=True).start()
 
 
 def committed_history(

@@ -125,22 +125,22 @@ def test_a_takeover_between_the_epoch_check_and_the_commit_refuses_the_commit(st
     read and before the entry is linked makes the entry conflict (its coordinator txn), the epoch
     is read again, and the stale coordinator is told so; nothing of it is written."""
     from delta_log.errors import NotCoordinatorError
-    from delta_log.system.offsets import _OwnLog
+    from delta_log.system.own_log import OwnLog
 
     first = OffsetStore(storage)
     assert first._own is not None  # local disk: the store's own log entries
     epoch = first.claim_coordinator("g")
     first.commit([OffsetCommit(group="g", topic="t", partition=0, offset=1)], fence=("g", epoch))
-    read_epoch = _OwnLog.epoch
+    read_epoch = OwnLog.txn_version
     raced = []
 
-    def racing(self, dt, group):
-        seen = read_epoch(self, dt, group)
+    def racing(self, dt, app_id):
+        seen = read_epoch(self, dt, app_id)
         if not raced:
-            raced.append(OffsetStore(StorageRoot(storage.root)).claim_coordinator(group))
+            raced.append(OffsetStore(StorageRoot(storage.root)).claim_coordinator("g"))
         return seen
 
-    monkeypatch.setattr(_OwnLog, "epoch", racing)
+    monkeypatch.setattr(OwnLog, "txn_version", racing)
     with pytest.raises(NotCoordinatorError):
         first.commit([OffsetCommit(group="g", topic="t", partition=0, offset=9)], fence=("g", epoch))
     assert raced == [epoch + 1]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -93,6 +94,18 @@ def confluent_producer(bootstrap: str, topic: str, per_txn: int, seconds: float,
 CLIENTS = {"Java producer": java_producer, "confluent-kafka": confluent_producer}
 
 
+def drop_topic(system: str, bootstrap: str, url: str, topic: str) -> None:
+    """Delete a run's topic on its system (Kafka: the admin client; topiclake: its HTTP API)."""
+    if system == "Kafka":
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the deletion is answered
+        for future in admin.delete_topics([topic]).values():
+            future.result(60)
+    else:
+        httpx.delete(f"{url}/topics/{topic}", timeout=60).raise_for_status()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.txn_bench", description=__doc__)
     ap.add_argument("--quick", action="store_true")
@@ -118,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             admin.post("/topics", json={"name": topic, "partitions": PARTITIONS}).raise_for_status()
                         per_txn = 1000 if mode == "plain" else int(mode.split()[0])
-                        res = run(bootstrap, topic, per_txn, seconds, mode != "plain")
+                        try:
+                            res = run(bootstrap, topic, per_txn, seconds, mode != "plain")
+                        finally:  # gigabytes a run: the disk holds one run's, not all of them
+                            drop_topic(system, bootstrap, srv.url, topic)
                         row = {"client": client, "mode": mode, "system": system, "repeat": rep, **res}
                         rows.append(row)
                         print(
@@ -129,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         srv.stop()
         kafka.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
     def med(client: str, mode: str, system: str, key: str) -> float:
         values = [r[key] for r in rows if (r["client"], r["mode"], r["system"]) == (client, mode, system) and key in r]

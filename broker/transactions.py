@@ -41,6 +41,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from broker.coordinator import GroupCoordinator
+from broker.groups import owner_of
 from conf import TransactionSettings
 from delta_log.core import transactions as rules
 from delta_log.core.acl import Principal, authorize, authorize_group, authorize_transactional_id, refusal
@@ -591,6 +593,36 @@ class TransactionCoordinator:
         await asyncio.to_thread(staging.stage_offsets, tid, producer_id, epoch, group, rows)
         self._pending_offsets.setdefault(group, {}).setdefault(tid, set()).update(
             (c.topic, c.partition) for c in commits
+        )
+
+    async def txn_offset_commit(
+        self,
+        principal: Principal,
+        groups: GroupCoordinator,
+        tid: str,
+        group: str,
+        producer_id: int,
+        epoch: int,
+        commits: list[OffsetCommit],
+        *,
+        member_id: str | None,
+        generation: int,
+    ) -> None:
+        """TxnOffsetCommit, for every face: the member is checked by the group's coordinator as for
+        an offset commit (when the request names one: Kafka's v3+), then the offsets are staged with
+        the transaction (`stage_offsets`). Raises: AuthorizationError, the group coordinator's
+        refusals (UnknownMemberError, FencedMemberError...), and as `stage_offsets`."""
+        authorize_group(principal, "read", group)
+
+        async def stage(group_id: str, checked: list[OffsetCommit]) -> int:
+            await self.stage_offsets(principal, tid, group_id, producer_id, epoch, checked)
+            return 0
+
+        if member_id is None and generation < 0:  # no member named: nothing to check it against
+            await stage(group, commits)
+            return
+        await groups.commit(
+            group, commits, member_id=member_id, generation=generation, principal=owner_of(principal), write=stage
         )
 
     def unstable(self, group: str) -> set[tuple[str, int]]:

@@ -19,10 +19,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from broker.groups import owner_of
 from broker.services import Services
 from broker.transactions import OffsetCommit, Txn
-from delta_log.core.acl import Principal, authorize, authorize_group
+from delta_log.core.acl import Principal, authorize
 from ingest_gateway.kit.dependencies import PrincipalDep, ServicesDep
 from ingest_gateway.kit.params import TransactionalIdPath
 from ingest_gateway.schemas import (
@@ -83,28 +82,20 @@ async def offsets(
         )
         for o in body.offsets
     ]
-    authorize_group(principal, "read", body.group)
     for c in commits:
         authorize(principal, "consume", c.topic)
     await transactions.add_offsets(principal, transactional_id, body.producer_id, body.producer_epoch, body.group)
-
-    async def stage(group: str, checked: list[OffsetCommit]) -> int:
-        await transactions.stage_offsets(
-            principal, transactional_id, group, body.producer_id, body.producer_epoch, checked
-        )
-        return 0
-
-    if body.member_id is None and body.generation is None:
-        await stage(body.group, commits)
-    else:
-        await services.coordinator.commit(
-            body.group,
-            commits,
-            member_id=body.member_id,
-            generation=body.generation,
-            principal=owner_of(principal),
-            write=stage,
-        )
+    await transactions.txn_offset_commit(
+        principal,
+        services.coordinator,
+        transactional_id,
+        body.group,
+        body.producer_id,
+        body.producer_epoch,
+        commits,
+        member_id=body.member_id,
+        generation=-1 if body.generation is None else body.generation,
+    )
     return await _described(transactional_id, principal, services)
 
 

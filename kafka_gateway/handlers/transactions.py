@@ -21,9 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups import owner_of
 from broker.transactions import OffsetCommit, rules
-from delta_log.core.acl import authorize_group
 from delta_log.errors import TopiclakeError
 from kafka_gateway.apis import api
 from kafka_gateway.errors import code_of
@@ -157,28 +155,19 @@ async def txn_offset_commit(conn: Session, request: Any, version: int) -> dict[s
         for t in request.topics
         for p in t.partitions
     ]
-    transactions = conn.services.transactions
-
-    async def stage(group_id: str, checked: list[OffsetCommit]) -> int:
-        await transactions.stage_offsets(
-            principal, request.transactional_id, group_id, request.producer_id, request.producer_epoch, checked
-        )
-        return 0
-
     code = ErrorCode.none
     try:
-        authorize_group(principal, "read", group)
-        if member_id is None and generation < 0:  # v0-2, or a producer without group metadata
-            await stage(group, commits)
-        else:
-            await conn.services.coordinator.commit(
-                group,
-                commits,
-                member_id=member_id,
-                generation=generation,
-                principal=owner_of(principal),
-                write=stage,
-            )
+        await conn.services.transactions.txn_offset_commit(
+            principal,
+            conn.services.coordinator,
+            request.transactional_id,
+            group,
+            request.producer_id,
+            request.producer_epoch,
+            commits,
+            member_id=member_id,
+            generation=generation,
+        )
     except TopiclakeError as exc:
         code = _code(exc, version, 0)
         if code == ErrorCode.topic_authorization_failed and "group" in exc.details:

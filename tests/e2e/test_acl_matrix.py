@@ -88,6 +88,18 @@ MATRIX: list[tuple[str, str, str, object, set[str]]] = [
     ("global level", "GET", "/registry/config", None, ALL),
     ("set global level", "PUT", "/registry/config", {"compatibility": "BACKWARD"}, {"admin"}),
     ("list subjects", "GET", "/registry/subjects", None, ALL),
+    # transactional ids: keys without a `transactional_ids` table write every id if they may
+    # produce to some topic (the admin and the producer here), and nobody else may see them
+    ("init transaction", "POST", "/transactions/orders-tx/init", {"timeout_ms": 60000}, {"admin", "producer"}),
+    ("describe transaction", "GET", "/transactions/orders-tx", None, {"admin", "producer"}),
+    (
+        "commit transaction",
+        "POST",
+        "/transactions/orders-tx/commit",
+        {"producer_id": 1, "producer_epoch": 0},
+        {"admin", "producer"},
+    ),
+    ("list transactions", "GET", "/transactions", None, ALL),
     ("metrics", "GET", "/metrics", None, ALL),
     ("openapi", "GET", "/openapi.json", None, ALL),
 ]

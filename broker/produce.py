@@ -21,7 +21,7 @@ import functools
 import hashlib
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -452,7 +452,7 @@ class ProduceService:
                     u._written = asyncio.ensure_future(stage(u.transaction, u.topic, plan.prepared.append))
                 if plan.dead is not None:
                     u._dead = asyncio.ensure_future(
-                        self._dead_after(u._written, u.transaction, plan.dead.topic, plan.dead.append.append)
+                        self._dead_after(u._written, stage, u.transaction, plan.dead.topic, plan.dead.append.append)
                     )
                 continue
             try:
@@ -468,15 +468,19 @@ class ProduceService:
             except TopiclakeError as exc:  # back-pressure: the client retries
                 u.error = exc
 
+    @staticmethod
     async def _dead_after(
-        self, written: asyncio.Future[AppendResult] | None, txn: TxnProduce, topic: str, append: AppendRequest
+        written: asyncio.Future[AppendResult] | None,
+        stage: Callable[..., Awaitable[AppendResult]],
+        txn: TxnProduce,
+        topic: str,
+        append: AppendRequest,
     ) -> AppendResult:
         """A transactional unit's dead letters, staged with it once its valid records passed the
         transaction's check (or, all of them dead letters, checked themselves)."""
-        if written is None:
-            return await self.transactions.stage(txn, topic, append) if self.transactions else AppendResult()
-        await written
-        return await self.transactions.stage(txn, topic, append, verify=False) if self.transactions else AppendResult()
+        if written is not None:
+            await written
+        return await stage(txn, topic, append, verify=written is None)
 
     async def _after(
         self, first: asyncio.Future[AppendResult], topic: str, append: AppendRequest, committer: Committer | None

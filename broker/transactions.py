@@ -453,13 +453,8 @@ class TransactionCoordinator:
             by_topic.setdefault(r.topic, []).append(r)
 
         def read(topic: str) -> pa.Table | None:
-            try:
-                tables = staging.read_records(txn.transactional_id, pid, staged_epoch, by_topic[topic])
-            except TopiclakeError as exc:
-                if isinstance(exc.__cause__, FileNotFoundError):
-                    return None
-                raise
-            return pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+            tables = staging.read_records(txn.transactional_id, pid, staged_epoch, by_topic[topic])
+            return None if tables is None else pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
 
         async def land(topic: str) -> None:
             batch = await asyncio.to_thread(read, topic)
@@ -482,15 +477,7 @@ class TransactionCoordinator:
         if not staged:
             return
 
-        def read() -> list[dict[str, Any]]:
-            try:
-                return staging.read_offsets(txn.transactional_id, pid, staged_epoch, staged)
-            except TopiclakeError as exc:
-                if isinstance(exc.__cause__, FileNotFoundError):
-                    return []
-                raise
-
-        rows = await asyncio.to_thread(read)
+        rows = await asyncio.to_thread(staging.read_offsets, txn.transactional_id, pid, staged_epoch, staged) or []
         latest: dict[str, dict[tuple[str, int], OffsetCommit]] = {}
         for o in rows:
             c = OffsetCommit(

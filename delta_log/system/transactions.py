@@ -357,28 +357,36 @@ class TransactionStaging:
         offsets.sort(key=lambda o: o.path)
         return Staged(tuple(records), tuple(offsets))
 
-    def read_records(
-        self, transactional_id: str, producer_id: int, epoch: int, staged: Sequence[StagedRecords]
-    ) -> list[pa.Table]:
+    def _read(self, transactional_id: str, producer_id: int, epoch: int, paths: Sequence[str]) -> list[bytes] | None:
+        """The staged files' bytes; None when one is gone (the staging was dropped: a decision
+        carried out before, its records landed). Raises: StorageUnavailableError."""
         root = self._dir(transactional_id, producer_id, epoch)
         out = []
         with translate_storage_errors():
-            for s in staged:
-                with self.fs.open_input_stream(f"{root}/{s.path}") as f:
-                    out.append(ipc.open_stream(f.read()).read_all())
+            for path in paths:
+                try:
+                    with self.fs.open_input_stream(f"{root}/{path}") as f:
+                        out.append(f.read())
+                except FileNotFoundError:
+                    return None
         return out
+
+    def read_records(
+        self, transactional_id: str, producer_id: int, epoch: int, staged: Sequence[StagedRecords]
+    ) -> list[pa.Table] | None:
+        """The staged requests' records, in order; None when a file is gone (as `_read`)."""
+        data = self._read(transactional_id, producer_id, epoch, [s.path for s in staged])
+        return None if data is None else [ipc.open_stream(d).read_all() for d in data]
 
     def read_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, staged: Sequence[StagedOffsets]
-    ) -> list[dict[str, Any]]:
-        """The offsets staged, in order (a later commit of a partition after an earlier one)."""
-        root = self._dir(transactional_id, producer_id, epoch)
-        out: list[dict[str, Any]] = []
-        with translate_storage_errors():
-            for s in staged:
-                with self.fs.open_input_stream(f"{root}/{s.path}") as f:
-                    out.extend({"group": s.group, **o} for o in json.loads(f.read()))
-        return out
+    ) -> list[dict[str, Any]] | None:
+        """The offsets staged, in order (a later commit of a partition after an earlier one); None
+        when a file is gone (as `_read`)."""
+        data = self._read(transactional_id, producer_id, epoch, [s.path for s in staged])
+        if data is None:
+            return None
+        return [{"group": s.group, **o} for s, d in zip(staged, data, strict=True) for o in json.loads(d)]
 
     def drop(self, transactional_id: str, producer_id: int, epoch: int) -> None:
         """Delete everything staged for the producer. Raises: StorageUnavailableError."""

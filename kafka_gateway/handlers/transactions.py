@@ -111,8 +111,6 @@ async def add_offsets_to_txn(conn: Session, request: Any, version: int) -> dict[
         )
     except TopiclakeError as exc:
         code = _code(exc, version, 2)
-        if code == ErrorCode.topic_authorization_failed and "group" in exc.details:
-            code = ErrorCode.group_authorization_failed
         return {"throttle_time": 0, "error_code": code}
     return {"throttle_time": 0, "error_code": 0}
 
@@ -170,8 +168,6 @@ async def txn_offset_commit(conn: Session, request: Any, version: int) -> dict[s
         )
     except TopiclakeError as exc:
         code = _code(exc, version, 0)
-        if code == ErrorCode.topic_authorization_failed and "group" in exc.details:
-            code = ErrorCode.group_authorization_failed
     topics: dict[str, list[dict[str, Any]]] = {}
     for c in commits:
         topics.setdefault(c.topic, []).append({"partition_index": c.partition, "error_code": code})

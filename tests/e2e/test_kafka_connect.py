@@ -2,7 +2,8 @@
 ConnectDistributed, from the Maven jars bench/kafka/pom.xml resolves) form a worker group, which
 the gateway serves as Kafka does (the leader worker assigns connectors and tasks), keep their
 configs, offsets and status in topiclake topics, and move lines from a file through a topic into
-another file with the FileStream connectors, also after one worker is killed with kill -9."""
+another file with the FileStream connectors, also after one worker is killed with kill -9; and
+exactly-once source support (KIP-618) across such a kill."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def gateway(server):
 class ConnectWorker:
     """One ConnectDistributed process on 127.0.0.1, started as Kafka's connect-distributed.sh does."""
 
-    def __init__(self, workdir: Path, bootstrap: str, group: str) -> None:
+    def __init__(self, workdir: Path, bootstrap: str, group: str, extra: dict[str, str] | None = None) -> None:
         self.rest = f"http://127.0.0.1:{free_port()}"
         self.props = workdir / f"worker-{self.rest.rsplit(':', 1)[1]}.properties"
         self.log = self.props.with_suffix(".log")
@@ -54,6 +55,7 @@ class ConnectWorker:
             "heartbeat.interval.ms": "1000",
             "consumer.session.timeout.ms": "6000",
             "consumer.heartbeat.interval.ms": "1000",
+            **(extra or {}),
         }
         self.props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         self.proc: subprocess.Popen[bytes] | None = None
@@ -182,6 +184,92 @@ def test_two_connect_workers_move_lines_through_a_topic_and_carry_on_after_a_kil
         for name in connectors:
             task = status[name]["status"]["tasks"][0]
             assert task["state"] == "RUNNING" and survivor.rest.endswith(task["worker_id"].rsplit(":", 1)[1])
+    finally:
+        for w in workers:
+            w.stop()
+
+
+def test_exactly_once_source_support_delivers_each_line_once_across_a_worker_kill(gateway, tmp_path):
+    """KIP-618 on a distributed worker: with `exactly.once.source.support=enabled` the source task
+    writes each poll's records and its file position in one transaction (transactional id
+    `<group>-<connector>-<task>`), and the leader writes the config topic through a transactional
+    producer of its own. The worker running the task is killed with kill -9 while lines are being
+    appended; the survivor fences the dead task's producer, resumes from the committed position,
+    and the topic holds every line exactly once."""
+    libs = ensure_jars()
+    group = "connect-eos"
+    eos = {"exactly.once.source.support": "enabled"}
+    workers = [ConnectWorker(tmp_path, gateway.kafka, group, eos) for _ in range(2)]
+    source = tmp_path / "eos-in.txt"
+    source.write_text("")
+    logs = tuple(w.log for w in workers)
+    appended: list[str] = []
+
+    def append(n: int) -> None:
+        lines = [f"eos-{len(appended) + i}" for i in range(n)]
+        with source.open("a") as f:
+            f.write("".join(f"{line}\n" for line in lines))
+        appended.extend(lines)
+
+    def values() -> list[str]:
+        info = httpx.get(f"{gateway.url}/topics/connect-eos-lines", timeout=30)
+        if info.status_code == 404:
+            return []
+        out = []
+        for p in range(len(info.json()["partition_offsets"])):
+            url = f"{gateway.url}/topics/connect-eos-lines/partitions/{p}/records"
+            params = {"offset": 0, "value_format": "string", "max_records": 100_000}
+            out += [r["value"] for r in httpx.get(url, params=params, timeout=30).json()["records"]]
+        return out
+
+    try:
+        for w in workers:
+            w.start(libs)
+        for w in workers:
+            w.wait_healthy()
+        config = {
+            "connector.class": "FileStreamSource",
+            "tasks.max": "1",
+            "file": str(source),
+            "topic": "connect-eos-lines",
+            "exactly.once.support": "required",  # refused unless the worker runs it exactly once
+            "transaction.boundary": "poll",  # a transaction a poll: many small ones while the kill lands
+            "topic.creation.default.replication.factor": "1",
+            "topic.creation.default.partitions": "2",
+        }
+        r = httpx.post(f"{workers[0].rest}/connectors", json={"name": "eos-source", "config": config}, timeout=60)
+        assert r.status_code == 201, r.text
+        append(200)
+        _wait_for("the first lines in the topic", lambda: len(values()) >= 200, logs=logs)
+        # the task's transactions went through the transaction coordinator under Connect's id
+        described = httpx.get(f"{gateway.url}/transactions/{group}-eos-source-0", timeout=30)
+        assert described.status_code == 200, described.text
+        assert described.json()["state"] in {"Ongoing", "CompleteCommit", "Empty"}
+        first_epoch = described.json()["producer_epoch"]
+
+        status = httpx.get(f"{workers[0].rest}/connectors?expand=status", timeout=30).json()
+        task_worker = status["eos-source"]["status"]["tasks"][0]["worker_id"]
+        doomed = next(w for w in workers if w.rest.endswith(task_worker.rsplit(":", 1)[1]))
+        survivor = next(w for w in workers if w is not doomed)
+        # lines keep coming while the task's worker dies mid-stream
+        for _ in range(10):
+            append(100)
+            time.sleep(0.05)
+        doomed.kill9()
+        for _ in range(10):
+            append(100)
+            time.sleep(0.05)
+        _wait_for("every line in the topic", lambda: len(values()) >= len(appended), timeout=180, logs=logs)
+        time.sleep(2)  # a duplicate would land after the last line: give it the chance
+        got = values()
+        assert len(got) == len(set(got)), "a line was written twice"
+        assert sorted(got) == sorted(appended)
+        status = httpx.get(f"{survivor.rest}/connectors?expand=status", timeout=30).json()
+        task = status["eos-source"]["status"]["tasks"][0]
+        assert task["state"] == "RUNNING" and survivor.rest.endswith(task["worker_id"].rsplit(":", 1)[1])
+        # the survivor's producer of the task fenced the dead one's: a later epoch of the same id
+        described = httpx.get(f"{gateway.url}/transactions/{group}-eos-source-0", timeout=30).json()
+        assert described["producer_epoch"] > first_epoch and described["state"] == "CompleteCommit"
     finally:
         for w in workers:
             w.stop()

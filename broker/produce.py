@@ -276,6 +276,9 @@ class Produce:
     #: the transactional id the request names (Kafka's transactional Produce): its records are
     #: staged with their transaction (broker.transactions), not appended
     transactional_id: str | None = None
+    #: the write adds its partition to its transaction, which it may begin (Kafka's Produce v12+,
+    #: transaction version 2); a request that names no partition (HTTP) always does
+    adds_to_transaction: bool = False
     error: TopiclakeError | None = None
     transaction: TxnProduce | None = None
     plan: ProducePlan | None = None
@@ -403,7 +406,7 @@ class ProduceService:
         for u in units:
             try:
                 decoded = u.decode()
-                u.transaction = self._transaction(u, decoded)
+                u.transaction = self._transaction(principal, u, decoded)
                 placement = self.placement(u.topic) if u.route else None
                 plan = u.plan = _plan_records(
                     registry,
@@ -422,7 +425,7 @@ class ProduceService:
             except TopiclakeError as exc:
                 u.error = exc
 
-    def _transaction(self, u: Produce, decoded: Decoded) -> TxnProduce | None:
+    def _transaction(self, principal: Principal, u: Produce, decoded: Decoded) -> TxnProduce | None:
         """The transaction a unit's records belong to (None: appended now). Raises:
         InvalidTxnStateError (transactional records without a transactional id, or the reverse).
         The transaction itself is checked when the records are staged (TransactionCoordinator.stage)."""
@@ -435,7 +438,13 @@ class ProduceService:
                 "set transactional.id and call initTransactions, or produce without transactions.",
                 topic=u.topic,
             )
-        return TxnProduce(tid, txn, implicit=u.partition is None)
+        return TxnProduce(
+            tid,
+            txn,
+            implicit=u.partition is None or u.adds_to_transaction,
+            principal=principal,
+            epoch_per_transaction=u.adds_to_transaction,
+        )
 
     async def submit(self, units: Sequence[Produce]) -> None:
         """Hand the planned units to the writers, in order (a request's units land in one flush:

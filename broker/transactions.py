@@ -66,10 +66,16 @@ log = logging.getLogger(__name__)
 
 #: saves between two rewrites of `_system/transactions` to its latest row per id
 COMPACT_EVERY = 256
+#: implicit adds made at other gateways remembered (so each is asked once a transaction)
+ADDED_ELSEWHERE_KEPT = 100_000
 #: lands one topic's records (ProduceService.append): the Delta commit that holds them, or its error
 Land = Callable[[str, AppendRequest], Awaitable[AppendResult]]
 #: writes a transaction's group offsets once it commits (GroupCoordinator.commit_transactional)
 CommitOffsets = Callable[[str, list[OffsetCommit]], Awaitable[None]]
+#: adds partitions and groups to a transaction at its coordinator, another gateway, for a client
+#: this one authenticated: (principal, id, producer id, epoch, partitions, groups); raises the
+#: coordinator's refusal
+RemoteAdd = Callable[[Principal, str, int, int, Sequence[tuple[str, int]], Sequence[str]], Awaitable[None]]
 
 
 def landing_producer(producer_id: int) -> str:
@@ -93,13 +99,18 @@ class TxnBatch:
 
 @dataclass(frozen=True, slots=True)
 class TxnProduce:
-    """A transactional produce unit: which transaction its records belong to. `implicit`: the
-    request does not name its partitions (HTTP): they join the transaction as it writes them
-    (Kafka's clients add them first, AddPartitionsToTxn, and are checked against them)."""
+    """A transactional produce unit: which transaction its records belong to. `implicit`: its
+    partitions join the transaction as it writes them (HTTP; Kafka's Produce v12+, transaction
+    version 2); else the client added them first (AddPartitionsToTxn) and is checked against them."""
 
     transactional_id: str
     batch: TxnBatch
     implicit: bool = False
+    #: who writes (an implicit add at another gateway's coordinator acts for them)
+    principal: Principal | None = None
+    #: the producer's epoch bumps at every EndTxn (transaction version 2): its (producer id,
+    #: epoch) names one transaction
+    epoch_per_transaction: bool = False
 
     @property
     def producer_id(self) -> int:
@@ -128,6 +139,10 @@ class TransactionCoordinator:
         self.clock_ms = clock_ms
         #: which ids this gateway coordinates (all on a single gateway)
         self.owns: Callable[[str], bool] = owns or (lambda tid: True)
+        #: a cluster's way to the coordinator of an id coordinated elsewhere (set once it joined)
+        self.remote_add: RemoteAdd | None = None
+        #: (id, producer id, epoch, partition or group) added at another gateway's coordinator
+        self._added_elsewhere: set[tuple[str, int, int, tuple[str, int] | str]] = set()
         self._store: TransactionStore | None = None
         self._staging: TransactionStaging | None = None
         #: the state of each id coordinated here, as last saved
@@ -277,7 +292,9 @@ class TransactionCoordinator:
                 log.info(
                     "transactional id %r: transaction %d timed out after %d ms; aborting", tid, number, txn.timeout_ms
                 )
-                await self._decide(rules.fence_and_abort(txn, now_ms=self.clock_ms()), txn.producer_epoch)
+                await self._decide(
+                    rules.fence_and_abort(txn, now_ms=self.clock_ms()), (txn.producer_id, txn.producer_epoch)
+                )
         except TopiclakeError as exc:
             log.warning("transactional id %r: timed-out transaction not aborted yet (%s); retrying", tid, exc)
             await asyncio.sleep(1.0)
@@ -311,7 +328,8 @@ class TransactionCoordinator:
                 if out.fence:
                     assert current is not None
                     log.info("transactional id %r: a new producer fences the open transaction %d", tid, current.number)
-                    await self._decide(rules.fence_and_abort(current, now_ms=self.clock_ms()), current.producer_epoch)
+                    staged = (current.producer_id, current.producer_epoch)
+                    await self._decide(rules.fence_and_abort(current, now_ms=self.clock_ms()), staged)
                     current = self._txns[tid]
                     continue
                 if out.txn != current:
@@ -362,6 +380,61 @@ class TransactionCoordinator:
                 result[(t, p)] = None
         return result
 
+    async def add(
+        self,
+        principal: Principal,
+        tid: str,
+        producer_id: int,
+        epoch: int,
+        *,
+        partitions: Sequence[tuple[str, int]] = (),
+        groups: Sequence[str] = (),
+    ) -> None:
+        """Add partitions and groups to the producer's transaction, beginning it if none is open
+        (what a write of transaction version 2 does where the id is coordinated; HTTP's
+        POST /transactions/{id}/partitions, which another gateway calls for such a write).
+
+        Raises: the first refusal of a partition (AuthorizationError, TopicNotFoundError,
+        PartitionNotFoundError), AuthorizationError (a group), and as `add_partitions`."""
+        authorize_transactional_id(principal, "write", tid)
+        for group in groups:
+            authorize_group(principal, "read", group)
+        refused = await self._refused_partitions(principal, partitions)
+        if (first := next((e for e in refused.values() if e is not None), None)) is not None:
+            raise first
+        await self._add(tid, producer_id, epoch, partitions=partitions, groups=groups)
+
+    async def _add_elsewhere(
+        self,
+        principal: Principal | None,
+        tid: str,
+        producer_id: int,
+        epoch: int,
+        *,
+        partitions: Sequence[tuple[str, int]] = (),
+        groups: Sequence[str] = (),
+        remember: bool = False,
+    ) -> None:
+        """An implicit add for an id another gateway coordinates, made there (as a Kafka
+        partition leader asks the transaction coordinator); `remember`: the epoch names one
+        transaction, so what it added once need not be asked again. Raises: its refusal,
+        CoordinatorNotAvailableError (it cannot be reached: the client retries)."""
+        if self.remote_add is None or principal is None:
+            raise CoordinatorNotAvailableError(
+                f"Transactional id {tid!r} is coordinated by another gateway, which this one cannot reach; retry.",
+                transactional_id=tid,
+            )
+        items: list[tuple[str, int] | str] = [*partitions, *groups]
+        keys = {(tid, producer_id, epoch, item) for item in items}
+        if remember and keys <= self._added_elsewhere:
+            return
+        await self.remote_add(principal, tid, producer_id, epoch, partitions, groups)
+        if not remember:
+            return
+        if len(self._added_elsewhere) > ADDED_ELSEWHERE_KEPT:
+            self._added_elsewhere.clear()
+        self._added_elsewhere |= keys
+
     async def add_offsets(self, principal: Principal, tid: str, producer_id: int, epoch: int, group: str) -> None:
         """AddOffsetsToTxn: the transaction will commit offsets of `group`.
 
@@ -397,32 +470,45 @@ class TransactionCoordinator:
                     self._arm(nxt)
             return nxt
 
-    async def end_txn(self, principal: Principal, tid: str, producer_id: int, epoch: int, *, commit: bool) -> None:
+    async def end_txn(
+        self, principal: Principal, tid: str, producer_id: int, epoch: int, *, commit: bool, bump: bool = False
+    ) -> Txn:
         """EndTxn: commit (land every staged record and offset) or abort (drop them); answered
-        once done. Raises: TransactionalIdAuthorizationError, InvalidProducerIdMappingError,
-        ProducerFencedError, InvalidTxnStateError, ConcurrentTransactionsError,
-        NotCoordinatorError, StorageUnavailableError (the decision stands and is finished later:
-        by a retry, or by whichever gateway takes the id over)."""
+        once done, with the id's state (`bump`, transaction version 2: the producer id and epoch
+        of the producer's next transaction). Raises: TransactionalIdAuthorizationError,
+        InvalidProducerIdMappingError, ProducerFencedError, InvalidTxnStateError,
+        ConcurrentTransactionsError, NotCoordinatorError, StorageUnavailableError (the decision
+        stands and is finished later: by a retry, or by whichever gateway takes the id over)."""
         authorize_transactional_id(principal, "write", tid)
         async with self._lock(tid):
             current = await self._take_over(tid)
-            ending = rules.end(current, tid, producer_id, epoch, commit=commit, now_ms=self.clock_ms())
-            if ending.retry:
-                return
-            await self._decide(ending.txn, epoch)
+            ending = rules.end(
+                current,
+                tid,
+                producer_id,
+                epoch,
+                commit=commit,
+                now_ms=self.clock_ms(),
+                bump=(lambda: secrets.randbits(63)) if bump else None,
+            )
+            if not ending.retry:
+                await self._decide(ending.txn, (producer_id, epoch))
+            return self._txns[tid]
 
-    async def _decide(self, txn: Txn, staged_epoch: int) -> None:
+    async def _decide(self, txn: Txn, staged: tuple[int, int]) -> None:
         """Save the decision of `txn` (PrepareCommit or PrepareAbort) with what it lands (the
-        producer's staged files, under `staged_epoch`), then carry it out."""
+        producer's staged files, under the (producer id, epoch) `staged` wrote them with), then
+        carry it out."""
         if (timer := self._timers.pop(txn.transactional_id, None)) is not None:
             timer.cancel()
         _, staging = self._open()
-        staged = await asyncio.to_thread(staging.staged, txn.transactional_id, txn.producer_id, staged_epoch)
+        pid, staged_epoch = staged
+        found = await asyncio.to_thread(staging.staged, txn.transactional_id, pid, staged_epoch)
         decision = {
-            "producer_id": txn.producer_id,
+            "producer_id": pid,
             "staged_epoch": staged_epoch,
-            "records": [[s.topic, s.partition, s.base_sequence, s.path] for s in staged.records],
-            "offsets": [[o.group, o.path] for o in staged.offsets],
+            "records": [[s.topic, s.partition, s.base_sequence, s.path] for s in found.records],
+            "offsets": [[o.group, o.path] for o in found.offsets],
         }
         await self._save(txn, decision)
         await self._carry_out(txn, decision)
@@ -504,6 +590,15 @@ class TransactionCoordinator:
         ConcurrentTransactionsError, NotCoordinatorError, StorageUnavailableError."""
         tid, b = txn.transactional_id, txn.batch
         if not self.owns(tid):
+            if txn.implicit:
+                await self._add_elsewhere(
+                    txn.principal,
+                    tid,
+                    b.producer_id,
+                    b.producer_epoch,
+                    partitions=[(topic, p) for p in partitions],
+                    remember=txn.epoch_per_transaction,
+                )
             return
         if txn.implicit:
             await self._add(tid, b.producer_id, b.producer_epoch, partitions=[(topic, p) for p in partitions])
@@ -547,16 +642,23 @@ class TransactionCoordinator:
         producer_id: int,
         epoch: int,
         commits: Sequence[OffsetCommit],
+        *,
+        implicit: bool = False,
     ) -> None:
         """TxnOffsetCommit's durable part: keep the offsets until the transaction commits (the
-        group coordinator checked the member first). Raises: TransactionalIdAuthorizationError,
+        group coordinator checked the member first); `implicit` (TxnOffsetCommit v5, transaction
+        version 2): the group joins the transaction, which it may begin. Raises: TransactionalIdAuthorizationError,
         AuthorizationError, InvalidProducerIdMappingError, ProducerFencedError,
         InvalidTxnStateError, StorageUnavailableError."""
         authorize_transactional_id(principal, "write", tid)
         authorize_group(principal, "read", group)
         for c in commits:
             authorize(principal, "consume", c.topic)
-        if tid in self._epochs and self.owns(tid):
+        if implicit and self.owns(tid):
+            await self._add(tid, producer_id, epoch, groups=[group])
+        elif implicit:
+            await self._add_elsewhere(principal, tid, producer_id, epoch, groups=[group], remember=True)
+        elif tid in self._epochs and self.owns(tid):
             txn = rules.check_producer(self._txns.get(tid), tid, producer_id, epoch)
             if txn.state != rules.ONGOING or group not in txn.groups:
                 raise InvalidTxnStateError(
@@ -594,6 +696,7 @@ class TransactionCoordinator:
         *,
         member_id: str | None,
         generation: int,
+        implicit: bool = False,
     ) -> None:
         """TxnOffsetCommit, for every face: the member is checked by the group's coordinator as for
         an offset commit (when the request names one: Kafka's v3+), then the offsets are staged with
@@ -602,7 +705,7 @@ class TransactionCoordinator:
         authorize_group(principal, "read", group)
 
         async def stage(group_id: str, checked: list[OffsetCommit]) -> int:
-            await self.stage_offsets(principal, tid, group_id, producer_id, epoch, checked)
+            await self.stage_offsets(principal, tid, group_id, producer_id, epoch, checked, implicit=implicit)
             return 0
 
         if member_id is None and generation < 0:  # no member named: nothing to check it against

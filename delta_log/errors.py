@@ -378,6 +378,18 @@ class SinkRefusedError(TopiclakeError):
     hint = "Fix what the gateway's answer names, or write directly with option('gateway', 'none')."
 
 
+def error_of(payload: dict[str, Any]) -> TopiclakeError:
+    """The error an answer's envelope (`TopiclakeError.to_dict`) carries, as its class when one
+    has its code (a gateway relaying another gateway's refusal to its own client)."""
+    code = str(payload.get("code", TopiclakeError.code))
+    cls = next((c for c in all_error_classes() if c.code == code), TopiclakeError)
+    exc = cls.__new__(cls)
+    exc.details = dict(payload.get("details") or {})
+    exc.message = str(payload.get("message") or code)
+    Exception.__init__(exc, exc.message)
+    return exc
+
+
 def all_error_classes() -> list[type[TopiclakeError]]:
     """Every concrete error class (used to check each has an HTTP status)."""
     seen: list[type[TopiclakeError]] = []

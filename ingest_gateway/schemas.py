@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -265,6 +265,21 @@ class TransactionOffset(_Model):
         ge=0, le=MAX_JSON_INT, description="The next offset to consume, committed with the transaction."
     )
     metadata: str = Field("", max_length=4096)
+
+
+class TransactionPartition(_Model):
+    topic: str = Field(
+        max_length=MAX_TOPIC_NAME_LENGTH, json_schema_extra={"minLength": 1, "pattern": TOPIC_NAME_PATTERN}
+    )
+    partition: BodyInt = Field(ge=0, le=MAX_PARTITIONS - 1)
+
+
+class TransactionAdd(TransactionProducer):
+    """Partitions and groups the producer's transaction writes (Kafka's AddPartitionsToTxn and
+    AddOffsetsToTxn in one)."""
+
+    partitions: list[TransactionPartition] = Field(default_factory=list, max_length=10_000)
+    groups: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(default_factory=list, max_length=100)
 
 
 class TransactionOffsets(TransactionProducer):

@@ -70,6 +70,20 @@ def api_versions_body(error: int = 0) -> dict[str, Any]:
     }
 
 
+#: Kafka's `transaction.version` feature, finalized at 2 (KIP-890 part 2): a Kafka 4.x client
+#: then lets its writes and offsets join their transaction (Produce v12, TxnOffsetCommit v5; a
+#: gateway that does not coordinate the id asks the one that does) and takes the epoch EndTxn v5
+#: bumps for its next transaction. Clients that do not read features use the TV1 flow, also served.
+TRANSACTION_VERSION = "transaction.version"
+#: the epoch of the finalized features (constant: a gateway's features never change while it runs)
+FEATURES_EPOCH = 1
+FEATURES = {
+    "supported_features": [{"name": TRANSACTION_VERSION, "min_version": 0, "max_version": 2}],
+    "finalized_features_epoch": FEATURES_EPOCH,
+    "finalized_features": [{"name": TRANSACTION_VERSION, "min_version_level": 2, "max_version_level": 2}],
+}
+
+
 @api(API_VERSIONS, "ApiVersions", 0, 4, before_auth=True)
 async def api_versions(conn: Session, request: Any, version: int) -> dict[str, Any]:
-    return api_versions_body()
+    return api_versions_body() | FEATURES

@@ -50,6 +50,7 @@ from delta_log.system.groups import GroupStore
 from delta_log.table.storage import StorageRoot
 from ingest_gateway import server as http_server
 from ingest_gateway.app import create_app
+from ingest_gateway.kit.forwarding import transaction_adder
 from ingest_gateway.metrics import Metrics
 from kafka_gateway.listener import KafkaListener
 
@@ -129,6 +130,8 @@ class Gateway:
             settings=settings, registry=registry, notifier=self.notifier, coordinator=coordinator, cluster=cluster
         )
         transactions = self.services.transactions
+        if cluster is not None and self.forwarder is not None:
+            transactions.remote_add = transaction_adder(cluster, self.forwarder, settings.auth)
         await transactions.start()  # decisions a crash left half done are finished before serving
         if cluster is not None:
             cluster.on_change(transactions.on_membership_change)

@@ -204,6 +204,16 @@ def authenticate(settings: AuthSettings, authorization: str | None) -> Principal
     raise AuthenticationError("Unknown API key: check the key, or ask an operator for one.")
 
 
+def key_of(settings: AuthSettings, principal: Principal) -> str | None:
+    """A configured API key that authenticates as `principal` with the same ACLs (None: keys are
+    not configured, or none does): what a gateway presents to another gateway to act for a client
+    it authenticated (a transactional write's partitions added at the id's coordinator)."""
+    for key in settings.api_keys:
+        if principal_of(key.principal, key.acls, key.groups, key.transactional_ids) == principal:
+            return key.key.get_secret_value()
+    return None
+
+
 def authorize(principal: Principal, operation: TopicOperation, topic: str | None) -> None:
     """Raises: AuthorizationError."""
     if not principal.allows(operation, topic):

@@ -9,6 +9,10 @@ and AddOffsetsToTxn open a transaction (Ongoing) and name what it touches; EndTx
 open past its timeout is aborted by the coordinator with the epoch bumped, so the producer that
 let it lapse is fenced.
 
+Transaction version 2 (KIP-890 part 2: EndTxn v5) bumps the epoch at every EndTxn: the decision
+is taken under the next epoch (a new producer id once the epoch is exhausted), which the producer
+uses for its next transaction, so a write of the ended transaction that arrives late is fenced.
+
 The states and their names are Kafka's (DescribeTransactions, ListTransactions report them).
 """
 
@@ -66,6 +70,9 @@ class Txn:
     producer_epoch: int
     #: the epoch before the last bump (-1: none); a retried bump with it is answered again
     last_producer_epoch: int = -1
+    #: the producer id before the last bump rotated it (-1: none): a retried EndTxn of that bump
+    #: names it (transaction version 2)
+    previous_producer_id: int = -1
     timeout_ms: int
     state: str = EMPTY
     #: when the open transaction began (-1: none open)
@@ -91,6 +98,7 @@ class Txn:
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
             "last_producer_epoch": self.last_producer_epoch,
+            "previous_producer_id": self.previous_producer_id,
             "timeout_ms": self.timeout_ms,
             "state": self.state,
             "start_ms": self.start_ms,
@@ -107,6 +115,7 @@ class Txn:
             producer_id=int(snapshot["producer_id"]),
             producer_epoch=int(snapshot["producer_epoch"]),
             last_producer_epoch=int(snapshot["last_producer_epoch"]),
+            previous_producer_id=int(snapshot.get("previous_producer_id", -1)),
             timeout_ms=int(snapshot["timeout_ms"]),
             state=str(snapshot["state"]),
             start_ms=int(snapshot["start_ms"]),
@@ -169,13 +178,26 @@ def init_producer_id(
             raise ProducerFencedError(transactional_id, current.producer_epoch)
     if current.state == ONGOING:
         return Initialized(current, fence=True)
-    if current.producer_epoch >= MAX_EPOCH:
-        nxt = dataclasses.replace(current, producer_id=new_producer_id(), producer_epoch=0, last_producer_epoch=-1)
-    else:
-        nxt = dataclasses.replace(
-            current, producer_epoch=current.producer_epoch + 1, last_producer_epoch=current.producer_epoch
-        )
+    nxt = dataclasses.replace(bumped(current, new_producer_id), last_producer_epoch=-1, previous_producer_id=-1)
+    if nxt.producer_id == current.producer_id:
+        nxt = dataclasses.replace(nxt, last_producer_epoch=current.producer_epoch)
     return Initialized(dataclasses.replace(nxt, state=EMPTY, timeout_ms=timeout_ms, updated_ms=now_ms, start_ms=-1))
+
+
+def bumped(txn: Txn, new_producer_id: Callable[[], int]) -> Txn:
+    """`txn` under the next epoch of its producer id, or a new producer id at epoch 0 once the
+    epoch is exhausted; the one before is kept to recognise a retried request of the bump."""
+    if txn.producer_epoch >= MAX_EPOCH:
+        return dataclasses.replace(
+            txn,
+            producer_id=new_producer_id(),
+            producer_epoch=0,
+            last_producer_epoch=txn.producer_epoch,
+            previous_producer_id=txn.producer_id,
+        )
+    return dataclasses.replace(
+        txn, producer_epoch=txn.producer_epoch + 1, last_producer_epoch=txn.producer_epoch, previous_producer_id=-1
+    )
 
 
 def check_producer(current: Txn | None, transactional_id: str, producer_id: int, producer_epoch: int) -> Txn:
@@ -236,18 +258,45 @@ class Ending:
 
 
 def end(
-    current: Txn | None, transactional_id: str, producer_id: int, producer_epoch: int, *, commit: bool, now_ms: int
+    current: Txn | None,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    now_ms: int,
+    bump: Callable[[], int] | None = None,
 ) -> Ending:
-    """EndTxn: decide the open transaction (PrepareCommit or PrepareAbort).
+    """EndTxn: decide the open transaction (PrepareCommit or PrepareAbort). With `bump` (transaction
+    version 2; it makes a new producer id should the epoch be exhausted) the decision is taken
+    under the next epoch, which the producer's next transaction uses; an abort with no transaction
+    open is allowed (the producer cannot know whether its writes opened one) and bumps the epoch
+    too; and a retried EndTxn names the epoch before the bump.
 
     Raises: InvalidProducerIdMappingError, ProducerFencedError, ConcurrentTransactionsError (the
     decision is completing: retry), InvalidTxnStateError (no transaction is open, or the other
     decision was taken)."""
-    txn = check_producer(current, transactional_id, producer_id, producer_epoch)
     done, preparing = (COMPLETE_COMMIT, PREPARE_COMMIT) if commit else (COMPLETE_ABORT, PREPARE_ABORT)
+    if bump is not None and current is not None and _retried_bump(current, producer_id, producer_epoch):
+        if current.state == done:
+            return Ending(current, retry=True)
+        if current.state == preparing:
+            raise ConcurrentTransactionsError(transactional_id)
+        # the other decision was taken (a commit retried as an abort, or a transaction the
+        # coordinator aborted at its timeout): Kafka's answer
+        raise InvalidTxnStateError(
+            f"Transactional id {transactional_id!r}'s transaction was {current.state}, not "
+            f"{'committed' if commit else 'aborted'}; begin a new transaction.",
+            transactional_id=transactional_id,
+            state=current.state,
+        )
+    txn = check_producer(current, transactional_id, producer_id, producer_epoch)
     if txn.state == ONGOING:
-        return Ending(dataclasses.replace(txn, state=preparing, updated_ms=now_ms))
-    if txn.state == done:
+        decided = dataclasses.replace(txn, state=preparing, updated_ms=now_ms)
+        return Ending(decided if bump is None else bumped(decided, bump))
+    if bump is not None and not commit and txn.state in _IDLE:
+        return Ending(bumped(dataclasses.replace(txn, state=PREPARE_ABORT, updated_ms=now_ms), bump))
+    if txn.state == done and bump is None:
         return Ending(txn, retry=True)
     if txn.state == preparing:
         raise ConcurrentTransactionsError(transactional_id)
@@ -256,6 +305,16 @@ def end(
         f"{'commit' if commit else 'abort'} (it is {txn.state}).",
         transactional_id=transactional_id,
         state=txn.state,
+    )
+
+
+def _retried_bump(txn: Txn, producer_id: int, producer_epoch: int) -> bool:
+    """(producer id, epoch) is the one the id's last bump replaced: a retry of that request."""
+    return (
+        txn.last_producer_epoch >= 0
+        and producer_epoch == txn.last_producer_epoch
+        and producer_id in (txn.producer_id, txn.previous_producer_id)
+        and txn.state != ONGOING
     )
 
 

@@ -14,15 +14,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from broker.cluster import Cluster
+from broker.transactions import RemoteAdd
+from conf import AuthSettings
+from delta_log.core.acl import Principal, key_of
 from delta_log.core.ownership import group_resource, transaction_resource
-from delta_log.errors import CoordinatorNotAvailableError, NotCoordinatorError, TopiclakeError
+from delta_log.errors import CoordinatorNotAvailableError, NotCoordinatorError, TopiclakeError, error_of
 
 log = logging.getLogger(__name__)
 
@@ -189,3 +193,58 @@ class GroupForwardingMiddleware:
         finally:
             await response.aclose()
         return True
+
+
+def transaction_adder(cluster: Cluster, client: httpx.AsyncClient, auth: AuthSettings) -> RemoteAdd:
+    """How this gateway adds partitions and groups to a transaction another gateway coordinates,
+    for a client it authenticated (a Kafka write of transaction version 2 that reached a gateway
+    leading the partition but not coordinating the id): POST /transactions/{id}/partitions on the
+    coordinator, with a key of the client's principal (the coordinator authorizes it again)."""
+
+    async def add(
+        principal: Principal,
+        tid: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[tuple[str, int]],
+        groups: Sequence[str],
+    ) -> None:
+        owner = cluster.owner(transaction_resource(tid))
+        if owner is None or owner.gateway_id == cluster.me.gateway_id:
+            raise NotCoordinatorError(
+                f"This gateway does not coordinate transactional id {tid!r} and knows no gateway that does; retry.",
+                transactional_id=tid,
+            )
+        headers = {FORWARDED_BY: cluster.me.gateway_id}
+        if auth.enabled:
+            key = key_of(auth, principal)
+            if key is None:
+                raise CoordinatorNotAvailableError(
+                    f"No configured key acts as {principal.name!r} with its ACLs to reach the coordinator of "
+                    f"{tid!r}; give the gateways the same key file.",
+                    transactional_id=tid,
+                )
+            headers["authorization"] = f"Bearer {key}"
+        body = {
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "partitions": [{"topic": t, "partition": p} for t, p in partitions],
+            "groups": list(groups),
+        }
+        url = f"{owner.url}/transactions/{quote(tid, safe='')}/partitions"
+        try:
+            response = await client.post(url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            log.warning("adding to transaction %r at %s (%s) failed: %s", tid, owner.gateway_id, owner.url, exc)
+            raise CoordinatorNotAvailableError(
+                f"The coordinator of transactional id {tid!r}, gateway {owner.gateway_id}, cannot be reached; retry.",
+                gateway=owner.gateway_id,
+            ) from exc
+        if response.status_code != 200:
+            try:
+                envelope = response.json()["error"]
+            except (ValueError, KeyError, TypeError):
+                envelope = {"code": CoordinatorNotAvailableError.code, "message": response.text[:300]}
+            raise error_of(envelope)
+
+    return add

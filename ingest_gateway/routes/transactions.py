@@ -3,6 +3,8 @@
     POST /transactions/{id}/init     a producer of the id: its producer id and epoch (older ones fenced)
     POST /topics/{t}/records         with Transactional-Id, Transactional-Producer ("<id>.<epoch>"),
                                      Producer-Id and Producer-Sequence: staged with the transaction
+    POST /transactions/{id}/partitions  partitions and groups joining the transaction (as a write
+                                     does; a gateway asks the id's coordinator so for a write it took)
     POST /transactions/{id}/offsets  a group's offsets, committed with the transaction
     POST /transactions/{id}/commit   every record and offset visible at once (answered after)
     POST /transactions/{id}/abort    none of them, ever
@@ -26,6 +28,7 @@ from ingest_gateway.kit.dependencies import PrincipalDep, ServicesDep
 from ingest_gateway.kit.params import TransactionalIdPath
 from ingest_gateway.schemas import (
     InitTransaction,
+    TransactionAdd,
     TransactionList,
     TransactionOffsets,
     TransactionPartitions,
@@ -61,6 +64,21 @@ async def init(
     aborted, and the producers before this one are fenced (409 PRODUCER_FENCED from now on)."""
     txn = await services.transactions.init_producer_id(principal, transactional_id, body.timeout_ms)
     return _state(txn, principal)
+
+
+@router.post("/{transactional_id}/partitions", response_model=TransactionState)
+async def add(
+    transactional_id: TransactionalIdPath, body: TransactionAdd, principal: PrincipalDep, services: ServicesDep
+) -> TransactionState:
+    """Add partitions (the key may produce to their topics) and groups (the key may read them) to
+    the producer's transaction, beginning one if none is open: what a transactional write does
+    itself, and what a gateway that took a write of Kafka's transaction version 2 asks the id's
+    coordinator (as a Kafka partition leader does)."""
+    partitions = [(p.topic, p.partition) for p in body.partitions]
+    await services.transactions.add(
+        principal, transactional_id, body.producer_id, body.producer_epoch, partitions=partitions, groups=body.groups
+    )
+    return await _described(transactional_id, principal, services)
 
 
 @router.post("/{transactional_id}/offsets", response_model=TransactionState)

@@ -148,6 +148,7 @@ async def produce(conn: Session, request: Any, version: int) -> Awaitable[dict[s
                 size=len(p.records or b""),
                 decode=_decoder(bytes(p.records or b""), p.index, max_records, budget),
                 transactional_id=request.transactional_id,
+                adds_to_transaction=version >= 12,  # transaction version 2 (KIP-890 part 2)
             )
             for p in t.partition_data
         ]

@@ -2,10 +2,11 @@
 EndTxn, through broker.transactions (one coordinator per transactional id, for every face); and
 what kafka-transactions asks: ListTransactions, DescribeTransactions, DescribeProducers.
 
-- The transaction protocol of every client (KIP-98, KIP-360, KIP-447): the Java client's TV1 flow
-  (AddPartitionsToTxn up to v3, EndTxn up to v4), librdkafka's (v0 of the adds, EndTxn v1) and
-  franz-go's. The `transaction.version` feature is not advertised, so Kafka 4.x clients use that
-  flow (docs/KAFKA.md).
+- The transaction protocol of every client (KIP-98, KIP-360, KIP-447, KIP-890), by request
+  version as Kafka's broker serves it: transaction version 2 (finalized in ApiVersions; Java 4.x
+  and franz-go use it) has Produce v12 and TxnOffsetCommit v5 add to the transaction and EndTxn v5
+  bump the epoch; the TV1 flow (AddPartitionsToTxn up to v3, EndTxn up to v4) is librdkafka's and
+  older clients' (docs/KAFKA.md).
 - Errors to clients before PRODUCER_FENCED existed (InitProducerId < v4, EndTxn, AddOffsetsToTxn
   and AddPartitionsToTxn < v2) are INVALID_PRODUCER_EPOCH, as Kafka answers them.
 - InitProducerId without a transactional id is an idempotent producer's: a producer id is 63
@@ -115,26 +116,30 @@ async def add_offsets_to_txn(conn: Session, request: Any, version: int) -> dict[
     return {"throttle_time": 0, "error_code": 0}
 
 
-@api(26, "EndTxn", 0, 4)
+@api(26, "EndTxn", 0, 5)
 async def end_txn(conn: Session, request: Any, version: int) -> dict[str, Any]:
+    """v5 is transaction version 2: the epoch is bumped at every EndTxn, and the answer names the
+    producer id and epoch of the producer's next transaction."""
     assert conn.principal is not None
     try:
-        await conn.services.transactions.end_txn(
+        txn = await conn.services.transactions.end_txn(
             conn.principal,
             request.transactional_id,
             request.producer_id,
             request.producer_epoch,
             commit=bool(request.committed),
+            bump=version >= 5,
         )
     except TopiclakeError as exc:
         return {"throttle_time": 0, "error_code": _code(exc, version, 2), "producer_id": -1, "producer_epoch": -1}
-    return {"throttle_time": 0, "error_code": 0, "producer_id": -1, "producer_epoch": -1}
+    return {"throttle_time": 0, "error_code": 0, "producer_id": txn.producer_id, "producer_epoch": txn.producer_epoch}
 
 
-@api(28, "TxnOffsetCommit", 0, 4)
+@api(28, "TxnOffsetCommit", 0, 5)
 async def txn_offset_commit(conn: Session, request: Any, version: int) -> dict[str, Any]:
     """Sent to the group's coordinator: the member is checked as for OffsetCommit (v3+ carries it),
-    and the offsets are kept with the transaction until it commits."""
+    and the offsets are kept with the transaction until it commits; v5 (transaction version 2)
+    adds the group to the transaction (no AddOffsetsToTxn before it)."""
     assert conn.principal is not None
     principal = conn.principal
     group = request.group_id
@@ -165,6 +170,7 @@ async def txn_offset_commit(conn: Session, request: Any, version: int) -> dict[s
             commits,
             member_id=member_id,
             generation=generation,
+            implicit=version >= 5,
         )
     except TopiclakeError as exc:
         code = _code(exc, version, 0)

@@ -1,7 +1,9 @@
 """Transactions on a two-gateway cluster: kill -9 of the gateway that coordinates a transactional
 id while a consume-transform-produce service commits transactions through both gateways. The
 survivor takes the id over (its last saved state, a decision half done finished first), and the
-output holds every input record exactly once, with the group's offsets at the input's end."""
+output holds every input record exactly once, with the group's offsets at the input's end. And
+writes of transaction version 2 (Java) and of HTTP that reach the gateway leading their partition
+but not coordinating their id."""
 
 from __future__ import annotations
 
@@ -101,6 +103,71 @@ def test_kill9_of_the_coordinating_gateway_loses_and_duplicates_nothing(tmp_path
         assert {o["partition"]: o["offset"] for o in committed} == ends
         described = httpx.get(f"{survivor.url}/transactions/ctp-cluster", timeout=30).json()
         assert described["state"] in ("CompleteCommit", "CompleteAbort")
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_java_transactions_of_version_2_write_through_both_gateways(tmp_path_factory):
+    """Kafka 4.x's Java producer picks transaction version 2 (the gateways finalize it): its
+    Produce v12 adds the partition to the transaction itself. Here every record goes to a
+    partition led by the gateway that does not coordinate the id, which asks the coordinator
+    (POST /transactions/{id}/partitions), as a Kafka partition leader does; without that the
+    coordinator would see no transaction to commit. Every EndTxn v5 bumps the epoch."""
+    from bench.kafka_broker import ensure_jars, java
+
+    root = tmp_path_factory.mktemp("ktv2") / "data"
+    servers = [gateway(root) for _ in range(2)]
+    try:
+        wait_for(lambda: all(brokers_seen(s.kafka) == 2 for s in servers), what="2 brokers in Metadata")
+        bootstrap = ",".join(s.kafka for s in servers)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("tv2", 1, 1)])["tv2"].result(30)
+        metadata = admin.list_topics("tv2", timeout=10)
+        leader_port = metadata.brokers[metadata.topics["tv2"].partitions[0].leader].port
+        tid = next(
+            t for t in (f"java-tv2-{i}" for i in range(100)) if coordinator_port(servers[0].kafka, t) != leader_port
+        )
+        libs = ensure_jars()
+        out = subprocess.run(
+            [java(), "-Xmx256m", "-cp", f"{libs}/*", "org.apache.kafka.tools.ProducerPerformance",
+             "--topic", "tv2", "--num-records", "6000", "--record-size", "100", "--throughput", "-1",
+             "--transactional-id", tid, "--transaction-duration-ms", "100",
+             "--command-property", f"bootstrap.servers={bootstrap}"],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+
+        # landed by the coordinator; the partition's gateway reads the table's new version shortly
+        def landed(prefix: str = "") -> list[str]:
+            values = [v for records in records_of(servers[0].url, "tv2", 1).values() for _, v in records]
+            return sorted(v for v in values if v.startswith(prefix))
+
+        wait_for(lambda: len(landed()) >= 6000, what="the Java producer's records")
+        assert len(landed()) == 6000
+        described = httpx.get(f"{servers[0].url}/transactions/{tid}", timeout=30).json()
+        # one epoch a transaction: the producer used EndTxn v5 (transaction version 2)
+        assert described["state"] == "CompleteCommit" and described["producer_epoch"] >= 1
+
+        # HTTP's transactional writes to a gateway that does not coordinate the id reach it the same way
+        from topiclake.client import Producer as HttpProducer
+
+        first = servers[0]
+        http_tid = next(
+            t
+            for t in (f"http-tv2-{i}" for i in range(100))
+            if coordinator_port(first.kafka, t) != int(first.kafka.rsplit(":", 1)[1])
+        )
+        producer = HttpProducer(first.url, transactional_id=http_tid, value_format="string", linger_ms=1)
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(20):
+            producer.send("tv2", f"h{i}")
+        producer.flush()
+        producer.commit_transaction()
+        producer.close()
+        wait_for(lambda: len(landed("h")) >= 20, what="the HTTP transaction's records")
+        assert landed("h") == sorted(f"h{i}" for i in range(20))
     finally:
         for s in servers:
             s.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+import httpx
 import pytest
 
 from tests.e2e import go_kafka_clients
@@ -51,7 +52,9 @@ def test_franz_go_members_share_a_group_on_the_consumer_protocol(server, go_clie
 
 def test_franz_go_group_transact_session_moves_a_topic_exactly_once(server, go_clients):
     """franz-go's GroupTransactSession (read_committed, RequireStableFetchOffsets, transactions
-    that commit the group's offsets): every record of the input once in the output, no lag."""
+    that commit the group's offsets): every record of the input once in the output, no lag. It
+    uses transaction version 2 (the gateway finalizes it): each EndTxn v5 bumps the epoch."""
     out = subprocess.run([str(go_clients), server.kafka, "franztxn"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, f"franztxn: {out.stderr[-3000:]}\n{server.log.read_text()[-3000:]}"
     assert out.stdout.split()[-4:] == ["franz-go", "txn", "ok", "3000"], out.stdout
+    assert httpx.get(f"{server.url}/transactions/franz-etl", timeout=30).json()["producer_epoch"] >= 1

@@ -223,8 +223,8 @@ def test_consume_transform_produce_killed_twice_outputs_every_input_once(gateway
 
 
 def test_java_transactional_producer_and_kafka_transactions(gateway):
-    """Java's client (the TV1 flow a Kafka 4.x client picks without the transaction.version
-    feature): ProducerPerformance commits a transaction every 200 ms; kafka-transactions lists
+    """Java's client (transaction version 2, which the gateway finalizes): ProducerPerformance
+    commits a transaction every 200 ms, each EndTxn v5 bumping the epoch; kafka-transactions lists
     and describes the id."""
     libs = ensure_jars()
     topic = _topic(gateway)
@@ -237,6 +237,7 @@ def test_java_transactional_producer_and_kafka_transactions(gateway):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(_table_values(gateway, topic)) == 5000
+    assert httpx.get(f"{gateway.url}/transactions/java-tx", timeout=30).json()["producer_epoch"] >= 1
     tool = [*cmd, "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", gateway.kafka]
     listed = subprocess.run([*tool, "list"], capture_output=True, text=True, timeout=60).stdout
     assert any(line.split()[:1] == ["java-tx"] and "CompleteCommit" in line for line in listed.splitlines())

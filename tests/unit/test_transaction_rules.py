@@ -124,3 +124,61 @@ def test_only_an_open_transaction_times_out_and_its_state_round_trips():
     opened = rules.add(t, "tx", t.producer_id, 0, partitions=[("a", 1)], groups=["g"], now_ms=1_000)
     assert not rules.timed_out(opened, 60_999) and rules.timed_out(opened, 61_000)
     assert rules.Txn.of(opened.snapshot()) == opened
+
+
+def _bump():
+    return next(_ids)
+
+
+def test_version_2_end_bumps_the_epoch_and_answers_a_retry_of_it():
+    t = _init(None).txn
+    t = rules.add(t, "tx", t.producer_id, 0, partitions=[("a", 0)], now_ms=2_000)
+    decided = rules.end(t, "tx", t.producer_id, 0, commit=True, now_ms=3_000, bump=_bump).txn
+    assert (decided.state, decided.producer_id, decided.producer_epoch) == (rules.PREPARE_COMMIT, t.producer_id, 1)
+    done = rules.complete(decided, now_ms=4_000)
+    # the answer was lost: the producer asks again with the epoch it had, and is told the same
+    again = rules.end(done, "tx", t.producer_id, 0, commit=True, now_ms=5_000, bump=_bump)
+    assert again.retry and again.txn.producer_epoch == 1
+    # while deciding, a retry waits; the other decision under the old epoch is refused
+    with pytest.raises(ConcurrentTransactionsError):
+        rules.end(decided, "tx", t.producer_id, 0, commit=True, now_ms=5_000, bump=_bump)
+    with pytest.raises(InvalidTxnStateError):
+        rules.end(done, "tx", t.producer_id, 0, commit=False, now_ms=5_000, bump=_bump)
+    # the next transaction writes under the new epoch; the old one is fenced once it began
+    nxt = rules.add(done, "tx", t.producer_id, 1, partitions=[("a", 0)], now_ms=6_000)
+    assert nxt.state == rules.ONGOING and nxt.number == t.number + 1
+    with pytest.raises(ProducerFencedError):
+        rules.add(nxt, "tx", t.producer_id, 0, partitions=[("a", 1)], now_ms=6_000)
+    with pytest.raises(ProducerFencedError):
+        rules.end(nxt, "tx", t.producer_id, 0, commit=True, now_ms=6_000, bump=_bump)
+
+
+def test_version_2_abort_with_nothing_open_bumps_and_a_commit_of_nothing_is_refused():
+    t = _init(None).txn
+    aborted = rules.end(t, "tx", t.producer_id, 0, commit=False, now_ms=2_000, bump=_bump).txn
+    assert (aborted.state, aborted.producer_epoch) == (rules.PREPARE_ABORT, 1)
+    with pytest.raises(InvalidTxnStateError):
+        rules.end(t, "tx", t.producer_id, 0, commit=True, now_ms=2_000, bump=_bump)
+    # version 1 keeps its rule: an abort needs an open transaction
+    with pytest.raises(InvalidTxnStateError):
+        rules.end(t, "tx", t.producer_id, 0, commit=False, now_ms=2_000)
+
+
+def test_version_2_end_at_the_last_epoch_moves_to_a_new_producer_id_and_knows_a_retry_by_the_old():
+    worn = rules.Txn(transactional_id="tx", producer_id=7, producer_epoch=rules.MAX_EPOCH, timeout_ms=1000)
+    t = rules.add(worn, "tx", 7, rules.MAX_EPOCH, partitions=[("a", 0)], now_ms=1)
+    done = rules.complete(rules.end(t, "tx", 7, rules.MAX_EPOCH, commit=True, now_ms=2, bump=_bump).txn, now_ms=3)
+    assert done.producer_id != 7 and done.producer_epoch == 0 and done.previous_producer_id == 7
+    again = rules.end(done, "tx", 7, rules.MAX_EPOCH, commit=True, now_ms=4, bump=_bump)
+    assert again.retry and again.txn.producer_id == done.producer_id
+    assert rules.Txn.of(done.snapshot()) == done
+
+
+def test_version_2_commit_of_a_transaction_the_timeout_aborted_is_refused():
+    t = _init(None).txn
+    t = rules.add(t, "tx", t.producer_id, 0, partitions=[("a", 0)], now_ms=2_000)
+    aborted = rules.complete(rules.fence_and_abort(t, now_ms=70_000), now_ms=70_001)
+    with pytest.raises(InvalidTxnStateError):
+        rules.end(aborted, "tx", t.producer_id, 0, commit=True, now_ms=70_002, bump=_bump)
+    # its abort is what happened: answered as done, with the epoch the producer goes on with
+    assert rules.end(aborted, "tx", t.producer_id, 0, commit=False, now_ms=70_002, bump=_bump).retry

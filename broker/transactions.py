@@ -10,8 +10,10 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   `_system/transactions`, then lands the records: one append per topic, so all of a topic's
   partitions land in one Delta commit, each topic's append idempotent under the producer's
   transaction number (a roll-forward never writes twice); then the group offsets of
-  TxnOffsetCommit; then drops the staging and saves CompleteCommit. EndTxn is answered after that:
-  a committed transaction is readable when its producer returns.
+  TxnOffsetCommit; then drops the staging and saves CompleteCommit. HTTP's commit is answered
+  after that (a committed transaction is readable when its producer returns); Kafka's EndTxn once
+  the decision is saved, as Kafka's coordinator answers after PrepareCommit, the rest carried out
+  at once in the background while the producer's next requests of the id wait for it.
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
 - A gateway that starts, or takes an id over (a failover), reads the id's last saved state and
@@ -32,10 +34,11 @@ worker threads. Open transactions' timeouts are timers on the loop (no polling).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +157,9 @@ class TransactionCoordinator:
         #: group -> partitions with offsets staged by open transactions coordinated here
         self._pending_offsets: dict[str, dict[str, set[tuple[str, int]]]] = {}
         self._background: set[asyncio.Future[Any]] = set()
+        #: ids whose decision is being carried out after EndTxn was answered (Kafka's face): done
+        #: once it landed
+        self._completing: dict[str, asyncio.Future[None]] = {}
         self._saves = 0
         #: every id's state as read at start (what ListTransactions lists before an id is used)
         self._listed: dict[str, Txn] = {}
@@ -174,7 +180,7 @@ class TransactionCoordinator:
         for tid, s in saved.items():
             if s.txn.open and self.owns(tid):
                 try:
-                    async with self._lock(tid):
+                    async with self._settled(tid):
                         await self._take_over(tid)
                 except TopiclakeError as exc:
                     log.warning("transactional id %r: not taken over at start (%s)", tid, exc)
@@ -203,6 +209,21 @@ class TransactionCoordinator:
         if lock is None:
             lock = self._locks[tid] = asyncio.Lock()
         return lock
+
+    @contextlib.asynccontextmanager
+    async def _settled(self, tid: str) -> AsyncIterator[None]:
+        """The id's lock, once no decision of it is being carried out in the background: a request
+        of the producer's next transaction waits for the last one to land (woken when it has, no
+        polling)."""
+        while True:
+            if (pending := self._completing.get(tid)) is not None:
+                await asyncio.shield(pending)
+                continue
+            async with self._lock(tid):
+                if tid in self._completing:  # decided while this request waited for the lock
+                    continue
+                yield
+                return
 
     def release(self, tid: str) -> None:
         """Stop acting for an id (another gateway coordinates it now)."""
@@ -281,7 +302,7 @@ class TransactionCoordinator:
 
     async def _expire(self, tid: str, number: int) -> None:
         try:
-            async with self._lock(tid):
+            async with self._settled(tid):
                 self._timers.pop(tid, None)
                 txn = self._txns.get(tid)
                 if txn is None or txn.number != number or not rules.timed_out(txn, self.clock_ms()):
@@ -313,7 +334,7 @@ class TransactionCoordinator:
         NotCoordinatorError, StorageUnavailableError."""
         rules.validate_transactional_id(tid)
         authorize_transactional_id(principal, "write", tid)
-        async with self._lock(tid):
+        async with self._settled(tid):
             current = await self._take_over(tid, create=True)
             for _ in range(3):
                 out = rules.init_producer_id(
@@ -453,7 +474,7 @@ class TransactionCoordinator:
         partitions: Iterable[tuple[str, int]] = (),
         groups: Iterable[str] = (),
     ) -> Txn:
-        async with self._lock(tid):
+        async with self._settled(tid):
             current = await self._take_over(tid)
             nxt = rules.add(
                 current, tid, producer_id, epoch, partitions=partitions, groups=groups, now_ms=self.clock_ms()
@@ -471,16 +492,26 @@ class TransactionCoordinator:
             return nxt
 
     async def end_txn(
-        self, principal: Principal, tid: str, producer_id: int, epoch: int, *, commit: bool, bump: bool = False
+        self,
+        principal: Principal,
+        tid: str,
+        producer_id: int,
+        epoch: int,
+        *,
+        commit: bool,
+        bump: bool = False,
+        wait: bool = True,
     ) -> Txn:
-        """EndTxn: commit (land every staged record and offset) or abort (drop them); answered
-        once done, with the id's state (`bump`, transaction version 2: the producer id and epoch
-        of the producer's next transaction). Raises: TransactionalIdAuthorizationError,
+        """EndTxn: commit (land every staged record and offset) or abort (drop them), answered with
+        the id's state (`bump`, transaction version 2: the producer id and epoch of the producer's
+        next transaction). `wait`: answered once it is all visible; else once the decision is
+        saved, as Kafka answers after PrepareCommit (the rest is carried out at once, and the
+        producer's next requests wait for it). Raises: TransactionalIdAuthorizationError,
         InvalidProducerIdMappingError, ProducerFencedError, InvalidTxnStateError,
         ConcurrentTransactionsError, NotCoordinatorError, StorageUnavailableError (the decision
         stands and is finished later: by a retry, or by whichever gateway takes the id over)."""
         authorize_transactional_id(principal, "write", tid)
-        async with self._lock(tid):
+        async with self._settled(tid):
             current = await self._take_over(tid)
             ending = rules.end(
                 current,
@@ -492,13 +523,13 @@ class TransactionCoordinator:
                 bump=(lambda: secrets.randbits(63)) if bump else None,
             )
             if not ending.retry:
-                await self._decide(ending.txn, (producer_id, epoch))
+                await self._decide(ending.txn, (producer_id, epoch), wait=wait)
             return self._txns[tid]
 
-    async def _decide(self, txn: Txn, staged: tuple[int, int]) -> None:
+    async def _decide(self, txn: Txn, staged: tuple[int, int], *, wait: bool = True) -> None:
         """Save the decision of `txn` (PrepareCommit or PrepareAbort) with what it lands (the
         producer's staged files, under the (producer id, epoch) `staged` wrote them with), then
-        carry it out."""
+        carry it out: now, or (not `wait`) in the background, after the caller's lock."""
         if (timer := self._timers.pop(txn.transactional_id, None)) is not None:
             timer.cancel()
         _, staging = self._open()
@@ -511,7 +542,35 @@ class TransactionCoordinator:
             "offsets": [[o.group, o.path] for o in found.offsets],
         }
         await self._save(txn, decision)
-        await self._carry_out(txn, decision)
+        if wait:
+            await self._carry_out(txn, decision)
+            return
+        tid = txn.transactional_id
+        self._completing[tid] = asyncio.get_running_loop().create_future()
+        self._spawn(self._finish(txn, decision))
+
+    async def _finish(self, txn: Txn, decision: Mapping[str, Any]) -> None:
+        """Carry out a decision in the background, retried while this gateway coordinates the id
+        (a takeover finishes it otherwise); then wake the requests waiting for it."""
+        tid = txn.transactional_id
+        try:
+            while True:
+                try:
+                    async with self._lock(tid):
+                        if self._txns.get(tid) is not txn:  # released, or finished by a takeover
+                            return
+                        await self._carry_out(txn, decision)
+                    return
+                except TopiclakeError as exc:
+                    if tid not in self._epochs or not self.owns(tid):
+                        return
+                    log.warning(
+                        "transactional id %r: transaction %d not carried out yet (%s); retrying", tid, txn.number, exc
+                    )
+                    await asyncio.sleep(1.0)
+        finally:
+            if (done := self._completing.pop(tid, None)) is not None and not done.done():
+                done.set_result(None)
 
     async def _carry_out(self, txn: Txn, decision: Mapping[str, Any]) -> None:
         """Finish a saved decision: land (commit) or drop (abort) the staged records and offsets,
@@ -603,7 +662,7 @@ class TransactionCoordinator:
         if txn.implicit:
             await self._add(tid, b.producer_id, b.producer_epoch, partitions=[(topic, p) for p in partitions])
             return
-        async with self._lock(tid):
+        async with self._settled(tid):
             current = rules.check_producer(await self._take_over(tid), tid, b.producer_id, b.producer_epoch)
         missing = [p for p in partitions if (topic, p) not in current.partitions]
         if current.state != rules.ONGOING or missing:

@@ -118,8 +118,10 @@ async def add_offsets_to_txn(conn: Session, request: Any, version: int) -> dict[
 
 @api(26, "EndTxn", 0, 5)
 async def end_txn(conn: Session, request: Any, version: int) -> dict[str, Any]:
-    """v5 is transaction version 2: the epoch is bumped at every EndTxn, and the answer names the
-    producer id and epoch of the producer's next transaction."""
+    """Answered once the decision is saved, as Kafka answers after PrepareCommit: the records and
+    offsets land right after (read_committed readers see them then), and the producer's next
+    requests of the id wait for that. v5 is transaction version 2: the epoch is bumped at every
+    EndTxn, and the answer names the producer id and epoch of the producer's next transaction."""
     assert conn.principal is not None
     try:
         txn = await conn.services.transactions.end_txn(
@@ -129,6 +131,7 @@ async def end_txn(conn: Session, request: Any, version: int) -> dict[str, Any]:
             request.producer_epoch,
             commit=bool(request.committed),
             bump=version >= 5,
+            wait=False,  # answered once decided, as Kafka's coordinator answers after PrepareCommit
         )
     except TopiclakeError as exc:
         return {"throttle_time": 0, "error_code": _code(exc, version, 2), "producer_id": -1, "producer_epoch": -1}

@@ -115,8 +115,11 @@ def test_an_open_transaction_is_invisible_to_readers_and_to_list_offsets_until_i
     assert watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 1)  # the LSO
     assert _read_committed(gateway, [topic], 1, wait_s=3) == [b"before"]
     assert _table_values(gateway, topic) == [b"before"]
-    producer.commit_transaction(30)
-    assert watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 6)
+    producer.commit_transaction(30)  # answered once decided, as Kafka: the records land right after
+    deadline = time.monotonic() + 10
+    while watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) != (0, 6):
+        assert time.monotonic() < deadline, "the committed transaction never became stable"
+        time.sleep(0.05)
     watcher.close()
     assert _read_committed(gateway, [topic], 6) == [b"before", b"t0", b"t1", b"t2", b"t3", b"t4"]
 
@@ -214,12 +217,19 @@ def test_consume_transform_produce_killed_twice_outputs_every_input_once(gateway
     assert finished.returncode == 0, finished.stderr[-2000:]
     got = _read_committed(gateway, [sink], total)
     assert len(got) == total and set(got) == {f"r{i}".encode() for i in range(total)}
-    committed = httpx.get(f"{gateway.url}/groups/ctp/offsets", timeout=30).json()
     ends = {
         p["partition"]: p["high_watermark"]
         for p in httpx.get(f"{gateway.url}/topics/{source}").json()["partition_offsets"]
     }
-    assert {o["partition"]: o["offset"] for o in committed["offsets"] if o["topic"] == source} == ends
+
+    def committed() -> dict[int, int]:  # the last transaction's offsets land just after its records
+        offsets = httpx.get(f"{gateway.url}/groups/ctp/offsets", timeout=30).json()["offsets"]
+        return {o["partition"]: o["offset"] for o in offsets if o["topic"] == source}
+
+    deadline = time.monotonic() + 10
+    while committed() != ends and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert committed() == ends
 
 
 def test_java_transactional_producer_and_kafka_transactions(gateway):
@@ -236,6 +246,10 @@ def test_java_transactional_producer_and_kafka_transactions(gateway):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
+    # the last EndTxn is answered once decided, as Kafka's: its records land right after
+    deadline = time.monotonic() + 10
+    while len(_table_values(gateway, topic)) < 5000 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(_table_values(gateway, topic)) == 5000
     assert httpx.get(f"{gateway.url}/transactions/java-tx", timeout=30).json()["producer_epoch"] >= 1
     tool = [*cmd, "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", gateway.kafka]

@@ -120,6 +120,41 @@ def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):
     asyncio.run(main())
 
 
+def test_kafkas_end_txn_is_answered_once_decided_and_the_next_transaction_waits_for_the_landing(registry):
+    """Kafka's EndTxn (wait=False) is answered once the decision is saved, the records land in the
+    background, and the producer's next transaction (version 2: the epoch EndTxn v5 gave, its
+    Produce v12 adding the partition itself) waits for that landing instead of being refused; a
+    retried EndTxn names the epoch before the bump and is answered once landed."""
+
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await _open_transaction(produce, coordinator)
+        decided = await coordinator.end_txn(
+            ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=False
+        )
+        assert decided.state == rules.PREPARE_COMMIT and decided.producer_epoch == txn.producer_epoch + 1
+        nxt = _unit("t1", "b", 1, decided, 0, b"next")
+        nxt.adds_to_transaction = True  # Produce v12
+        await produce.produce(ANONYMOUS, [nxt])  # waits for the landing: no CONCURRENT_TRANSACTIONS
+        assert (await produce.acked(nxt)).base_offset == -1
+        assert len(_values(registry, "a")) == 4 and _values(registry, "b") == [(0, 0, b"b0")]
+        assert coordinator.state("t1").state == rules.ONGOING
+        second = await coordinator.end_txn(
+            ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
+        )
+        again = await coordinator.end_txn(
+            ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
+        )
+        assert again.state == rules.COMPLETE_COMMIT and again.producer_epoch == second.producer_epoch
+        assert _values(registry, "b") == [(0, 0, b"b0"), (1, 0, b"next")]
+        with pytest.raises(ProducerFencedError):  # the first epoch's transactions are over
+            await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True)
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
 def test_an_abort_and_a_fenced_producer_leave_nothing_in_any_table(registry):
     async def main() -> None:
         produce, coordinator = _coordinator(registry)

@@ -1189,14 +1189,17 @@ class GroupCoordinator:
             )
             return await write(group_id, commits)
 
-    async def commit_transactional(self, group_id: str, commits: list[OffsetCommit]) -> None:
+    async def commit_transactional(
+        self, group_id: str, commits: list[OffsetCommit], transaction: tuple[str, int] | None = None
+    ) -> None:
         """Write a committed transaction's offsets (their member was checked when they were
         staged): fenced by the group's coordinator epoch where this gateway coordinates the group,
         else a plain append that the group's coordinator reads on its next offset fetch.
+        `transaction`: the Delta app transaction naming it (OffsetStore.commit).
 
         Raises: StorageUnavailableError, NotCoordinatorError (the group moved while writing)."""
         fence = self._fence(group_id) if self._fenced and group_id in self._epochs else None
-        await asyncio.to_thread(lambda: self.offsets.commit(commits, fence=fence))
+        await asyncio.to_thread(lambda: self.offsets.commit(commits, fence=fence, transaction=transaction))
 
     async def _write_commits(self, group_id: str, commits: list[OffsetCommit]) -> int:
         fence = self._fence(group_id)

@@ -73,8 +73,9 @@ COMPACT_EVERY = 256
 ADDED_ELSEWHERE_KEPT = 100_000
 #: lands one topic's records (ProduceService.append): the Delta commit that holds them, or its error
 Land = Callable[[str, AppendRequest], Awaitable[AppendResult]]
-#: writes a transaction's group offsets once it commits (GroupCoordinator.commit_transactional)
-CommitOffsets = Callable[[str, list[OffsetCommit]], Awaitable[None]]
+#: writes a transaction's group offsets once it commits (GroupCoordinator.commit_transactional),
+#: the commit naming the transaction (the Delta app transaction its records landed under)
+CommitOffsets = Callable[[str, list[OffsetCommit], tuple[str, int]], Awaitable[None]]
 #: adds partitions and groups to a transaction at its coordinator, another gateway, for a client
 #: this one authenticated: (principal, id, producer id, epoch, partitions, groups); raises the
 #: coordinator's refusal
@@ -606,7 +607,9 @@ class TransactionCoordinator:
             if batch is None or batch.num_rows == 0:
                 return
             request = AppendRequest(
-                batch=batch, producer=ProducerSequence(producer_id=landing_producer(pid), sequence=txn.number)
+                batch=batch,
+                producer=ProducerSequence(producer_id=landing_producer(pid), sequence=txn.number),
+                urgent=True,
             )
             result = await self.land(topic, request)
             # a duplicate: this transaction landed before (answered with its offsets, or, when a later
@@ -636,7 +639,7 @@ class TransactionCoordinator:
             )
             latest.setdefault(c.group, {})[(c.topic, c.partition)] = c
         for group, commits in sorted(latest.items()):
-            await self.commit_offsets(group, list(commits.values()))
+            await self.commit_offsets(group, list(commits.values()), (landing_producer(pid), txn.number))
 
     # -- the data path ----------------------------------------------------------------------------
     async def _verify(self, txn: TxnProduce, topic: str, partitions: Sequence[int]) -> None:
@@ -706,9 +709,10 @@ class TransactionCoordinator:
     ) -> None:
         """TxnOffsetCommit's durable part: keep the offsets until the transaction commits (the
         group coordinator checked the member first); `implicit` (TxnOffsetCommit v5, transaction
-        version 2): the group joins the transaction, which it may begin. Raises: TransactionalIdAuthorizationError,
-        AuthorizationError, InvalidProducerIdMappingError, ProducerFencedError,
-        InvalidTxnStateError, StorageUnavailableError."""
+        version 2): the group joins the transaction, which it may begin. Raises:
+        TransactionalIdAuthorizationError, AuthorizationError, InvalidProducerIdMappingError,
+        ProducerFencedError, InvalidTxnStateError, CoordinatorNotAvailableError,
+        StorageUnavailableError."""
         authorize_transactional_id(principal, "write", tid)
         authorize_group(principal, "read", group)
         for c in commits:

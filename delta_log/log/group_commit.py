@@ -130,6 +130,7 @@ class GroupCommitter:
         self._cond = threading.Condition()
         self._queue: deque[tuple[AppendRequest, int, Future[AppendResult], float]] = deque()
         self._queued_bytes = 0
+        self._urgent = 0  # queued requests that want no lingering (AppendRequest.urgent)
         self._closed = False
         self._scheduled = False  # a flush of this topic is queued on, or running in, the pool
         self.last_used = time.monotonic()
@@ -158,6 +159,7 @@ class GroupCommitter:
             now = time.monotonic()
             self._queue.append((request, size, fut, now))
             self._queued_bytes += size
+            self._urgent += request.urgent
             self.last_used = now
             self._cond.notify_all()  # a flush lingering for more
             schedule = not self._scheduled
@@ -176,6 +178,7 @@ class GroupCommitter:
                 left = list(self._queue)
                 self._queue.clear()
                 self._queued_bytes = 0
+                self._urgent = 0
                 self._scheduled = False
                 self._closed = True
                 self._cond.notify_all()
@@ -193,7 +196,7 @@ class GroupCommitter:
             if not self._queue:
                 return []
             lingered = self._queue[0][3] + self.linger_s
-            while not self._closed and self._queued_bytes < self.batch_bytes:
+            while not self._closed and not self._urgent and self._queued_bytes < self.batch_bytes:
                 # the gap is waited out only while a flush would be small (GAP_BYTES)
                 deadline = lingered if self._queued_bytes >= GAP_BYTES else max(lingered, self._gap_until)
                 remaining = deadline - time.monotonic()
@@ -206,6 +209,7 @@ class GroupCommitter:
                 item = self._queue.popleft()
                 taken.append(item)
                 size += item[1]
+                self._urgent -= item[0].urgent
             self._queued_bytes -= size
             return taken
 

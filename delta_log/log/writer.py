@@ -126,6 +126,9 @@ class AppendRequest:
     #: how the client compressed the records (Kafka's batches: none, gzip, snappy, lz4, zstd),
     #: kept with the segment file (segment_files.CODEC_KEY) for Fetch's compression.type=producer
     codec: str = "none"
+    #: flushed without lingering for more requests (a committed transaction's records, which its
+    #: producer's next transaction waits for)
+    urgent: bool = False
     _partition_set: frozenset[int] | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def partition_array(self) -> np.ndarray:

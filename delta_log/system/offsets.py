@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
+from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from delta_log.core.group_rules import validate_group_id
@@ -230,18 +230,27 @@ class OffsetStore:
                 group=group,
             )
 
-    def commit(self, commits: Sequence[OffsetCommit], *, fence: tuple[str, int] | None = None) -> int:
+    def commit(
+        self,
+        commits: Sequence[OffsetCommit],
+        *,
+        fence: tuple[str, int] | None = None,
+        transaction: tuple[str, int] | None = None,
+    ) -> int:
         """Durably commit many offsets in one Delta commit; return the table version.
 
         `fence` (group, epoch): commit only while that group's coordinator epoch is still `epoch`
         (checked on the latest version and carried in the commit, so a takeover racing this
-        commit makes it fail and re-check).
+        commit makes it fail and re-check). `transaction` (app id, version): a Delta app
+        transaction the commit carries, naming the Kafka transaction whose offsets these are, as
+        the topic commits that landed its records carry it (so each output version's input
+        position is found by time travel).
 
         Raises: InvalidOffsetError, StorageUnavailableError, NotCoordinatorError (fenced).
         """
         for c in commits:
             validate_commit(c)
-        return self._append(commits, fence)
+        return self._append(commits, fence, transaction)
 
     def delete(self, group: str, keys: Iterable[tuple[str, int]], *, fence: tuple[str, int] | None = None) -> int:
         """Delete a group's committed offsets of (topic, partition) `keys` (Kafka's OffsetDelete,
@@ -250,7 +259,9 @@ class OffsetStore:
         Raises: StorageUnavailableError, NotCoordinatorError (fenced)."""
         return self._append([OffsetCommit(group=group, topic=t, partition=p, offset=DELETED) for t, p in keys], fence)
 
-    def _append(self, commits: Sequence[OffsetCommit], fence: tuple[str, int] | None) -> int:
+    def _append(
+        self, commits: Sequence[OffsetCommit], fence: tuple[str, int] | None, mark: tuple[str, int] | None = None
+    ) -> int:
         if not commits:
             return self._version
         now_us = int(time.time() * 1e6)  # an unstamped commit is as of now: the latest one wins
@@ -267,10 +278,10 @@ class OffsetStore:
                     if reopen or (self._own is not None and self._own.changed):
                         self._reopen_own()  # the log moved under us, or its metadata or protocol changed
                     reopen = read_on = False
-                    txns = []
+                    txns = [] if mark is None else [Transaction(*mark)]
                     if fence is not None:
                         self._require_epoch(*fence)  # reads the log's newest entries on our own path
-                        txns = coordinator_transactions(*fence)
+                        txns += coordinator_transactions(*fence)
                         if self._own is not None and self._own.changed:
                             self._reopen_own()
                     if self._own is not None:

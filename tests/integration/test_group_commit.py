@@ -1,6 +1,7 @@
 """The group commit's gap under load (delta_log.log.group_commit): a small flush right after another
 waits GAP_FACTOR times as long as that one took, and takes what came meanwhile in one commit."""
 
+import dataclasses
 import time
 
 import pytest
@@ -99,3 +100,20 @@ def test_a_flush_of_gap_bytes_does_not_wait(slow_committer):
     c.submit(big).result(10)  # ...unless enough records wait to pay for a commit
     assert starts[1] - start < GAP_FACTOR * FLUSH_S
     assert [f.requests for f in flushes] == [1, 2]
+
+
+def test_an_urgent_request_waits_neither_the_gap_nor_the_linger(slow_committer):
+    """A committed transaction's landing (AppendRequest.urgent): its producer's next transaction
+    waits for it, so it is flushed as soon as the flush before ends, with what waits beside it."""
+    c, flushes, starts = slow_committer(2.0)
+    c.linger_s = 1.0
+    first = c.submit(_request())
+    while c.queue_depth:
+        time.sleep(0.005)
+    waiting = c.submit(_request())  # during the first flush: would wait the gap and the linger...
+    first.result(10)
+    start = time.monotonic()
+    urgent = c.submit(dataclasses.replace(_request(), urgent=True))  # ...but an urgent one takes it along
+    urgent.result(10)
+    waiting.result(10)
+    assert starts[1] - start < GAP_FACTOR * FLUSH_S and [f.requests for f in flushes] == [1, 2]

@@ -36,8 +36,8 @@ def registry(settings):
 def _coordinator(registry: TopicRegistry) -> tuple[ProduceService, TransactionCoordinator]:
     produce = ProduceService(registry)
 
-    async def commit_offsets(group: str, commits: list[OffsetCommit]) -> None:
-        await asyncio.to_thread(registry.offsets.commit, commits)
+    async def commit_offsets(group: str, commits: list[OffsetCommit], transaction: tuple[str, int]) -> None:
+        await asyncio.to_thread(lambda: registry.offsets.commit(commits, transaction=transaction))
 
     coordinator = TransactionCoordinator(
         registry, TransactionSettings(), land=produce.append, commit_offsets=commit_offsets
@@ -66,6 +66,12 @@ def _unit(tid: str, topic: str, partition: int, txn: rules.Txn, sequence: int, *
 def _values(registry: TopicRegistry, topic: str) -> list[tuple[int, int, bytes]]:
     rows = DeltaTable(registry.storage.topic_uri(topic)).to_pyarrow_table().to_pylist()
     return sorted((r["partition"], r["offset"], r["value"]) for r in rows)
+
+
+def _version_naming(uri: str, app_id: str, number: int) -> int:
+    """The first version of a table whose Delta app transaction `app_id` reached `number`."""
+    latest = DeltaTable(uri).version()
+    return next(v for v in range(latest + 1) if DeltaTable(uri, version=v).transaction_version(app_id) == number)
 
 
 async def _open_transaction(produce: ProduceService, coordinator: TransactionCoordinator) -> rules.Txn:
@@ -111,6 +117,12 @@ def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):
         registry.offsets.load()
         assert registry.offsets.committed("g")[("b", 1)].offset == 42
         assert coordinator.unstable("g") == set()
+        # time travel: the offsets commit and each topic's commit name the transaction (Delta app
+        # transactions), so the input position that goes with an output version is found
+        landed = _version_naming(registry.storage.system_uri("consumer_offsets"), f"t{txn.producer_id}", 1)
+        rows = DeltaTable(registry.storage.system_uri("consumer_offsets"), version=landed).to_pyarrow_table()
+        assert 42 in rows.column("offset").to_pylist()
+        assert _version_naming(registry.storage.topic_uri("a"), f"p-t{txn.producer_id}-0", 1) == versions["a"] + 1
         assert coordinator.state("t1").state == rules.COMPLETE_COMMIT
         # a retried EndTxn is answered again and lands nothing twice
         await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)

@@ -562,11 +562,15 @@ class TransactionCoordinator:
                             return
                         await self._carry_out(txn, decision)
                     return
-                except TopiclakeError as exc:
+                except Exception as exc:  # storage trouble, or a defect: the decision stands; try again
                     if tid not in self._epochs or not self.owns(tid):
                         return
                     log.warning(
-                        "transactional id %r: transaction %d not carried out yet (%s); retrying", tid, txn.number, exc
+                        "transactional id %r: transaction %d not carried out yet (%s); retrying",
+                        tid,
+                        txn.number,
+                        exc,
+                        exc_info=not isinstance(exc, TopiclakeError),
                     )
                     await asyncio.sleep(1.0)
         finally:

@@ -7,20 +7,24 @@ but not coordinating their id."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.kafka_broker import ensure_jars, java
 from tests.e2e import kafka_wire
-from tests.e2e.server import REPO
+from tests.e2e.server import REPO, ServerProcess
 from tests.e2e.test_cluster import wait_for
 from tests.e2e.test_kafka_cluster import brokers_seen, gateway, records_of
+from topiclake.client import Producer as HttpProducer
 
 pytestmark = pytest.mark.slow
 
@@ -62,11 +66,21 @@ def supervised(worker: subprocess.Popen[str], stuck_s: float = 45.0) -> bool:
     return worker.returncode == 0
 
 
-def test_kill9_of_the_coordinating_gateway_loses_and_duplicates_nothing(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ktxn") / "data"
+@contextlib.contextmanager
+def two_gateways(tmp_path_factory, name: str) -> Iterator[list[ServerProcess]]:
+    """Two gateways on one root, each seeing both in Metadata; stopped by pid at the end."""
+    root = tmp_path_factory.mktemp(name) / "data"
     servers = [gateway(root) for _ in range(2)]
     try:
         wait_for(lambda: all(brokers_seen(s.kafka) == 2 for s in servers), what="2 brokers in Metadata")
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_kill9_of_the_coordinating_gateway_loses_and_duplicates_nothing(tmp_path_factory):
+    with two_gateways(tmp_path_factory, "ktxn") as servers:
         bootstrap = ",".join(s.kafka for s in servers)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for name in ("ksrc", "kdst"):
@@ -110,9 +124,6 @@ def test_kill9_of_the_coordinating_gateway_loses_and_duplicates_nothing(tmp_path
         assert len(got) == total and set(got) == {f"r{i}" for i in range(total)}
         described = httpx.get(f"{survivor.url}/transactions/ctp-cluster", timeout=30).json()
         assert described["state"] in ("CompleteCommit", "CompleteAbort")
-    finally:
-        for s in servers:
-            s.stop()
 
 
 def test_java_transactions_of_version_2_write_through_both_gateways(tmp_path_factory):
@@ -121,12 +132,7 @@ def test_java_transactions_of_version_2_write_through_both_gateways(tmp_path_fac
     partition led by the gateway that does not coordinate the id, which asks the coordinator
     (POST /transactions/{id}/partitions), as a Kafka partition leader does; without that the
     coordinator would see no transaction to commit. Every EndTxn v5 bumps the epoch."""
-    from bench.kafka_broker import ensure_jars, java
-
-    root = tmp_path_factory.mktemp("ktv2") / "data"
-    servers = [gateway(root) for _ in range(2)]
-    try:
-        wait_for(lambda: all(brokers_seen(s.kafka) == 2 for s in servers), what="2 brokers in Metadata")
+    with two_gateways(tmp_path_factory, "ktv2") as servers:
         bootstrap = ",".join(s.kafka for s in servers)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("tv2", 1, 1)])["tv2"].result(30)
@@ -157,8 +163,6 @@ def test_java_transactions_of_version_2_write_through_both_gateways(tmp_path_fac
         assert described["state"] == "CompleteCommit" and described["producer_epoch"] >= 1
 
         # HTTP's transactional writes to a gateway that does not coordinate the id reach it the same way
-        from topiclake.client import Producer as HttpProducer
-
         first = servers[0]
         http_tid = next(
             t
@@ -175,6 +179,3 @@ def test_java_transactions_of_version_2_write_through_both_gateways(tmp_path_fac
         producer.close()
         wait_for(lambda: len(landed("h")) >= 20, what="the HTTP transaction's records")
         assert landed("h") == sorted(f"h{i}" for i in range(20))
-    finally:
-        for s in servers:
-            s.stop()

@@ -426,7 +426,7 @@ class TransactionCoordinator:
             raise first
         await self._add(tid, producer_id, epoch, partitions=partitions, groups=groups)
 
-    async def _add_elsewhere(
+    async def _join(
         self,
         principal: Principal | None,
         tid: str,
@@ -437,10 +437,14 @@ class TransactionCoordinator:
         groups: Sequence[str] = (),
         remember: bool = False,
     ) -> None:
-        """An implicit add for an id another gateway coordinates, made there (as a Kafka
-        partition leader asks the transaction coordinator); `remember`: the epoch names one
-        transaction, so what it added once need not be asked again. Raises: its refusal,
-        CoordinatorNotAvailableError (it cannot be reached: the client retries)."""
+        """A write's implicit add of its partitions or groups, beginning the transaction: here
+        where this gateway coordinates the id, else at the gateway that does (as a Kafka partition
+        leader asks the transaction coordinator); `remember`: the epoch names one transaction, so
+        what it added there once need not be asked again. Raises: as `_add`, or the coordinator's
+        refusal, CoordinatorNotAvailableError (it cannot be reached: the client retries)."""
+        if self.owns(tid):
+            await self._add(tid, producer_id, epoch, partitions=partitions, groups=groups)
+            return
         if self.remote_add is None or principal is None:
             raise CoordinatorNotAvailableError(
                 f"Transactional id {tid!r} is coordinated by another gateway, which this one cannot reach; retry.",
@@ -655,19 +659,17 @@ class TransactionCoordinator:
         Raises: InvalidProducerIdMappingError, ProducerFencedError, InvalidTxnStateError,
         ConcurrentTransactionsError, NotCoordinatorError, StorageUnavailableError."""
         tid, b = txn.transactional_id, txn.batch
-        if not self.owns(tid):
-            if txn.implicit:
-                await self._add_elsewhere(
-                    txn.principal,
-                    tid,
-                    b.producer_id,
-                    b.producer_epoch,
-                    partitions=[(topic, p) for p in partitions],
-                    remember=txn.epoch_per_transaction,
-                )
-            return
         if txn.implicit:
-            await self._add(tid, b.producer_id, b.producer_epoch, partitions=[(topic, p) for p in partitions])
+            await self._join(
+                txn.principal,
+                tid,
+                b.producer_id,
+                b.producer_epoch,
+                partitions=[(topic, p) for p in partitions],
+                remember=txn.epoch_per_transaction,
+            )
+            return
+        if not self.owns(tid):
             return
         async with self._settled(tid):
             current = rules.check_producer(await self._take_over(tid), tid, b.producer_id, b.producer_epoch)
@@ -721,10 +723,8 @@ class TransactionCoordinator:
         authorize_group(principal, "read", group)
         for c in commits:
             authorize(principal, "consume", c.topic)
-        if implicit and self.owns(tid):
-            await self._add(tid, producer_id, epoch, groups=[group])
-        elif implicit:
-            await self._add_elsewhere(principal, tid, producer_id, epoch, groups=[group], remember=True)
+        if implicit:  # TxnOffsetCommit v5: transaction version 2, an epoch a transaction
+            await self._join(principal, tid, producer_id, epoch, groups=[group], remember=True)
         elif tid in self._epochs and self.owns(tid):
             txn = rules.check_producer(self._txns.get(tid), tid, producer_id, epoch)
             if txn.state != rules.ONGOING or group not in txn.groups:

@@ -1190,16 +1190,18 @@ class GroupCoordinator:
             return await write(group_id, commits)
 
     async def commit_transactional(
-        self, group_id: str, commits: list[OffsetCommit], transaction: tuple[str, int] | None = None
+        self, commits: Mapping[str, list[OffsetCommit]], transaction: tuple[str, int] | None = None
     ) -> None:
-        """Write a committed transaction's offsets (their member was checked when they were
-        staged): fenced by the group's coordinator epoch where this gateway coordinates the group,
-        else a plain append that the group's coordinator reads on its next offset fetch.
-        `transaction`: the Delta app transaction naming it (OffsetStore.commit).
+        """Write committed transactions' offsets, of every group, in one Delta commit (their members
+        were checked when they were staged): fenced by each group's coordinator epoch where this
+        gateway coordinates the group; a group coordinated elsewhere reads them on its next offset
+        fetch. `transaction`: the Delta app transaction naming the last of them, which makes the
+        write idempotent (OffsetStore.commit).
 
-        Raises: StorageUnavailableError, NotCoordinatorError (the group moved while writing)."""
-        fence = self._fence(group_id) if self._fenced and group_id in self._epochs else None
-        await asyncio.to_thread(lambda: self.offsets.commit(commits, fence=fence, transaction=transaction))
+        Raises: StorageUnavailableError, NotCoordinatorError (a group moved while writing)."""
+        fences = [f for g in sorted(commits) if g in self._epochs and (f := self._fence(g)) is not None]
+        rows = [c for g in sorted(commits) for c in commits[g]]
+        await asyncio.to_thread(lambda: self.offsets.commit(rows, fences=fences, transaction=transaction))
 
     async def _write_commits(self, group_id: str, commits: list[OffsetCommit]) -> int:
         fence = self._fence(group_id)

@@ -10,10 +10,16 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   `_system/transactions`, then lands the records: one append per topic, so all of a topic's
   partitions land in one Delta commit, each topic's append idempotent under the producer's
   transaction number (a roll-forward never writes twice); then the group offsets of
-  TxnOffsetCommit; then drops the staging and saves CompleteCommit. HTTP's commit is answered
-  after that (a committed transaction is readable when its producer returns); Kafka's EndTxn once
-  the decision is saved, as Kafka's coordinator answers after PrepareCommit, the rest carried out
-  at once in the background while the producer's next requests of the id wait for it.
+  TxnOffsetCommit, in one commit equally idempotent; then drops the staging and saves
+  CompleteCommit. HTTP's commit is answered after that (a committed transaction is readable when
+  its producer returns); Kafka's EndTxn once the decision is saved, as Kafka's coordinator answers
+  after PrepareCommit.
+- Decisions are carried out in order behind the producer. A producer whose epoch moves at every
+  EndTxn (transaction version 2) stages each transaction apart, so it begins and decides the next
+  ones while the last lands (up to MAX_LANDINGS); decisions queued meanwhile land together, one
+  Delta commit a topic under the last one's number. Every save of the id carries the decisions not
+  carried out yet, so a takeover finishes them all. A producer whose epoch stays (version 1,
+  HTTP) stages its next transaction where the last was staged, so it waits for that landing.
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
 - A gateway that starts, or takes an id over (a failover), reads the id's last saved state and
@@ -71,11 +77,15 @@ log = logging.getLogger(__name__)
 COMPACT_EVERY = 256
 #: implicit adds made at other gateways remembered (so each is asked once a transaction)
 ADDED_ELSEWHERE_KEPT = 100_000
+#: decisions of one id saved and not yet carried out, at most: its producer's next transaction
+#: goes on while they land, and waits beyond this many
+MAX_LANDINGS = 8
 #: lands one topic's records (ProduceService.append): the Delta commit that holds them, or its error
 Land = Callable[[str, AppendRequest], Awaitable[AppendResult]]
-#: writes a transaction's group offsets once it commits (GroupCoordinator.commit_transactional),
-#: the commit naming the transaction (the Delta app transaction its records landed under)
-CommitOffsets = Callable[[str, list[OffsetCommit], tuple[str, int]], Awaitable[None]]
+#: writes committed transactions' group offsets, every group's in one commit
+#: (GroupCoordinator.commit_transactional), naming the last transaction (the Delta app
+#: transaction its records landed under), which makes it idempotent
+CommitOffsets = Callable[[Mapping[str, list[OffsetCommit]], tuple[str, int]], Awaitable[None]]
 #: adds partitions and groups to a transaction at its coordinator, another gateway, for a client
 #: this one authenticated: (principal, id, producer id, epoch, partitions, groups); raises the
 #: coordinator's refusal
@@ -87,6 +97,37 @@ def landing_producer(producer_id: int) -> str:
     the last transaction number landed per partition, so landing a transaction again writes
     nothing (delta_log.core.producer)."""
     return f"t{producer_id}"
+
+
+@dataclass(eq=False, slots=True)
+class _Landing:
+    """A decision saved and being carried out: `txn` (PrepareCommit or PrepareAbort) and what it
+    lands (the `decision` saved with it). `done` resolves once it is carried out, or fails with an
+    attempt's error (a fresh future then waits for the next attempt). `alone`: found in a saved
+    row (a takeover), so landed by itself, since part of it may have landed before."""
+
+    txn: Txn
+    decision: Mapping[str, Any]
+    done: asyncio.Future[None]
+    alone: bool = False
+
+    @property
+    def staged(self) -> tuple[int, int]:
+        """The (producer id, epoch) its records and offsets were staged under (epoch -1: none)."""
+        return int(self.decision.get("producer_id", self.txn.producer_id)), int(self.decision.get("staged_epoch", -1))
+
+    def saved(self) -> dict[str, Any]:
+        return {"txn": self.txn.snapshot(), "decision": dict(self.decision)}
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None = None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+        future.exception()  # retrieved: a landing nobody waits for is not an error to report
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +196,14 @@ class TransactionCoordinator:
         self._epochs: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        #: group -> partitions with offsets staged by open transactions coordinated here
-        self._pending_offsets: dict[str, dict[str, set[tuple[str, int]]]] = {}
+        #: group -> (id, producer id, epoch) -> partitions with offsets staged by transactions
+        #: coordinated here, until they land or are dropped
+        self._pending_offsets: dict[str, dict[tuple[str, int, int], set[tuple[str, int]]]] = {}
         self._background: set[asyncio.Future[Any]] = set()
-        #: ids whose decision is being carried out after EndTxn was answered (Kafka's face): done
-        #: once it landed
-        self._completing: dict[str, asyncio.Future[None]] = {}
+        #: each id's saved decisions not carried out yet, in the order they were taken
+        self._landings: dict[str, list[_Landing]] = {}
+        #: the task carrying out an id's `_landings`
+        self._landers: dict[str, asyncio.Task[None]] = {}
         self._saves = 0
         #: every id's state as read at start (what ListTransactions lists before an id is used)
         self._listed: dict[str, Txn] = {}
@@ -179,7 +222,7 @@ class TransactionCoordinator:
         saved = await asyncio.to_thread(store.load)
         self._listed = {tid: s.txn for tid, s in saved.items()}
         for tid, s in saved.items():
-            if s.txn.open and self.owns(tid):
+            if (s.txn.open or (s.decision or {}).get("earlier")) and self.owns(tid):
                 try:
                     async with self._settled(tid):
                         await self._take_over(tid)
@@ -202,6 +245,7 @@ class TransactionCoordinator:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self._landings.clear()  # saved: whichever gateway coordinates the ids next carries them out
         for task in self._background:
             task.cancel()
 
@@ -212,19 +256,31 @@ class TransactionCoordinator:
         return lock
 
     @contextlib.asynccontextmanager
-    async def _settled(self, tid: str) -> AsyncIterator[None]:
-        """The id's lock, once no decision of it is being carried out in the background: a request
-        of the producer's next transaction waits for the last one to land (woken when it has, no
-        polling)."""
+    async def _settled(self, tid: str, producer: tuple[int, int] | None = None) -> AsyncIterator[None]:
+        """The id's lock, once the decisions being carried out that the request depends on are:
+        all of them, or (`producer`, the request's producer id and epoch) those whose records were
+        staged under the same ones, and the oldest beyond MAX_LANDINGS. So a producer whose epoch
+        moves at every transaction (transaction version 2) begins and decides its next
+        transactions while the last ones land. Woken when they have (no polling); an attempt's
+        failure is the request's (the client retries)."""
         while True:
-            if (pending := self._completing.get(tid)) is not None:
-                await asyncio.shield(pending)
+            if (pending := self._blocking(tid, producer)) is not None:
+                await asyncio.shield(pending.done)
                 continue
             async with self._lock(tid):
-                if tid in self._completing:  # decided while this request waited for the lock
+                if self._blocking(tid, producer) is not None:  # decided while this request waited for the lock
                     continue
                 yield
                 return
+
+    def _blocking(self, tid: str, producer: tuple[int, int] | None) -> _Landing | None:
+        queue = self._landings.get(tid)
+        if not queue:
+            return None
+        if producer is None:
+            return queue[-1]  # landed in order: the last done, all are
+        same = [landing for landing in queue if landing.staged == producer]
+        return same[-1] if same else queue[0] if len(queue) >= MAX_LANDINGS else None
 
     def release(self, tid: str) -> None:
         """Stop acting for an id (another gateway coordinates it now)."""
@@ -233,8 +289,16 @@ class TransactionCoordinator:
         self._locks.pop(tid, None)
         if (timer := self._timers.pop(tid, None)) is not None:
             timer.cancel()
-        for groups in self._pending_offsets.values():
-            groups.pop(tid, None)
+        for pending in self._pending_offsets.values():
+            for key in [k for k in pending if k[0] == tid]:
+                del pending[key]
+        moved = NotCoordinatorError(
+            f"Transactional id {tid!r} is coordinated by another gateway now, which finishes its decisions; "
+            "find its coordinator again.",
+            transactional_id=tid,
+        )
+        for landing in self._landings.pop(tid, []):
+            _settle(landing.done, moved)
 
     def _check_owned(self, tid: str) -> None:
         if not self.owns(tid):
@@ -251,7 +315,7 @@ class TransactionCoordinator:
         NotCoordinatorError, CoordinatorNotAvailableError (too many ids), StorageUnavailableError."""
         self._check_owned(tid)
         if tid in self._epochs:
-            return self._txns.get(tid)
+            return self._view(tid)
         if len(self._epochs) >= self.settings.max_transactional_ids:
             raise CoordinatorNotAvailableError(
                 f"This gateway coordinates {len(self._epochs)} transactional ids, its limit "
@@ -268,15 +332,32 @@ class TransactionCoordinator:
             return None
         txn = self._txns[tid] = saved.txn
         log.info("transactional id %r: coordinated here (epoch %d, %s)", tid, epoch, txn.state)
+        decision = dict(saved.decision or {})
+        found = [self._enqueue(Txn.of(e["txn"]), e["decision"], alone=True) for e in decision.pop("earlier", ())]
         if txn.state in (rules.PREPARE_COMMIT, rules.PREPARE_ABORT):
-            await self._carry_out(txn, saved.decision or {})
+            found.append(self._enqueue(txn, decision, alone=True))
         elif txn.state == rules.ONGOING:
             self._arm(txn)
-        return self._txns.get(tid)
+        if found:
+            await self._landed(found[-1])
+        return self._view(tid)
+
+    def _view(self, tid: str) -> Txn | None:
+        """The id's state as its producer sees it: a decision saved is as good as carried out
+        (it lands in order behind the producer, and whichever gateway takes the id over finishes
+        it), so the producer's next transaction may begin."""
+        txn = self._txns.get(tid)
+        if txn is not None and txn.state in (rules.PREPARE_COMMIT, rules.PREPARE_ABORT):
+            return rules.complete(txn, now_ms=txn.updated_ms)
+        return txn
 
     async def _save(self, txn: Txn, decision: Mapping[str, Any] | None = None) -> None:
+        """Save the id's state, with the decision being taken (`decision`) and those taken before
+        that are still being carried out ("earlier"), so that a takeover finishes them all."""
         tid = txn.transactional_id
         store, _ = self._open()
+        if earlier := [landing.saved() for landing in self._landings.get(tid, ()) if landing.txn is not txn]:
+            decision = {**(decision or {}), "earlier": earlier}
         try:
             await asyncio.to_thread(store.save, txn, self._epochs[tid], decision)
         except NotCoordinatorError:
@@ -479,7 +560,7 @@ class TransactionCoordinator:
         partitions: Iterable[tuple[str, int]] = (),
         groups: Iterable[str] = (),
     ) -> Txn:
-        async with self._settled(tid):
+        async with self._settled(tid, (producer_id, epoch)):
             current = await self._take_over(tid)
             nxt = rules.add(
                 current, tid, producer_id, epoch, partitions=partitions, groups=groups, now_ms=self.clock_ms()
@@ -516,7 +597,7 @@ class TransactionCoordinator:
         ConcurrentTransactionsError, NotCoordinatorError, StorageUnavailableError (the decision
         stands and is finished later: by a retry, or by whichever gateway takes the id over)."""
         authorize_transactional_id(principal, "write", tid)
-        async with self._settled(tid):
+        async with self._settled(tid, (producer_id, epoch)):
             current = await self._take_over(tid)
             ending = rules.end(
                 current,
@@ -534,12 +615,14 @@ class TransactionCoordinator:
     async def _decide(self, txn: Txn, staged: tuple[int, int], *, wait: bool = True) -> None:
         """Save the decision of `txn` (PrepareCommit or PrepareAbort) with what it lands (the
         producer's staged files, under the (producer id, epoch) `staged` wrote them with), then
-        carry it out: now, or (not `wait`) in the background, after the caller's lock."""
-        if (timer := self._timers.pop(txn.transactional_id, None)) is not None:
+        carry it out, in order behind the id's earlier decisions: (`wait`) before returning, and
+        save it complete; or in the background."""
+        tid = txn.transactional_id
+        if (timer := self._timers.pop(tid, None)) is not None:
             timer.cancel()
         _, staging = self._open()
         pid, staged_epoch = staged
-        found = await asyncio.to_thread(staging.staged, txn.transactional_id, pid, staged_epoch)
+        found = await asyncio.to_thread(staging.staged, tid, pid, staged_epoch)
         decision = {
             "producer_id": pid,
             "staged_epoch": staged_epoch,
@@ -547,95 +630,185 @@ class TransactionCoordinator:
             "offsets": [[o.group, o.path] for o in found.offsets],
         }
         await self._save(txn, decision)
+        landing = self._enqueue(txn, decision)
         if wait:
-            await self._carry_out(txn, decision)
-            return
-        tid = txn.transactional_id
-        self._completing[tid] = asyncio.get_running_loop().create_future()
-        self._spawn(self._finish(txn, decision))
+            await self._landed(landing)
 
-    async def _finish(self, txn: Txn, decision: Mapping[str, Any]) -> None:
-        """Carry out a decision in the background, retried while this gateway coordinates the id
-        (a takeover finishes it otherwise); then wake the requests waiting for it."""
+    async def _landed(self, landing: _Landing) -> None:
+        """With the id's lock held: wait until `landing` (and every decision before it) is
+        carried out, then save it complete if it is the id's latest. Raises: an attempt's error."""
+        await asyncio.shield(landing.done)
+        if self._txns.get(landing.txn.transactional_id) is landing.txn:
+            await self._save(rules.complete(landing.txn, now_ms=self.clock_ms()))
+
+    def _enqueue(self, txn: Txn, decision: Mapping[str, Any], *, alone: bool = False) -> _Landing:
+        """Queue a saved decision to be carried out behind the id's earlier ones."""
+        tid = txn.transactional_id
+        landing = _Landing(txn, decision, asyncio.get_running_loop().create_future(), alone)
+        self._landings.setdefault(tid, []).append(landing)
+        if tid not in self._landers:
+            self._start_landing(tid)
+        return landing
+
+    def _start_landing(self, tid: str) -> None:
+        task = self._landers[tid] = asyncio.ensure_future(self._land_all(tid, self._landings[tid]))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _land_all(self, tid: str, queue: list[_Landing]) -> None:
+        """Carry out the id's queued decisions in order, consecutive ones together
+        (`_next_batch`), while `queue` is the id's: an attempt that fails is tried again (a
+        takeover finishes them otherwise), and its error given to the requests waiting for them.
+        Once the latest decision is carried out, it is saved complete (unless the id moved on:
+        its next save leaves out what landed)."""
+        me = asyncio.current_task()
+        try:
+            while queue and self._landings.get(tid) is queue:
+                batch = self._next_batch(queue)
+                while True:
+                    try:
+                        await self._carry_out(tid, batch)
+                        break
+                    except Exception as exc:  # storage trouble, or a defect: the decisions stand
+                        if self._landings.get(tid) is not queue:
+                            return
+                        log.warning(
+                            "transactional id %r: transaction %d not carried out yet (%s); retrying",
+                            tid,
+                            batch[0].txn.number,
+                            exc,
+                            exc_info=not isinstance(exc, TopiclakeError),
+                        )
+                        error = (
+                            exc
+                            if isinstance(exc, TopiclakeError)
+                            else CoordinatorNotAvailableError(
+                                f"Transactional id {tid!r}: its last transaction is not carried out yet ({exc}); retry.",
+                                transactional_id=tid,
+                            )
+                        )
+                        for landing in queue:
+                            _settle(landing.done, error)
+                            landing.done = asyncio.get_running_loop().create_future()
+                        await asyncio.sleep(1.0)
+                del queue[: len(batch)]
+                for landing in batch:
+                    _settle(landing.done)
+                if self._txns.get(tid) is (last := batch[-1].txn):
+                    self._spawn(self._complete(last))
+        finally:
+            if self._landers.get(tid) is me:
+                del self._landers[tid]
+            if (now := self._landings.get(tid)) and now is not queue and tid not in self._landers:
+                self._start_landing(tid)  # queued again after a release
+
+    @staticmethod
+    def _next_batch(queue: Sequence[_Landing]) -> list[_Landing]:
+        """The decisions at the head of `queue` carried out together: consecutive ones of one
+        producer id (their records land under one producer name), none found in a saved row (part
+        of such a decision may have landed already, so it lands by itself)."""
+        first = queue[0]
+        batch = [first]
+        for landing in queue[1 : MAX_LANDINGS if not first.alone else 1]:
+            if landing.alone or landing.staged[0] != first.staged[0]:
+                break
+            batch.append(landing)
+        return batch
+
+    async def _complete(self, txn: Txn) -> None:
         tid = txn.transactional_id
         try:
-            while True:
-                try:
-                    async with self._lock(tid):
-                        if self._txns.get(tid) is not txn:  # released, or finished by a takeover
-                            return
-                        await self._carry_out(txn, decision)
-                    return
-                except Exception as exc:  # storage trouble, or a defect: the decision stands; try again
-                    if tid not in self._epochs or not self.owns(tid):
-                        return
-                    log.warning(
-                        "transactional id %r: transaction %d not carried out yet (%s); retrying",
-                        tid,
-                        txn.number,
-                        exc,
-                        exc_info=not isinstance(exc, TopiclakeError),
+            async with self._lock(tid):
+                if self._txns.get(tid) is txn:
+                    await self._save(rules.complete(txn, now_ms=self.clock_ms()))
+        except TopiclakeError as exc:  # its next save, or a takeover, says it again
+            log.warning(
+                "transactional id %r: transaction %d carried out, not saved complete (%s)", tid, txn.number, exc
+            )
+
+    async def _carry_out(self, tid: str, batch: Sequence[_Landing]) -> None:
+        """Carry out saved decisions of one producer id, in order: land the commits' staged
+        records and offsets, then drop every staging. Safe to run again after a crash at any
+        step."""
+        _, staging = self._open()
+        commits = [landing for landing in batch if landing.txn.state == rules.PREPARE_COMMIT and landing.staged[1] >= 0]
+        if commits:
+            pid, number = commits[0].staged[0], commits[-1].txn.number
+            await self._land_records(tid, pid, number, commits)
+            await self._land_offsets(tid, pid, number, commits)
+
+        def drop() -> None:
+            for landing in batch:
+                if landing.staged[1] >= 0:
+                    staging.drop(tid, *landing.staged)
+
+        await asyncio.to_thread(drop)
+        for landing in batch:
+            for pending in self._pending_offsets.values():
+                pending.pop((tid, *landing.staged), None)
+            outcome = "committed" if landing.txn.state == rules.PREPARE_COMMIT else "aborted"
+            log.info("transactional id %r: transaction %d %s", tid, landing.txn.number, outcome)
+
+    async def _land_records(self, tid: str, pid: int, number: int, commits: Sequence[_Landing]) -> None:
+        """One append per topic, all topics at once: every partition's records of all `commits`
+        in one Delta commit, under the producer's name for its transactions and the last one's
+        `number` (so landing them again writes nothing). A file gone means its transaction landed
+        and its staging was dropped (a roll-forward after that)."""
+        _, staging = self._open()
+        by_topic: dict[str, list[tuple[_Landing, list[StagedRecords]]]] = {}
+        for landing in commits:
+            mine: dict[str, list[StagedRecords]] = {}
+            for t, p, seq, path in landing.decision.get("records", ()):
+                mine.setdefault(t, []).append(StagedRecords(t, int(p), int(seq), path))
+            for t, staged in mine.items():
+                by_topic.setdefault(t, []).append((landing, staged))
+
+        def read(topic: str) -> list[tuple[int, pa.Table]]:
+            """Each transaction's records of `topic` (with its number), none where it landed."""
+            out = []
+            for landing, staged in by_topic[topic]:
+                if tables := staging.read_records(tid, *landing.staged, staged):
+                    out.append(
+                        (landing.txn.number, pa.concat_tables([t.replace_schema_metadata(None) for t in tables]))
                     )
-                    await asyncio.sleep(1.0)
-        finally:
-            if (done := self._completing.pop(tid, None)) is not None and not done.done():
-                done.set_result(None)
-
-    async def _carry_out(self, txn: Txn, decision: Mapping[str, Any]) -> None:
-        """Finish a saved decision: land (commit) or drop (abort) the staged records and offsets,
-        then save the transaction complete. Safe to run again after a crash at any step."""
-        _, staging = self._open()
-        tid = txn.transactional_id
-        pid, staged_epoch = int(decision.get("producer_id", txn.producer_id)), int(decision.get("staged_epoch", -1))
-        if txn.state == rules.PREPARE_COMMIT and staged_epoch >= 0:
-            records = [StagedRecords(t, int(p), int(s), path) for t, p, s, path in decision.get("records", ())]
-            await self._land_records(txn, pid, staged_epoch, records)
-            await self._land_offsets(txn, pid, staged_epoch, decision.get("offsets", ()))
-        if staged_epoch >= 0:
-            await asyncio.to_thread(staging.drop, tid, pid, staged_epoch)
-        for groups in self._pending_offsets.values():
-            groups.pop(tid, None)
-        await self._save(rules.complete(txn, now_ms=self.clock_ms()))
-        log.info("transactional id %r: transaction %d %s", tid, txn.number, self._txns[tid].state)
-
-    async def _land_records(self, txn: Txn, pid: int, staged_epoch: int, records: Sequence[StagedRecords]) -> None:
-        """One append per topic (its partitions in one Delta commit), all topics at once. A file
-        gone means its topic landed and the staging was dropped (a roll-forward after that)."""
-        _, staging = self._open()
-        by_topic: dict[str, list[StagedRecords]] = {}
-        for r in records:
-            by_topic.setdefault(r.topic, []).append(r)
-
-        def read(topic: str) -> pa.Table | None:
-            tables = staging.read_records(txn.transactional_id, pid, staged_epoch, by_topic[topic])
-            return None if tables is None else pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+            return out
 
         async def land(topic: str) -> None:
-            batch = await asyncio.to_thread(read, topic)
-            if batch is None or batch.num_rows == 0:
+            found = await asyncio.to_thread(read, topic)
+            if not found:
                 return
-            request = AppendRequest(
-                batch=batch,
-                producer=ProducerSequence(producer_id=landing_producer(pid), sequence=txn.number),
-                urgent=True,
-            )
-            result = await self.land(topic, request)
-            # a duplicate: this transaction landed before (answered with its offsets, or, when a later
-            # transaction of the producer landed since, refused as older)
-            if result.error is not None and not isinstance(result.error, DuplicateSequenceError):
-                raise result.error
+            try:
+                batches = [(number, pa.concat_tables([t for _, t in found]))]
+            except pa.ArrowInvalid:  # the topic's schema changed between them: one commit each
+                batches = [*found[:-1], (number, found[-1][1])]
+            for sequence, batch in batches:
+                request = AppendRequest(
+                    batch=batch,
+                    producer=ProducerSequence(producer_id=landing_producer(pid), sequence=sequence),
+                    urgent=True,
+                )
+                result = await self.land(topic, request)
+                # a duplicate: these landed before (answered with their offsets, or, when a later
+                # transaction of the producer landed since, refused as older)
+                if result.error is not None and not isinstance(result.error, DuplicateSequenceError):
+                    raise result.error
 
         await asyncio.gather(*(land(t) for t in sorted(by_topic)))
 
-    async def _land_offsets(self, txn: Txn, pid: int, staged_epoch: int, offsets: Iterable[Sequence[str]]) -> None:
+    async def _land_offsets(self, tid: str, pid: int, number: int, commits: Sequence[_Landing]) -> None:
+        """The commits' group offsets (a later transaction's after an earlier's), every group's in
+        one commit named by the last one's `number` (so landing them again writes nothing)."""
         _, staging = self._open()
-        staged = [StagedOffsets(g, path) for g, path in offsets]
-        if not staged:
-            return
 
-        rows = await asyncio.to_thread(staging.read_offsets, txn.transactional_id, pid, staged_epoch, staged) or []
+        def read() -> list[dict[str, Any]]:
+            rows: list[dict[str, Any]] = []
+            for landing in commits:
+                if staged := [StagedOffsets(g, path) for g, path in landing.decision.get("offsets", ())]:
+                    rows += staging.read_offsets(tid, *landing.staged, staged) or []
+            return rows
+
         latest: dict[str, dict[tuple[str, int], OffsetCommit]] = {}
-        for o in rows:
+        for o in await asyncio.to_thread(read):
             c = OffsetCommit(
                 group=o["group"],
                 topic=o["topic"],
@@ -646,8 +819,8 @@ class TransactionCoordinator:
                 generation=int(o.get("generation", -1)),
             )
             latest.setdefault(c.group, {})[(c.topic, c.partition)] = c
-        for group, commits in sorted(latest.items()):
-            await self.commit_offsets(group, list(commits.values()), (landing_producer(pid), txn.number))
+        if latest:
+            await self.commit_offsets({g: list(c.values()) for g, c in latest.items()}, (landing_producer(pid), number))
 
     # -- the data path ----------------------------------------------------------------------------
     async def _verify(self, txn: TxnProduce, topic: str, partitions: Sequence[int]) -> None:
@@ -671,7 +844,7 @@ class TransactionCoordinator:
             return
         if not self.owns(tid):
             return
-        async with self._settled(tid):
+        async with self._settled(tid, (b.producer_id, b.producer_epoch)):
             current = rules.check_producer(await self._take_over(tid), tid, b.producer_id, b.producer_epoch)
         missing = [p for p in partitions if (topic, p) not in current.partitions]
         if current.state != rules.ONGOING or missing:
@@ -726,7 +899,7 @@ class TransactionCoordinator:
         if implicit:  # TxnOffsetCommit v5: transaction version 2, an epoch a transaction
             await self._join(principal, tid, producer_id, epoch, groups=[group], remember=True)
         elif tid in self._epochs and self.owns(tid):
-            txn = rules.check_producer(self._txns.get(tid), tid, producer_id, epoch)
+            txn = rules.check_producer(self._view(tid), tid, producer_id, epoch)
             if txn.state != rules.ONGOING or group not in txn.groups:
                 raise InvalidTxnStateError(
                     f"Group {group!r} is not in an open transaction of {tid!r}: add it first "
@@ -747,7 +920,7 @@ class TransactionCoordinator:
             for c in commits
         ]
         await asyncio.to_thread(staging.stage_offsets, tid, producer_id, epoch, group, rows)
-        self._pending_offsets.setdefault(group, {}).setdefault(tid, set()).update(
+        self._pending_offsets.setdefault(group, {}).setdefault((tid, producer_id, epoch), set()).update(
             (c.topic, c.partition) for c in commits
         )
 

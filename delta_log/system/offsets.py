@@ -217,6 +217,13 @@ class OffsetStore:
         with self._lock, translate_storage_errors():
             self._require_epoch(group, epoch)
 
+    def _app_version(self, app_id: str) -> int:
+        """With the lock held: `app_id`'s Delta app transaction version on the latest version (0: none)."""
+        if self._own is not None:
+            return self._own.txn_version(self._dt, app_id)
+        self._dt.update_incremental()
+        return self._dt.transaction_version(app_id) or 0
+
     def _require_epoch(self, group: str, epoch: int) -> None:
         """With the lock held: refresh, then Raises NotCoordinatorError unless the epoch holds."""
         if self._own is not None:
@@ -235,32 +242,38 @@ class OffsetStore:
         commits: Sequence[OffsetCommit],
         *,
         fence: tuple[str, int] | None = None,
+        fences: Sequence[tuple[str, int]] = (),
         transaction: tuple[str, int] | None = None,
     ) -> int:
         """Durably commit many offsets in one Delta commit; return the table version.
 
-        `fence` (group, epoch): commit only while that group's coordinator epoch is still `epoch`
-        (checked on the latest version and carried in the commit, so a takeover racing this
-        commit makes it fail and re-check). `transaction` (app id, version): a Delta app
-        transaction the commit carries, naming the Kafka transaction whose offsets these are, as
-        the topic commits that landed its records carry it (so each output version's input
-        position is found by time travel).
+        `fence` (group, epoch), and each of `fences`: commit only while the group's coordinator
+        epoch is still `epoch` (checked on the latest version and carried in the commit, so a takeover
+        racing this commit makes it fail and re-check). `transaction` (app id, version): a Delta
+        app transaction the commit carries, naming the Kafka transaction whose offsets these are,
+        as the topic commits that landed its records carry it (so each output version's input
+        position is found by time travel); a commit whose app id already holds that version or a
+        later one writes nothing (those offsets, or a later transaction's, are in).
 
         Raises: InvalidOffsetError, StorageUnavailableError, NotCoordinatorError (fenced).
         """
         for c in commits:
             validate_commit(c)
-        return self._append(commits, fence, transaction)
+        return self._append(commits, [*([fence] if fence else []), *fences], transaction)
 
     def delete(self, group: str, keys: Iterable[tuple[str, int]], *, fence: tuple[str, int] | None = None) -> int:
         """Delete a group's committed offsets of (topic, partition) `keys` (Kafka's OffsetDelete,
         DeleteGroups): a `DELETED` row per key, fenced like a commit.
 
         Raises: StorageUnavailableError, NotCoordinatorError (fenced)."""
-        return self._append([OffsetCommit(group=group, topic=t, partition=p, offset=DELETED) for t, p in keys], fence)
+        deleted = [OffsetCommit(group=group, topic=t, partition=p, offset=DELETED) for t, p in keys]
+        return self._append(deleted, [fence] if fence else [])
 
     def _append(
-        self, commits: Sequence[OffsetCommit], fence: tuple[str, int] | None, mark: tuple[str, int] | None = None
+        self,
+        commits: Sequence[OffsetCommit],
+        fences: Sequence[tuple[str, int]],
+        mark: tuple[str, int] | None = None,
     ) -> int:
         if not commits:
             return self._version
@@ -279,11 +292,13 @@ class OffsetStore:
                         self._reopen_own()  # the log moved under us, or its metadata or protocol changed
                     reopen = read_on = False
                     txns = [] if mark is None else [Transaction(*mark)]
-                    if fence is not None:
-                        self._require_epoch(*fence)  # reads the log's newest entries on our own path
-                        txns += coordinator_transactions(*fence)
-                        if self._own is not None and self._own.changed:
-                            self._reopen_own()
+                    if mark is not None and self._app_version(mark[0]) >= mark[1]:
+                        return self._version  # landed before (a roll-forward of a transaction)
+                    for f in fences:
+                        self._require_epoch(*f)  # reads the log's newest entries on our own path
+                        txns += coordinator_transactions(*f)
+                    if fences and self._own is not None and self._own.changed:
+                        self._reopen_own()
                     if self._own is not None:
                         version = self._own.append(self.storage, self.uri, table, txns)
                         break

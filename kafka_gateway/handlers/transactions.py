@@ -119,9 +119,10 @@ async def add_offsets_to_txn(conn: Session, request: Any, version: int) -> dict[
 @api(26, "EndTxn", 0, 5)
 async def end_txn(conn: Session, request: Any, version: int) -> dict[str, Any]:
     """Answered once the decision is saved, as Kafka answers after PrepareCommit: the records and
-    offsets land right after (read_committed readers see them then), and the producer's next
-    requests of the id wait for that. v5 is transaction version 2: the epoch is bumped at every
-    EndTxn, and the answer names the producer id and epoch of the producer's next transaction."""
+    offsets land right after (read_committed readers see them then). v5 is transaction version 2:
+    the epoch is bumped at every EndTxn, and the answer names the producer id and epoch of the
+    producer's next transaction, which goes on while this one lands (before v5 its requests wait
+    for the landing)."""
     assert conn.principal is not None
     try:
         txn = await conn.services.transactions.end_txn(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Mapping
 from dataclasses import replace as dataclasses_replace
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from conf import TransactionSettings
 from delta_log.core import transactions as rules
 from delta_log.core.acl import ANONYMOUS, principal_of
 from delta_log.errors import InvalidTxnStateError, ProducerFencedError, TransactionalIdAuthorizationError
+from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit
 from delta_log.system.transactions import SCHEMA, TransactionStaging, TransactionStore
@@ -33,15 +35,22 @@ def registry(settings):
     reg.close()
 
 
-def _coordinator(registry: TopicRegistry) -> tuple[ProduceService, TransactionCoordinator]:
+def _coordinator(
+    registry: TopicRegistry, gate: asyncio.Event | None = None
+) -> tuple[ProduceService, TransactionCoordinator]:
+    """A produce service and its transaction coordinator; `gate`: landings wait until it is set."""
     produce = ProduceService(registry)
 
-    async def commit_offsets(group: str, commits: list[OffsetCommit], transaction: tuple[str, int]) -> None:
-        await asyncio.to_thread(lambda: registry.offsets.commit(commits, transaction=transaction))
+    async def commit_offsets(commits: Mapping[str, list[OffsetCommit]], transaction: tuple[str, int]) -> None:
+        rows = [c for group in sorted(commits) for c in commits[group]]
+        await asyncio.to_thread(lambda: registry.offsets.commit(rows, transaction=transaction))
 
-    coordinator = TransactionCoordinator(
-        registry, TransactionSettings(), land=produce.append, commit_offsets=commit_offsets
-    )
+    async def land(topic: str, request: AppendRequest) -> AppendResult:
+        if gate is not None:
+            await gate.wait()
+        return await produce.append(topic, request)
+
+    coordinator = TransactionCoordinator(registry, TransactionSettings(), land=land, commit_offsets=commit_offsets)
     produce.transactions = coordinator
     return produce, coordinator
 
@@ -132,14 +141,17 @@ def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):
     asyncio.run(main())
 
 
-def test_kafkas_end_txn_is_answered_once_decided_and_the_next_transaction_waits_for_the_landing(registry):
-    """Kafka's EndTxn (wait=False) is answered once the decision is saved, the records land in the
-    background, and the producer's next transaction (version 2: the epoch EndTxn v5 gave, its
-    Produce v12 adding the partition itself) waits for that landing instead of being refused; a
-    retried EndTxn names the epoch before the bump and is answered once landed."""
+def test_kafkas_end_txn_is_answered_once_decided_and_the_next_transaction_goes_on_while_it_lands(registry):
+    """Kafka's EndTxn (wait=False) is answered once the decision is saved, and the records land
+    behind the producer: its next transaction (version 2: the epoch EndTxn v5 gave, its Produce v12
+    adding the partition itself) begins, stages and is decided while the first is still landing;
+    both land in order, together, under the last one's number. Every save of the id carries the
+    decisions not landed yet. A retried EndTxn (the epoch before the bump) is answered once its
+    transaction landed."""
 
     async def main() -> None:
-        produce, coordinator = _coordinator(registry)
+        gate = asyncio.Event()
+        produce, coordinator = _coordinator(registry, gate)
         await coordinator.start()
         txn = await _open_transaction(produce, coordinator)
         decided = await coordinator.end_txn(
@@ -148,21 +160,88 @@ def test_kafkas_end_txn_is_answered_once_decided_and_the_next_transaction_waits_
         assert decided.state == rules.PREPARE_COMMIT and decided.producer_epoch == txn.producer_epoch + 1
         nxt = _unit("t1", "b", 1, decided, 0, b"next")
         nxt.adds_to_transaction = True  # Produce v12
-        await produce.produce(ANONYMOUS, [nxt])  # waits for the landing: no CONCURRENT_TRANSACTIONS
+        await produce.produce(ANONYMOUS, [nxt])
         assert (await produce.acked(nxt)).base_offset == -1
-        assert len(_values(registry, "a")) == 4 and _values(registry, "b") == [(0, 0, b"b0")]
         assert coordinator.state("t1").state == rules.ONGOING
+        assert _values(registry, "a") == [] and _values(registry, "b") == []  # the first is still landing
+        saved = TransactionStore(registry.storage).load("t1")["t1"]
+        assert saved.txn.state == rules.ONGOING and [e["txn"]["number"] for e in saved.decision["earlier"]] == [1]
         second = await coordinator.end_txn(
             ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
         )
-        again = await coordinator.end_txn(
-            ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
+        assert second.producer_epoch == decided.producer_epoch + 1
+        third = _unit("t1", "b", 0, second, 0, b"third")
+        third.adds_to_transaction = True
+        await produce.produce(ANONYMOUS, [third])
+        await produce.acked(third)
+        await coordinator.end_txn(
+            ANONYMOUS, "t1", second.producer_id, second.producer_epoch, commit=True, bump=True, wait=False
         )
-        assert again.state == rules.COMPLETE_COMMIT and again.producer_epoch == second.producer_epoch
-        assert _values(registry, "b") == [(0, 0, b"b0"), (1, 0, b"next")]
+        saved = TransactionStore(registry.storage).load("t1")["t1"]
+        assert saved.txn.state == rules.PREPARE_COMMIT and len(saved.decision["earlier"]) == 2
+        retried = asyncio.ensure_future(
+            coordinator.end_txn(
+                ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
+            )
+        )
+        await asyncio.sleep(0.3)
+        assert not retried.done()  # its transaction has not landed
+        versions = {t: DeltaTable(registry.storage.topic_uri(t)).version() for t in ("a", "b")}
+        gate.set()
+        with pytest.raises(ProducerFencedError):  # answered once landed: the id moved on since
+            await retried
+        assert len(_values(registry, "a")) == 4
+        assert _values(registry, "b") == [(0, 0, b"b0"), (0, 1, b"third"), (1, 0, b"next")]
+        # the first lands alone (it was landing when the others were decided), the next two together
+        assert DeltaTable(registry.storage.topic_uri("a")).version() == versions["a"] + 1
+        assert DeltaTable(registry.storage.topic_uri("b")).version() == versions["b"] + 2
+        assert _version_naming(registry.storage.topic_uri("b"), f"p-t{txn.producer_id}-1", 3) == versions["b"] + 2
+        registry.offsets.load()
+        assert registry.offsets.committed("g")[("b", 1)].offset == 42
         with pytest.raises(ProducerFencedError):  # the first epoch's transactions are over
             await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True)
         await coordinator.stop()
+
+    asyncio.run(main())
+
+
+def test_decisions_saved_behind_a_producer_are_carried_out_by_the_next_coordinator(registry):
+    """A coordinator stops (its process dies) with two decided transactions not landed, the second
+    saved with the first as an earlier decision: the gateway that takes the id over lands both,
+    each once, in order, and the group's offsets are the second's."""
+
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry, asyncio.Event())  # landings never run
+        await coordinator.start()
+        txn = await _open_transaction(produce, coordinator)
+        decided = await coordinator.end_txn(
+            ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=False
+        )
+        nxt = _unit("t1", "b", 0, decided, 0, b"next")
+        nxt.adds_to_transaction = True
+        await produce.produce(ANONYMOUS, [nxt])
+        await produce.acked(nxt)
+        await coordinator.stage_offsets(
+            ANONYMOUS,
+            "t1",
+            "g",
+            decided.producer_id,
+            decided.producer_epoch,
+            [OffsetCommit(group="g", topic="b", partition=1, offset=43)],
+            implicit=True,
+        )
+        await coordinator.end_txn(
+            ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
+        )
+        await coordinator.stop()
+        _, successor = _coordinator(registry)
+        await successor.start()
+        assert successor.state("t1").state == rules.COMPLETE_COMMIT
+        assert len(_values(registry, "a")) == 4
+        assert _values(registry, "b") == [(0, 0, b"b0"), (0, 1, b"next")]
+        registry.offsets.load()
+        assert registry.offsets.committed("g")[("b", 1)].offset == 43
+        await successor.stop()
 
     asyncio.run(main())
 

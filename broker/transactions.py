@@ -69,7 +69,13 @@ from delta_log.errors import (
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit as OffsetCommit
-from delta_log.system.transactions import StagedOffsets, StagedRecords, TransactionStaging, TransactionStore
+from delta_log.system.transactions import (
+    StagedOffsets,
+    StagedRecords,
+    TransactionStaging,
+    TransactionStore,
+    Unpublished,
+)
 
 log = logging.getLogger(__name__)
 
@@ -857,22 +863,50 @@ class TransactionCoordinator:
 
     async def stage(self, txn: TxnProduce, topic: str, request: AppendRequest, *, verify: bool = True) -> AppendResult:
         """Keep a transactional write's records (each partition's) until its transaction is decided,
-        checked first (`_verify`; not `verify`: dead letters split from records that were).
-        Answered with no offsets: they are assigned when the transaction commits."""
+        checked first (`_verify`, while they are written: they are put in place once it passed;
+        not `verify`: dead letters split from records that were). Answered with no offsets: they
+        are assigned when the transaction commits."""
         _, staging = await asyncio.to_thread(self._open)
         batch = request.batch
         parts = request.partition_array()
         touched = [int(p) for p in sorted(set(parts.tolist()))]
-        if verify:
-            await self._verify(txn, topic, touched)
         tid, b = txn.transactional_id, txn.batch
 
-        def write() -> None:
-            for p in touched:
-                rows = batch.filter(pa.array(parts == p)) if len(touched) > 1 else batch
-                staging.stage_records(tid, b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane)
+        def write() -> list[Unpublished]:
+            out: list[Unpublished] = []
+            try:
+                for p in touched:
+                    rows = batch.filter(pa.array(parts == p)) if len(touched) > 1 else batch
+                    out.append(
+                        staging.write_records(
+                            tid, b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane
+                        )
+                    )
+            except BaseException:
+                for f in out:
+                    f.discard()
+                raise
+            return out
 
-        await asyncio.to_thread(write)
+        checked, written = await asyncio.gather(
+            self._verify(txn, topic, touched) if verify else asyncio.sleep(0),
+            asyncio.to_thread(write),
+            return_exceptions=True,
+        )
+        if isinstance(written, BaseException):
+            raise written
+        files = written
+
+        def finish() -> None:
+            for f in files:
+                if isinstance(checked, BaseException):
+                    f.discard()
+                else:
+                    f.publish()
+
+        await asyncio.to_thread(finish)
+        if isinstance(checked, BaseException):
+            raise checked
         return AppendResult()
 
     async def stage_offsets(

@@ -271,6 +271,37 @@ class Staged:
     offsets: tuple[StagedOffsets, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Unpublished:
+    """A staged file written and not yet in place (`TransactionStaging.write_records`), so its
+    transaction can be checked while it is written: `publish` puts it in place, durably and
+    atomically; `discard` forgets it."""
+
+    staging: TransactionStaging
+    path: str
+    data: bytes  # an object store's (local disk: written already)
+    tmp: str | None  # local disk: where it was written beside `path`
+
+    def publish(self) -> None:
+        """Raises: StorageUnavailableError."""
+        with translate_storage_errors():
+            if self.tmp is None:
+                with self.staging.fs.open_output_stream(self.path) as out:
+                    out.write(self.data)
+                return
+            os.replace(self.tmp, self.path)
+            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(self.tmp)
+
+
 class TransactionStaging:
     """The staged records and offsets of transactions, by producer id and epoch (blocking I/O)."""
 
@@ -287,26 +318,23 @@ class TransactionStaging:
 
     def _put(self, path: str, data: bytes) -> None:
         """Write `data` at `path` durably and atomically (a reader sees all of it or nothing)."""
-        with translate_storage_errors():
-            if self.storage.is_local:
-                directory = os.path.dirname(path)
-                os.makedirs(directory, exist_ok=True)
-                tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-                fd = os.open(directory, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            else:
-                with self.fs.open_output_stream(path) as out:
-                    out.write(data)
+        self._prepare(path, data).publish()
 
-    def stage_records(
+    def _prepare(self, path: str, data: bytes) -> Unpublished:
+        """`data` for `path`, not there yet: on local disk written (and fsynced) beside it now, to be
+        renamed there; on an object store put at `publish`."""
+        if not self.storage.is_local:
+            return Unpublished(self, path, data, None)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"  # never listed (`staged`)
+        with translate_storage_errors():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        return Unpublished(self, path, b"", tmp)
+
+    def write_records(
         self,
         transactional_id: str,
         producer_id: int,
@@ -317,16 +345,17 @@ class TransactionStaging:
         batch: pa.Table,
         *,
         lane: str = "",
-    ) -> None:
-        """Keep one request's records of one partition until the transaction is decided; `lane`
-        names a producer's sequence space when it has several (HTTP's Producer-Id), so two lanes'
-        requests with one sequence do not take one name. Raises: StorageUnavailableError."""
+    ) -> Unpublished:
+        """One request's records of one partition, written to be staged (`Unpublished.publish`:
+        kept until the transaction is decided) or discarded; `lane` names a producer's sequence
+        space when it has several (HTTP's Producer-Id), so two lanes' requests with one sequence do
+        not take one name. Raises: StorageUnavailableError."""
         sink = io.BytesIO()
         with ipc.new_stream(sink, batch.schema) as writer:
             writer.write_table(batch)
         suffix = f".{hashlib.blake2b(lane.encode(), digest_size=6).hexdigest()}" if lane else ""
         path = f"{self._dir(transactional_id, producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}{suffix}.arrow"
-        self._put(path, sink.getvalue())
+        return self._prepare(path, sink.getvalue())
 
     def stage_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, group: str, offsets: Sequence[Mapping[str, Any]]

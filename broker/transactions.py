@@ -70,6 +70,7 @@ from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit as OffsetCommit
 from delta_log.system.transactions import (
+    Staged,
     StagedOffsets,
     StagedRecords,
     TransactionStaging,
@@ -121,6 +122,16 @@ class _Landing:
     def staged(self) -> tuple[int, int]:
         """The (producer id, epoch) its records and offsets were staged under (epoch -1: none)."""
         return int(self.decision.get("producer_id", self.txn.producer_id)), int(self.decision.get("staged_epoch", -1))
+
+    @property
+    def sealed(self) -> int | None:
+        """Where its staging was set apart (TransactionStaging.seal): None, still where it was staged."""
+        sealed = self.decision.get("sealed")
+        return None if sealed is None else int(sealed)
+
+    @property
+    def pending_key(self) -> tuple[str, int, int, int | None]:
+        return (self.txn.transactional_id, *self.staged, self.sealed)
 
     def saved(self) -> dict[str, Any]:
         return {"txn": self.txn.snapshot(), "decision": dict(self.decision)}
@@ -202,9 +213,9 @@ class TransactionCoordinator:
         self._epochs: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        #: group -> (id, producer id, epoch) -> partitions with offsets staged by transactions
-        #: coordinated here, until they land or are dropped
-        self._pending_offsets: dict[str, dict[tuple[str, int, int], set[tuple[str, int]]]] = {}
+        #: group -> (id, producer id, epoch, sealed number or None) -> partitions with offsets
+        #: staged by transactions coordinated here, until they land or are dropped
+        self._pending_offsets: dict[str, dict[tuple[str, int, int, int | None], set[tuple[str, int]]]] = {}
         self._background: set[asyncio.Future[Any]] = set()
         #: each id's saved decisions not carried out yet, in the order they were taken
         self._landings: dict[str, list[_Landing]] = {}
@@ -264,11 +275,11 @@ class TransactionCoordinator:
     @contextlib.asynccontextmanager
     async def _settled(self, tid: str, producer: tuple[int, int] | None = None) -> AsyncIterator[None]:
         """The id's lock, once the decisions being carried out that the request depends on are:
-        all of them, or (`producer`, the request's producer id and epoch) those whose records were
-        staged under the same ones, and the oldest beyond MAX_LANDINGS. So a producer whose epoch
-        moves at every transaction (transaction version 2) begins and decides its next
-        transactions while the last ones land. Woken when they have (no polling); an attempt's
-        failure is the request's (the client retries)."""
+        all of them, or (`producer`, the request's producer id and epoch) those whose staging is
+        still where the producer stages (not sealed, under the same ones), and the oldest beyond
+        MAX_LANDINGS. So a producer begins and decides its next transactions while the last ones
+        land. Woken when they have (no polling); an attempt's failure is the request's (the client
+        retries)."""
         while True:
             if (pending := self._blocking(tid, producer)) is not None:
                 await asyncio.shield(pending.done)
@@ -285,7 +296,7 @@ class TransactionCoordinator:
             return None
         if producer is None:
             return queue[-1]  # landed in order: the last done, all are
-        same = [landing for landing in queue if landing.staged == producer]
+        same = [landing for landing in queue if landing.sealed is None and landing.staged == producer]
         return same[-1] if same else queue[0] if len(queue) >= MAX_LANDINGS else None
 
     def release(self, tid: str) -> None:
@@ -628,13 +639,22 @@ class TransactionCoordinator:
             timer.cancel()
         _, staging = self._open()
         pid, staged_epoch = staged
-        found = await asyncio.to_thread(staging.staged, tid, pid, staged_epoch)
+
+        def seal() -> tuple[int | None, Staged]:
+            sealed = staging.seal(tid, pid, staged_epoch, txn.number)
+            return sealed, staging.staged(tid, pid, staged_epoch, sealed=sealed)
+
+        sealed, found = await asyncio.to_thread(seal)
         decision = {
             "producer_id": pid,
             "staged_epoch": staged_epoch,
             "records": [[s.topic, s.partition, s.base_sequence, s.path] for s in found.records],
             "offsets": [[o.group, o.path] for o in found.offsets],
+            **({} if sealed is None else {"sealed": sealed}),
         }
+        for pending in self._pending_offsets.values():
+            if (partitions := pending.pop((tid, pid, staged_epoch, None), None)) is not None:
+                pending[(tid, pid, staged_epoch, sealed)] = partitions
         await self._save(txn, decision)
         landing = self._enqueue(txn, decision)
         if wait:
@@ -746,12 +766,12 @@ class TransactionCoordinator:
         def drop() -> None:
             for landing in batch:
                 if landing.staged[1] >= 0:
-                    staging.drop(tid, *landing.staged)
+                    staging.drop(tid, *landing.staged, sealed=landing.sealed)
 
         await asyncio.to_thread(drop)
         for landing in batch:
             for pending in self._pending_offsets.values():
-                pending.pop((tid, *landing.staged), None)
+                pending.pop(landing.pending_key, None)
             outcome = "committed" if landing.txn.state == rules.PREPARE_COMMIT else "aborted"
             log.info("transactional id %r: transaction %d %s", tid, landing.txn.number, outcome)
 
@@ -773,7 +793,7 @@ class TransactionCoordinator:
             """Each transaction's records of `topic` (with its number), none where it landed."""
             out = []
             for landing, staged in by_topic[topic]:
-                if tables := staging.read_records(tid, *landing.staged, staged):
+                if tables := staging.read_records(tid, *landing.staged, staged, sealed=landing.sealed):
                     out.append(
                         (landing.txn.number, pa.concat_tables([t.replace_schema_metadata(None) for t in tables]))
                     )
@@ -810,7 +830,7 @@ class TransactionCoordinator:
             rows: list[dict[str, Any]] = []
             for landing in commits:
                 if staged := [StagedOffsets(g, path) for g, path in landing.decision.get("offsets", ())]:
-                    rows += staging.read_offsets(tid, *landing.staged, staged) or []
+                    rows += staging.read_offsets(tid, *landing.staged, staged, sealed=landing.sealed) or []
             return rows
 
         latest: dict[str, dict[tuple[str, int], OffsetCommit]] = {}
@@ -954,7 +974,7 @@ class TransactionCoordinator:
             for c in commits
         ]
         await asyncio.to_thread(staging.stage_offsets, tid, producer_id, epoch, group, rows)
-        self._pending_offsets.setdefault(group, {}).setdefault((tid, producer_id, epoch), set()).update(
+        self._pending_offsets.setdefault(group, {}).setdefault((tid, producer_id, epoch, None), set()).update(
             (c.topic, c.partition) for c in commits
         )
 

@@ -19,7 +19,9 @@ file per request and partition at `<id hash>/<pid>.<epoch>/records/<topic>/<part
 (a retried request rewrites its own file; an HTTP producer's lane, its Producer-Id, hashed into
 the name after the sequence), and TxnOffsetCommit's offsets as JSON files at
 `<id hash>/<pid>.<epoch>/offsets/<group>/<time>.json`. They are fsynced on local disk (PUT on object
-storage). The topic tables never see them until the coordinator lands them at commit.
+storage). The topic tables never see them until the coordinator lands them at commit. On local
+disk a decided transaction's directory is renamed `<pid>.<epoch>.n<number>` (`seal`), so the
+producer's next transaction, under the same epoch, stages afresh while it lands.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import threading
 import time
 import urllib.parse
@@ -310,11 +313,38 @@ class TransactionStaging:
         self.fs, base = storage.filesystem()
         self.base = f"{base}/{SYSTEM_DIR}/{STAGED_DIR}"
 
-    def _dir(self, transactional_id: str, producer_id: int, epoch: int) -> str:
+    def _dir(self, transactional_id: str, producer_id: int, epoch: int, sealed: int | None = None) -> str:
         """The producer's staging: under its transactional id (hashed: any characters), so records
-        staged under one id can never be landed by another id's transaction."""
+        staged under one id can never be landed by another id's transaction; `sealed`: its
+        transaction of that number, once decided (`seal`)."""
         tid = hashlib.blake2b(transactional_id.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
-        return f"{self.base}/{tid}/{producer_id}.{epoch}"
+        return f"{self.base}/{tid}/{producer_id}.{epoch}" + ("" if sealed is None else f".n{sealed}")
+
+    def seal(self, transactional_id: str, producer_id: int, epoch: int, number: int) -> int | None:
+        """Set what the producer staged apart as its transaction `number` (decided), so that its
+        next transaction stages afresh while this one lands: the number to read it by, or None
+        where staging cannot be moved (an object store: read it where it is). Sealing again (a
+        decision taken again after a crash) moves what was staged since into it. Raises:
+        StorageUnavailableError."""
+        if not self.storage.is_local:
+            return None
+        src, dst = (
+            self._dir(transactional_id, producer_id, epoch),
+            self._dir(transactional_id, producer_id, epoch, number),
+        )
+        with translate_storage_errors():
+            try:
+                os.rename(src, dst)
+            except FileNotFoundError:  # nothing staged, or sealed before and nothing since
+                pass
+            except OSError:  # sealed before (a decision taken again): move in what came since
+                for directory, _, files in os.walk(src):
+                    for name in files:
+                        rel = os.path.relpath(os.path.join(directory, name), src)
+                        os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+                        os.replace(os.path.join(src, rel), os.path.join(dst, rel))
+                shutil.rmtree(src, ignore_errors=True)
+        return number
 
     def _put(self, path: str, data: bytes) -> None:
         """Write `data` at `path` durably and atomically (a reader sees all of it or nothing)."""
@@ -366,10 +396,11 @@ class TransactionStaging:
         path = f"{self._dir(transactional_id, producer_id, epoch)}/offsets/{_quote(group)}/{name}"
         self._put(path, json.dumps(list(offsets), separators=(",", ":")).encode())
 
-    def staged(self, transactional_id: str, producer_id: int, epoch: int) -> Staged:
-        """Everything staged for the producer, in the order it lands (by topic, partition, sequence;
-        offsets by the time they were staged). Raises: StorageUnavailableError."""
-        root = self._dir(transactional_id, producer_id, epoch)
+    def staged(self, transactional_id: str, producer_id: int, epoch: int, *, sealed: int | None = None) -> Staged:
+        """Everything staged for the producer (`sealed`: for its transaction of that number), in
+        the order it lands (by topic, partition, sequence; offsets by the time they were staged).
+        Raises: StorageUnavailableError."""
+        root = self._dir(transactional_id, producer_id, epoch, sealed)
         with translate_storage_errors():
             infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
         records, offsets = [], []
@@ -386,10 +417,12 @@ class TransactionStaging:
         offsets.sort(key=lambda o: o.path)
         return Staged(tuple(records), tuple(offsets))
 
-    def _read(self, transactional_id: str, producer_id: int, epoch: int, paths: Sequence[str]) -> list[bytes] | None:
+    def _read(
+        self, transactional_id: str, producer_id: int, epoch: int, paths: Sequence[str], sealed: int | None
+    ) -> list[bytes] | None:
         """The staged files' bytes; None when one is gone (the staging was dropped: a decision
         carried out before, its records landed). Raises: StorageUnavailableError."""
-        root = self._dir(transactional_id, producer_id, epoch)
+        root = self._dir(transactional_id, producer_id, epoch, sealed)
         out = []
         with translate_storage_errors():
             for path in paths:
@@ -401,23 +434,36 @@ class TransactionStaging:
         return out
 
     def read_records(
-        self, transactional_id: str, producer_id: int, epoch: int, staged: Sequence[StagedRecords]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        staged: Sequence[StagedRecords],
+        *,
+        sealed: int | None = None,
     ) -> list[pa.Table] | None:
         """The staged requests' records, in order; None when a file is gone (as `_read`)."""
-        data = self._read(transactional_id, producer_id, epoch, [s.path for s in staged])
+        data = self._read(transactional_id, producer_id, epoch, [s.path for s in staged], sealed)
         return None if data is None else [ipc.open_stream(d).read_all() for d in data]
 
     def read_offsets(
-        self, transactional_id: str, producer_id: int, epoch: int, staged: Sequence[StagedOffsets]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        staged: Sequence[StagedOffsets],
+        *,
+        sealed: int | None = None,
     ) -> list[dict[str, Any]] | None:
         """The offsets staged, in order (a later commit of a partition after an earlier one); None
         when a file is gone (as `_read`)."""
-        data = self._read(transactional_id, producer_id, epoch, [s.path for s in staged])
+        data = self._read(transactional_id, producer_id, epoch, [s.path for s in staged], sealed)
         if data is None:
             return None
         return [{"group": s.group, **o} for s, d in zip(staged, data, strict=True) for o in json.loads(d)]
 
-    def drop(self, transactional_id: str, producer_id: int, epoch: int) -> None:
-        """Delete everything staged for the producer. Raises: StorageUnavailableError."""
+    def drop(self, transactional_id: str, producer_id: int, epoch: int, *, sealed: int | None = None) -> None:
+        """Delete everything staged for the producer (`sealed`: for its transaction of that
+        number). Raises: StorageUnavailableError."""
         with translate_storage_errors(), contextlib.suppress(FileNotFoundError):
-            self.fs.delete_dir(self._dir(transactional_id, producer_id, epoch))
+            self.fs.delete_dir(self._dir(transactional_id, producer_id, epoch, sealed))

@@ -1009,10 +1009,20 @@ class TransactionCoordinator:
             group, commits, member_id=member_id, generation=generation, principal=owner_of(principal), write=stage
         )
 
-    def unstable(self, group: str) -> set[tuple[str, int]]:
-        """The group's partitions whose offsets an open transaction coordinated here commits
-        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
-        return set().union(*self._pending_offsets.get(group, {}).values())
+    async def unstable(self, group: str) -> set[tuple[str, int]]:
+        """The group's partitions whose offsets a transaction staged here commits, not landed yet
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them). A transaction
+        coordinated by another gateway is landed there: its offsets are pending while its
+        producer's staging at that epoch holds offsets (read from the root)."""
+        pending = self._pending_offsets.get(group, {})
+        elsewhere = [k for k in pending if k[0] not in self._epochs or not self.owns(k[0])]
+        if elsewhere:
+            _, staging = await asyncio.to_thread(self._open)
+            held = await asyncio.to_thread(lambda: [staging.holds_offsets(*k[:3]) for k in elsewhere])
+            for key, holds in zip(elsewhere, held, strict=True):
+                if not holds:
+                    pending.pop(key, None)
+        return set().union(*pending.values())
 
     # -- views ------------------------------------------------------------------------------------
     async def describe(self, principal: Principal, tid: str) -> Txn:

@@ -462,6 +462,15 @@ class TransactionStaging:
             return None
         return [{"group": s.group, **o} for s, d in zip(staged, data, strict=True) for o in json.loads(d)]
 
+    def holds_offsets(self, transactional_id: str, producer_id: int, epoch: int) -> bool:
+        """Whether offsets staged by the producer under `epoch` are still kept (in its staging, or
+        a transaction's sealed from it): not landed or dropped yet. Raises: StorageUnavailableError."""
+        parent, _, name = self._dir(transactional_id, producer_id, epoch).rpartition("/")
+        with translate_storage_errors():
+            children = self.fs.get_file_info(pafs.FileSelector(parent, allow_not_found=True))
+            mine = [c.path for c in children if c.base_name == name or c.base_name.startswith(f"{name}.n")]
+            return any(self.fs.get_file_info(f"{path}/offsets").type == pafs.FileType.Directory for path in mine)
+
     def drop(self, transactional_id: str, producer_id: int, epoch: int, *, sealed: int | None = None) -> None:
         """Delete everything staged for the producer (`sealed`: for its transaction of that
         number). Raises: StorageUnavailableError."""

@@ -323,7 +323,7 @@ async def _fetched(
     else:
         pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
     topics = []
-    unstable = conn.services.transactions.unstable(group) if stable else set()
+    unstable = await conn.services.transactions.unstable(group) if stable else set()
     for name, partitions in pairs:
         denied = not conn.principal.allows("describe", name)
         parts = []

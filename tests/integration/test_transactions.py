@@ -116,7 +116,7 @@ def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):
         await coordinator.start()
         txn = await _open_transaction(produce, coordinator)
         assert _values(registry, "a") == [] and _values(registry, "b") == []
-        assert coordinator.unstable("g") == {("b", 1)}
+        assert await coordinator.unstable("g") == {("b", 1)}
         versions = {t: DeltaTable(registry.storage.topic_uri(t)).version() for t in ("a", "b")}
         await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)
         assert _values(registry, "a") == [(0, 0, b"a0"), (0, 1, b"a1"), (0, 2, b"a3"), (1, 0, b"a2")]
@@ -125,7 +125,7 @@ def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):
             assert DeltaTable(registry.storage.topic_uri(t)).version() == v + 1
         registry.offsets.load()
         assert registry.offsets.committed("g")[("b", 1)].offset == 42
-        assert coordinator.unstable("g") == set()
+        assert await coordinator.unstable("g") == set()
         # time travel: the offsets commit and each topic's commit name the transaction (Delta app
         # transactions), so the input position that goes with an output version is found
         landed = _version_naming(registry.storage.system_uri("consumer_offsets"), f"t{txn.producer_id}", 1)
@@ -245,6 +245,35 @@ def test_sealing_again_moves_in_what_was_staged_since(registry):
     assert staging.seal("t9", 7, 0, 5) == 5
     assert [(r.topic, r.partition) for r in staging.staged("t9", 7, 0, sealed=5).records] == [("a", 0), ("a", 1)]
     assert staging.staged("t9", 7, 0).records == ()
+
+
+def test_offsets_staged_at_the_groups_gateway_are_unstable_until_the_ids_coordinator_lands_them(registry):
+    """On a cluster TxnOffsetCommit reaches the group's coordinator, which may not coordinate the
+    transactional id: its OffsetFetch (require_stable) answers UNSTABLE_OFFSET_COMMIT for the
+    staged partitions until the id's coordinator, another gateway, has landed them, and no longer."""
+
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+        await coordinator.add_offsets(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, "g")
+        groups_gateway = TransactionCoordinator(
+            registry, TransactionSettings(), land=produce.append, commit_offsets=_no_offsets, owns=lambda tid: False
+        )
+        commit = OffsetCommit(group="g", topic="b", partition=1, offset=7)
+        await groups_gateway.stage_offsets(ANONYMOUS, "t1", "g", txn.producer_id, txn.producer_epoch, [commit])
+        assert await groups_gateway.unstable("g") == {("b", 1)}
+        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)
+        registry.offsets.load()
+        assert registry.offsets.committed("g")[("b", 1)].offset == 7
+        assert await groups_gateway.unstable("g") == set()
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
+async def _no_offsets(commits: Mapping[str, list[OffsetCommit]], transaction: tuple[str, int]) -> None:
+    raise AssertionError("a gateway that does not coordinate the id lands nothing")
 
 
 def test_decisions_saved_behind_a_producer_are_carried_out_by_the_next_coordinator(registry):

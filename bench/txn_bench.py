@@ -2,6 +2,7 @@
 
     python -m bench.txn_bench            # 3 alternating repeats, 8 s a run
     python -m bench.txn_bench --quick    # 1 repeat, 4 s a run
+    python -m bench.txn_bench --compare <checkout>   # and a server of another checkout ("before")
 
 The same clients run against a Kafka 4.x broker (KRaft, 127.0.0.1, bench/kafka_broker.py) and a
 `topiclake serve` on 127.0.0.1, alternating: Java's producer (bench/kafka/TxnPerf.java) and
@@ -9,8 +10,12 @@ confluent-kafka's, 1 KB records, acks=all, idempotent, on a 4-partition topic:
 - plain: no transaction, for as long as a run lasts (the throughput a transaction is compared to);
 - transactional: transactions of 100 and of 10,000 records, each commit timed (commitTransaction:
   the records not yet acked, then EndTxn).
-Reports throughput, commit latency p50/p99, and each system's overhead, transactional / plain
-throughput (the target: topiclake's no worse than Kafka's). Results: bench/results/txn_bench.json.
+Reports throughput, commit latency p50/p99, each system's overhead, transactional / plain
+throughput (the target: topiclake's no worse than Kafka's), and the server's CPU time a
+transaction (its process's user + system time over the run: what a transaction costs a server
+when the cores are shared). `--compare DIR` runs a server of
+another checkout (e.g. a worktree of the previous main) in the same rotation, as "before".
+Results: bench/results/txn_bench.json.
 """
 
 from __future__ import annotations
@@ -107,6 +112,13 @@ def confluent_producer(bootstrap: str, topic: str, per_txn: int, seconds: float,
 CLIENTS = {"Java producer": java_producer, "confluent-kafka": confluent_producer}
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far, all its threads (Linux: /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def drop_topic(system: str, bootstrap: str, url: str, topic: str) -> None:
     """Delete a run's topic on its system (Kafka: the admin client; topiclake: its HTTP API)."""
     if system == "Kafka":
@@ -124,30 +136,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--seconds", type=float)
+    ap.add_argument("--compare", type=Path, help="another checkout whose server runs beside, as 'before'")
+    ap.add_argument("--clients", nargs="+", choices=list(CLIENTS), default=list(CLIENTS))
+    ap.add_argument("--per-txn", nargs="+", type=int, choices=PER_TXN, default=list(PER_TXN))
     args = ap.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     seconds = args.seconds or (4.0 if args.quick else 8.0)
     work = Path(tempfile.mkdtemp(prefix="topiclake-txn-bench-", dir=os.environ.get("BENCH_TMP")))
     kafka = KafkaBroker(work / "kafka").start()
-    srv = ServerProcess(work / "topiclake" / "data").start()
-    systems = {"Kafka": kafka.bootstrap, "topiclake": srv.kafka}
+    servers = {"topiclake": ServerProcess(work / "topiclake" / "data").start()}
+    if args.compare is not None:
+        servers["before"] = ServerProcess(work / "before" / "data", repo=args.compare.resolve()).start()
+    systems = {"Kafka": kafka.bootstrap, **{name: srv.kafka for name, srv in servers.items()}}
+    clients = {c: CLIENTS[c] for c in args.clients}
+    modes = ("plain", *(f"{n} / txn" for n in args.per_txn))
     rows: list[dict[str, Any]] = []
     try:
-        admin = httpx.Client(base_url=srv.url, timeout=60)
         for rep in range(repeats):
-            for client, run in CLIENTS.items():
-                for mode in ("plain", *(f"{n} / txn" for n in PER_TXN)):
+            for client, run in clients.items():
+                for mode in modes:
                     for system, bootstrap in systems.items():  # alternating, run by run
                         topic = f"txn-{uuid.uuid4().hex[:8]}"
+                        url = servers[system].url if system in servers else ""
                         if system == "Kafka":
                             kafka.create_topic(topic, partitions=PARTITIONS)
                         else:
-                            admin.post("/topics", json={"name": topic, "partitions": PARTITIONS}).raise_for_status()
+                            body = {"name": topic, "partitions": PARTITIONS}
+                            httpx.post(f"{url}/topics", json=body, timeout=60).raise_for_status()
                         per_txn = 1000 if mode == "plain" else int(mode.split()[0])
+                        pid = (servers[system].proc if system in servers else kafka.proc).pid  # type: ignore[union-attr]
                         try:
+                            cpu = cpu_seconds(pid)
                             res = run(bootstrap, topic, per_txn, seconds, mode != "plain")
+                            res["server_cpu_ms_per_txn"] = (cpu_seconds(pid) - cpu) * 1000 / (res["records"] / per_txn)
                         finally:  # gigabytes a run: the disk holds one run's, not all of them
-                            drop_topic(system, bootstrap, srv.url, topic)
+                            drop_topic(system, bootstrap, url, topic)
                         row = {"client": client, "mode": mode, "system": system, "repeat": rep, **res}
                         rows.append(row)
                         print(
@@ -156,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                             flush=True,
                         )
     finally:
-        srv.stop()
+        for srv in servers.values():
+            srv.stop()
         kafka.stop()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -165,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(values) if values else float("nan")
 
     table = []
-    for client in CLIENTS:
-        for mode in (f"{n} / txn" for n in PER_TXN):
+    for client in clients:
+        for mode in modes[1:]:
             line: dict[str, Any] = {"client": client, "records a transaction": mode.split()[0]}
             for system in systems:
                 plain = med(client, "plain", system, "records_s")
@@ -176,16 +200,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{med(client, mode, system, 'commit_p50_ms'):.1f} / {med(client, mode, system, 'commit_p99_ms'):.1f}"
                 )
                 line[f"{system} overhead (txn/plain)"] = round(txn / plain, 3)
-            line["overhead ratio (topiclake/Kafka)"] = round(
-                line["topiclake overhead (txn/plain)"] / line["Kafka overhead (txn/plain)"], 3
-            )
+                line[f"{system} server CPU ms a txn"] = round(med(client, mode, system, "server_cpu_ms_per_txn"), 2)
+            for system in servers:
+                line[f"overhead ratio ({system}/Kafka)"] = round(
+                    line[f"{system} overhead (txn/plain)"] / line["Kafka overhead (txn/plain)"], 3
+                )
             table.append(line)
     plain_rows = [
         {
             "client": client,
             **{f"{s} plain records/s": round(med(client, "plain", s, "records_s")) for s in systems},
         }
-        for client in CLIENTS
+        for client in clients
     ]
     print_table(plain_rows, list(plain_rows[0]))
     print_table(table, list(table[0]))

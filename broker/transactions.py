@@ -698,6 +698,9 @@ class TransactionCoordinator:
                     except Exception as exc:  # storage trouble, or a defect: the decisions stand
                         if self._landings.get(tid) is not queue:
                             return
+                        if not self.owns(tid):  # its new coordinator finishes them
+                            self.release(tid)
+                            return
                         log.warning(
                             "transactional id %r: transaction %d not carried out yet (%s); retrying",
                             tid,

@@ -19,7 +19,12 @@ from broker.transactions import TransactionCoordinator, TxnBatch
 from conf import TransactionSettings
 from delta_log.core import transactions as rules
 from delta_log.core.acl import ANONYMOUS, principal_of
-from delta_log.errors import InvalidTxnStateError, ProducerFencedError, TransactionalIdAuthorizationError
+from delta_log.errors import (
+    InvalidTxnStateError,
+    ProducerFencedError,
+    StorageUnavailableError,
+    TransactionalIdAuthorizationError,
+)
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit
@@ -245,6 +250,40 @@ def test_sealing_again_moves_in_what_was_staged_since(registry):
     assert staging.seal("t9", 7, 0, 5) == 5
     assert [(r.topic, r.partition) for r in staging.staged("t9", 7, 0, sealed=5).records] == [("a", 0), ("a", 1)]
     assert staging.staged("t9", 7, 0).records == ()
+
+
+def test_a_roll_forward_that_fails_at_takeover_is_retried_and_the_next_producer_waits_for_it(registry):
+    """The gateway taking an id over cannot land its decision at first (storage trouble): the
+    landing is retried, and a new producer of the id (InitProducerId) is answered once it landed,
+    with every record in the tables once."""
+
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry, asyncio.Event())  # landings never run
+        await coordinator.start()
+        txn = await _open_transaction(produce, coordinator)
+        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, wait=False)
+        await coordinator.stop()
+        failures = [StorageUnavailableError("the disk is away")]
+        successor_produce = ProduceService(registry)
+
+        async def land(topic: str, request: AppendRequest) -> AppendResult:
+            if failures:
+                raise failures.pop()
+            return await successor_produce.append(topic, request)
+
+        async def commit_offsets(commits: Mapping[str, list[OffsetCommit]], transaction: tuple[str, int]) -> None:
+            rows = [c for group in sorted(commits) for c in commits[group]]
+            await asyncio.to_thread(lambda: registry.offsets.commit(rows, transaction=transaction))
+
+        successor = TransactionCoordinator(registry, TransactionSettings(), land=land, commit_offsets=commit_offsets)
+        await successor.start()  # its roll-forward fails once: logged, and retried
+        assert successor.state("t1").state == rules.PREPARE_COMMIT
+        newer = await successor.init_producer_id(ANONYMOUS, "t1", 60_000)
+        assert newer.producer_epoch == txn.producer_epoch + 1 and not failures
+        assert len(_values(registry, "a")) == 4 and _values(registry, "b") == [(0, 0, b"b0")]
+        await successor.stop()
+
+    asyncio.run(main())
 
 
 def test_offsets_staged_at_the_groups_gateway_are_unstable_until_the_ids_coordinator_lands_them(registry):

@@ -14,12 +14,13 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   CompleteCommit. HTTP's commit is answered after that (a committed transaction is readable when
   its producer returns); Kafka's EndTxn once the decision is saved, as Kafka's coordinator answers
   after PrepareCommit.
-- Decisions are carried out in order behind the producer. A producer whose epoch moves at every
-  EndTxn (transaction version 2) stages each transaction apart, so it begins and decides the next
-  ones while the last lands (up to MAX_LANDINGS); decisions queued meanwhile land together, one
-  Delta commit a topic under the last one's number. Every save of the id carries the decisions not
-  carried out yet, so a takeover finishes them all. A producer whose epoch stays (version 1,
-  HTTP) stages its next transaction where the last was staged, so it waits for that landing.
+- Decisions are carried out in order behind the producer, which begins and decides its next
+  transactions while the last lands (up to MAX_LANDINGS): a decided transaction's staging is set
+  apart (sealed under its number, on local disk; under transaction version 2 each has its own
+  epoch anyway), and a producer whose next transaction would stage where an unsealed one lies
+  (version 1 or HTTP, on an object store) waits for that landing. Decisions queued meanwhile land
+  together, one Delta commit a topic under the last one's number. Every save of the id carries
+  the decisions not carried out yet, so a takeover finishes them all.
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
 - A gateway that starts, or takes an id over (a failover), reads the id's last saved state and

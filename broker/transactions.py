@@ -221,7 +221,7 @@ class TransactionCoordinator:
         #: each id's saved decisions not carried out yet, in the order they were taken
         self._landings: dict[str, list[_Landing]] = {}
         #: the task carrying out an id's `_landings`
-        self._landers: dict[str, asyncio.Task[None]] = {}
+        self._landers: dict[str, asyncio.Future[Any]] = {}
         self._saves = 0
         #: every id's state as read at start (what ListTransactions lists before an id is used)
         self._listed: dict[str, Txn] = {}
@@ -254,10 +254,11 @@ class TransactionCoordinator:
             self.release(tid)
         self._spawn(self.start())
 
-    def _spawn(self, work: Awaitable[Any]) -> None:
+    def _spawn(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def stop(self) -> None:
         for timer in self._timers.values():
@@ -665,8 +666,13 @@ class TransactionCoordinator:
         """With the id's lock held: wait until `landing` (and every decision before it) is
         carried out, then save it complete if it is the id's latest. Raises: an attempt's error."""
         await asyncio.shield(landing.done)
-        if self._txns.get(landing.txn.transactional_id) is landing.txn:
-            await self._save(rules.complete(landing.txn, now_ms=self.clock_ms()))
+        await self._save_complete(landing.txn)
+
+    async def _save_complete(self, txn: Txn) -> None:
+        """With the id's lock held: save `txn`, carried out, complete, unless the id moved on since
+        (its next save leaves out what landed)."""
+        if self._txns.get(txn.transactional_id) is txn:
+            await self._save(rules.complete(txn, now_ms=self.clock_ms()))
 
     def _enqueue(self, txn: Txn, decision: Mapping[str, Any], *, alone: bool = False) -> _Landing:
         """Queue a saved decision to be carried out behind the id's earlier ones."""
@@ -678,9 +684,7 @@ class TransactionCoordinator:
         return landing
 
     def _start_landing(self, tid: str) -> None:
-        task = self._landers[tid] = asyncio.ensure_future(self._land_all(tid, self._landings[tid]))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._landers[tid] = self._spawn(self._land_all(tid, self._landings[tid]))
 
     async def _land_all(self, tid: str, queue: list[_Landing]) -> None:
         """Carry out the id's queued decisions in order, consecutive ones together
@@ -749,8 +753,7 @@ class TransactionCoordinator:
         tid = txn.transactional_id
         try:
             async with self._lock(tid):
-                if self._txns.get(tid) is txn:
-                    await self._save(rules.complete(txn, now_ms=self.clock_ms()))
+                await self._save_complete(txn)
         except TopiclakeError as exc:  # its next save, or a takeover, says it again
             log.warning(
                 "transactional id %r: transaction %d carried out, not saved complete (%s)", tid, txn.number, exc
@@ -1021,8 +1024,7 @@ class TransactionCoordinator:
         pending = self._pending_offsets.get(group, {})
         elsewhere = [k for k in pending if k[0] not in self._epochs or not self.owns(k[0])]
         if elsewhere:
-            _, staging = await asyncio.to_thread(self._open)
-            held = await asyncio.to_thread(lambda: [staging.holds_offsets(*k[:3]) for k in elsewhere])
+            held = await asyncio.to_thread(lambda: [self._open()[1].holds_offsets(*k[:3]) for k in elsewhere])
             for key, holds in zip(elsewhere, held, strict=True):
                 if not holds:
                     pending.pop(key, None)

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from broker.produce import Decoded, Produce, ProduceService
-from broker.transactions import TransactionCoordinator, TxnBatch
+from broker.transactions import CommitOffsets, TransactionCoordinator, TxnBatch
 from conf import TransactionSettings
 from delta_log.core import transactions as rules
 from delta_log.core.acl import ANONYMOUS, principal_of
@@ -46,18 +46,26 @@ def _coordinator(
     """A produce service and its transaction coordinator; `gate`: landings wait until it is set."""
     produce = ProduceService(registry)
 
-    async def commit_offsets(commits: Mapping[str, list[OffsetCommit]], transaction: tuple[str, int]) -> None:
-        rows = [c for group in sorted(commits) for c in commits[group]]
-        await asyncio.to_thread(lambda: registry.offsets.commit(rows, transaction=transaction))
-
     async def land(topic: str, request: AppendRequest) -> AppendResult:
         if gate is not None:
             await gate.wait()
         return await produce.append(topic, request)
 
-    coordinator = TransactionCoordinator(registry, TransactionSettings(), land=land, commit_offsets=commit_offsets)
+    coordinator = TransactionCoordinator(
+        registry, TransactionSettings(), land=land, commit_offsets=_offsets_writer(registry)
+    )
     produce.transactions = coordinator
     return produce, coordinator
+
+
+def _offsets_writer(registry: TopicRegistry) -> CommitOffsets:
+    """Writes a landing's group offsets to the registry's offsets table, as the group coordinator does."""
+
+    async def commit_offsets(commits: Mapping[str, list[OffsetCommit]], transaction: tuple[str, int]) -> None:
+        rows = [c for group in sorted(commits) for c in commits[group]]
+        await asyncio.to_thread(lambda: registry.offsets.commit(rows, transaction=transaction))
+
+    return commit_offsets
 
 
 def _unit(tid: str, topic: str, partition: int, txn: rules.Txn, sequence: int, *values: bytes) -> Produce:
@@ -271,11 +279,9 @@ def test_a_roll_forward_that_fails_at_takeover_is_retried_and_the_next_producer_
                 raise failures.pop()
             return await successor_produce.append(topic, request)
 
-        async def commit_offsets(commits: Mapping[str, list[OffsetCommit]], transaction: tuple[str, int]) -> None:
-            rows = [c for group in sorted(commits) for c in commits[group]]
-            await asyncio.to_thread(lambda: registry.offsets.commit(rows, transaction=transaction))
-
-        successor = TransactionCoordinator(registry, TransactionSettings(), land=land, commit_offsets=commit_offsets)
+        successor = TransactionCoordinator(
+            registry, TransactionSettings(), land=land, commit_offsets=_offsets_writer(registry)
+        )
         await successor.start()  # its roll-forward fails once: logged, and retried
         assert successor.state("t1").state == rules.PREPARE_COMMIT
         newer = await successor.init_producer_id(ANONYMOUS, "t1", 60_000)

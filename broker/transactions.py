@@ -235,12 +235,15 @@ class TransactionCoordinator:
 
     async def start(self) -> None:
         """Take over every id this gateway coordinates that has a decision to finish or an open
-        transaction (its timeout then runs from its start, not from now)."""
-        store, _ = await asyncio.to_thread(self._open)
+        transaction, saved or begun by writes (`_add`: found in the staging); its timeout then runs
+        from its start, not from now."""
+        store, staging = await asyncio.to_thread(self._open)
         saved = await asyncio.to_thread(store.load)
+        staged = await asyncio.to_thread(staging.unsealed)  # transactions begun by writes (`_add`)
         self._listed = {tid: s.txn for tid, s in saved.items()}
         for tid, s in saved.items():
-            if (s.txn.open or (s.decision or {}).get("earlier")) and self.owns(tid):
+            begun = staging.name(tid, s.txn.producer_id, s.txn.producer_epoch) in staged
+            if (s.txn.open or begun or (s.decision or {}).get("earlier")) and self.owns(tid):
                 try:
                     async with self._settled(tid):
                         await self._take_over(tid)
@@ -359,7 +362,32 @@ class TransactionCoordinator:
             self._arm(txn)
         if found:
             await self._landed(found[-1])
+        await self._resume(tid)
         return self._view(tid)
+
+    async def _resume(self, tid: str) -> None:
+        """With the id's lock held, at its takeover: the producer's open transaction, where it was
+        begun by writes (never saved, `_add`) and its staging holds them, taken up again from the
+        staging, its timeout running from its first staged file."""
+        txn = self._txns.get(tid)
+        if txn is None or txn.state not in (rules.EMPTY, rules.COMPLETE_COMMIT, rules.COMPLETE_ABORT):
+            return
+        _, staging = self._open()
+        found = await asyncio.to_thread(staging.staged, tid, txn.producer_id, txn.producer_epoch)
+        if not found.records and not found.offsets:
+            return
+        resumed = rules.add(
+            txn,
+            tid,
+            txn.producer_id,
+            txn.producer_epoch,
+            partitions=[(r.topic, r.partition) for r in found.records],
+            groups=[o.group for o in found.offsets],
+            now_ms=found.oldest_ms,
+        )
+        self._txns[tid] = resumed
+        self._arm(resumed)
+        log.info("transactional id %r: transaction %d open (found staged), resumed", tid, resumed.number)
 
     def _view(self, tid: str) -> Txn | None:
         """The id's state as its producer sees it: a decision saved is as good as carried out
@@ -386,7 +414,8 @@ class TransactionCoordinator:
         self._saves += 1
         if self._saves % COMPACT_EVERY == 0:  # the table to a row per id, idle ids expired
             expire = self.clock_ms() - self.settings.id_expiration_ms
-            self._spawn(asyncio.to_thread(store.compact, min_rows=COMPACT_EVERY, expire_before_ms=expire))
+            keep = frozenset(t for t, x in self._txns.items() if x.open)  # begun by writes: not saved
+            self._spawn(asyncio.to_thread(store.compact, min_rows=COMPACT_EVERY, expire_before_ms=expire, keep=keep))
 
     # -- timeouts ---------------------------------------------------------------------------------
     def _arm(self, txn: Txn) -> None:
@@ -540,10 +569,11 @@ class TransactionCoordinator:
         """A write's implicit add of its partitions or groups, beginning the transaction: here
         where this gateway coordinates the id, else at the gateway that does (as a Kafka partition
         leader asks the transaction coordinator); `remember`: the epoch names one transaction, so
-        what it added there once need not be asked again. Raises: as `_add`, or the coordinator's
-        refusal, CoordinatorNotAvailableError (it cannot be reached: the client retries)."""
+        what it added there once need not be asked again. Here the add is not saved: the write's
+        staged file records it (`_add`). Raises: as `_add`, or the coordinator's refusal,
+        CoordinatorNotAvailableError (it cannot be reached: the client retries)."""
         if self.owns(tid):
-            await self._add(tid, producer_id, epoch, partitions=partitions, groups=groups)
+            await self._add(tid, producer_id, epoch, partitions=partitions, groups=groups, staged=True)
             return
         if self.remote_add is None or principal is None:
             raise CoordinatorNotAvailableError(
@@ -578,7 +608,11 @@ class TransactionCoordinator:
         *,
         partitions: Iterable[tuple[str, int]] = (),
         groups: Iterable[str] = (),
+        staged: bool = False,
     ) -> Txn:
+        """Add to the producer's transaction, beginning it if none is open, and save it; `staged`: the
+        add of a write being staged, not saved, since the staged file is the durable record of it (a
+        takeover finds the transaction open from its staging: `_resume`); the decision saves it."""
         async with self._settled(tid, (producer_id, epoch)):
             current = await self._take_over(tid)
             nxt = rules.add(
@@ -591,7 +625,10 @@ class TransactionCoordinator:
                     transactional_id=tid,
                 )
             if nxt is not current:
-                await self._save(nxt)
+                if staged:
+                    self._txns[tid] = nxt
+                else:
+                    await self._save(nxt)
                 if current is None or current.state != rules.ONGOING:
                     self._arm(nxt)
             return nxt
@@ -900,13 +937,15 @@ class TransactionCoordinator:
         tid, b = txn.transactional_id, txn.batch
 
         def write() -> list[Unpublished]:
+            # as durable as the topic's own appends: fsynced where they are (a `log` topic)
+            sync = self.registry.reader(topic).config.ack_mode == "log"
             out: list[Unpublished] = []
             try:
                 for p in touched:
                     rows = batch.filter(pa.array(parts == p)) if len(touched) > 1 else batch
                     out.append(
                         staging.write_records(
-                            tid, b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane
+                            tid, b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane, sync=sync
                         )
                     )
             except BaseException:

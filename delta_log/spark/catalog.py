@@ -408,7 +408,7 @@ class CatalogSync:
                 refresh_at = started + max(partitions_refresh_s, 10 * took)  # at most a tenth of the time
             if self._stop.wait(interval_s):
                 return
-            if SparkContext._active_spark_context is None:  # the session was stopped
+            if SparkContext._active_spark_context is not self.spark.sparkContext:  # its session was stopped
                 return
             try:
                 if self._before_round is not None:

@@ -18,8 +18,12 @@ Staging: a transactional producer's records are written, before they are acked, 
 file per request and partition at `<id hash>/<pid>.<epoch>/records/<topic>/<partition>/<base sequence>.arrow`
 (a retried request rewrites its own file; an HTTP producer's lane, its Producer-Id, hashed into
 the name after the sequence), and TxnOffsetCommit's offsets as JSON files at
-`<id hash>/<pid>.<epoch>/offsets/<group>/<time>.json`. They are fsynced on local disk (PUT on object
-storage). The topic tables never see them until the coordinator lands them at commit. On local
+`<id hash>/<pid>.<epoch>/offsets/<group>/<time>.json`. On local disk a file is written beside its
+place and renamed in (a reader sees all of it or nothing), as durable as the appends it stands for:
+fsynced (file and directory) for a `log` topic, whose plain produce acks after an fsync; written
+like a Delta table's own files otherwise (a `table` topic's records, group offsets), which a
+process crash never loses and a power loss may (docs/DESIGN.md, "The write-ahead tier": what
+each mode promises). On object storage a PUT. The topic tables never see them until the coordinator lands them at commit. On local
 disk a decided transaction's directory is renamed `<pid>.<epoch>.n<number>` (`seal`), so the
 producer's next transaction, under the same epoch, stages afresh while it lands.
 """
@@ -213,11 +217,14 @@ class TransactionStore:
                     raise StorageUnavailableError(f"Could not save transactional id {tid!r}: {exc}") from exc
         raise StorageUnavailableError(f"Could not save transactional id {tid!r}: too many concurrent commits.")
 
-    def compact(self, *, min_rows: int = 256, expire_before_ms: int | None = None) -> bool:
+    def compact(
+        self, *, min_rows: int = 256, expire_before_ms: int | None = None, keep: frozenset[str] = frozenset()
+    ) -> bool:
         """Rewrite the table to its latest row per id once `min_rows` were saved here since the last
-        rewrite, dropping the ids idle (no transaction open or deciding) since `expire_before_ms`
-        (Kafka's transactional.id.expiration.ms: a producer of such an id starts anew). False when
-        skipped, or when a concurrent save or claim won (the rewrite never drops one)."""
+        rewrite, dropping the ids idle (no transaction open or deciding, none in `keep`) since
+        `expire_before_ms` (Kafka's transactional.id.expiration.ms: a producer of such an id starts
+        anew). False when skipped, or when a concurrent save or claim won (the rewrite never drops
+        one)."""
         with self._lock:
             if self._rows_since_compaction < min_rows:
                 return False
@@ -227,7 +234,10 @@ class TransactionStore:
                 kept = [
                     r
                     for r in _newest(rows).values()
-                    if expire_before_ms is None or (txn := _saved(r).txn).open or txn.updated_ms >= expire_before_ms
+                    if expire_before_ms is None
+                    or r["transactional_id"] in keep
+                    or (txn := _saved(r).txn).open
+                    or txn.updated_ms >= expire_before_ms
                 ]
                 self.storage.rewrite_system_table(self._dt, pa.Table.from_pylist(kept, schema=SCHEMA))
             except (DeltaError, OSError):
@@ -272,6 +282,8 @@ class StagedOffsets:
 class Staged:
     records: tuple[StagedRecords, ...]
     offsets: tuple[StagedOffsets, ...]
+    #: when the oldest of them was written (ms since the epoch; -1: none)
+    oldest_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +296,7 @@ class Unpublished:
     path: str
     data: bytes  # an object store's (local disk: written already)
     tmp: str | None  # local disk: where it was written beside `path`
+    sync: bool = True  # local disk: fsynced (the file was; its directory is at `publish`)
 
     def publish(self) -> None:
         """Raises: StorageUnavailableError."""
@@ -293,6 +306,8 @@ class Unpublished:
                     out.write(self.data)
                 return
             os.replace(self.tmp, self.path)
+            if not self.sync:
+                return
             fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -317,8 +332,30 @@ class TransactionStaging:
         """The producer's staging: under its transactional id (hashed: any characters), so records
         staged under one id can never be landed by another id's transaction; `sealed`: its
         transaction of that number, once decided (`seal`)."""
+        return f"{self.base}/{self.name(transactional_id, producer_id, epoch)}" + (
+            "" if sealed is None else f".n{sealed}"
+        )
+
+    @staticmethod
+    def name(transactional_id: str, producer_id: int, epoch: int) -> str:
+        """The producer's staging directory, relative to the staging root (as `unsealed` lists it)."""
         tid = hashlib.blake2b(transactional_id.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
-        return f"{self.base}/{tid}/{producer_id}.{epoch}" + ("" if sealed is None else f".n{sealed}")
+        return f"{tid}/{producer_id}.{epoch}"
+
+    def unsealed(self) -> set[str]:
+        """Every producer's staging not set apart under a decided transaction (`name`s): what open
+        transactions, or decisions not carried out yet on an object store, staged. Raises:
+        StorageUnavailableError."""
+        with translate_storage_errors():
+            ids = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True))
+            out = set()
+            for d in ids:
+                if d.type != pafs.FileType.Directory:
+                    continue
+                for p in self.fs.get_file_info(pafs.FileSelector(d.path, allow_not_found=True)):
+                    if p.type == pafs.FileType.Directory and ".n" not in p.base_name:
+                        out.add(f"{d.base_name}/{p.base_name}")
+            return out
 
     def seal(self, transactional_id: str, producer_id: int, epoch: int, number: int) -> int | None:
         """Set what the producer staged apart as its transaction `number` (decided), so that its
@@ -346,13 +383,14 @@ class TransactionStaging:
                 shutil.rmtree(src, ignore_errors=True)
         return number
 
-    def _put(self, path: str, data: bytes) -> None:
-        """Write `data` at `path` durably and atomically (a reader sees all of it or nothing)."""
-        self._prepare(path, data).publish()
+    def _put(self, path: str, data: bytes, *, sync: bool) -> None:
+        """Write `data` at `path` atomically (a reader sees all of it or nothing)."""
+        self._prepare(path, data, sync=sync).publish()
 
-    def _prepare(self, path: str, data: bytes) -> Unpublished:
-        """`data` for `path`, not there yet: on local disk written (and fsynced) beside it now, to be
-        renamed there; on an object store put at `publish`."""
+    def _prepare(self, path: str, data: bytes, *, sync: bool) -> Unpublished:
+        """`data` for `path`, not there yet: on local disk written beside it now (`sync`: and
+        fsynced, its directory at `publish`), to be renamed there; on an object store put at
+        `publish`."""
         if not self.storage.is_local:
             return Unpublished(self, path, data, None)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"  # never listed (`staged`)
@@ -360,9 +398,10 @@ class TransactionStaging:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        return Unpublished(self, path, b"", tmp)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        return Unpublished(self, path, b"", tmp, sync)
 
     def write_records(
         self,
@@ -375,26 +414,28 @@ class TransactionStaging:
         batch: pa.Table,
         *,
         lane: str = "",
+        sync: bool = True,
     ) -> Unpublished:
         """One request's records of one partition, written to be staged (`Unpublished.publish`:
         kept until the transaction is decided) or discarded; `lane` names a producer's sequence
         space when it has several (HTTP's Producer-Id), so two lanes' requests with one sequence do
-        not take one name. Raises: StorageUnavailableError."""
+        not take one name; `sync`: fsynced on local disk (a `log` topic's records). Raises:
+        StorageUnavailableError."""
         sink = io.BytesIO()
         with ipc.new_stream(sink, batch.schema) as writer:
             writer.write_table(batch)
         suffix = f".{hashlib.blake2b(lane.encode(), digest_size=6).hexdigest()}" if lane else ""
         path = f"{self._dir(transactional_id, producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}{suffix}.arrow"
-        return self._prepare(path, sink.getvalue())
+        return self._prepare(path, sink.getvalue(), sync=sync)
 
     def stage_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, group: str, offsets: Sequence[Mapping[str, Any]]
     ) -> None:
-        """Keep a TxnOffsetCommit's offsets until the transaction is decided (later ones win).
-        Raises: StorageUnavailableError."""
+        """Keep a TxnOffsetCommit's offsets until the transaction is decided (later ones win), as
+        durable as the offsets table's own commits. Raises: StorageUnavailableError."""
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
         path = f"{self._dir(transactional_id, producer_id, epoch)}/offsets/{_quote(group)}/{name}"
-        self._put(path, json.dumps(list(offsets), separators=(",", ":")).encode())
+        self._put(path, json.dumps(list(offsets), separators=(",", ":")).encode(), sync=False)
 
     def staged(self, transactional_id: str, producer_id: int, epoch: int, *, sealed: int | None = None) -> Staged:
         """Everything staged for the producer (`sealed`: for its transaction of that number), in
@@ -404,9 +445,12 @@ class TransactionStaging:
         with translate_storage_errors():
             infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
         records, offsets = [], []
+        oldest = -1
         for info in infos:
             if info.type != pafs.FileType.File or info.path.endswith(".tmp"):
                 continue
+            written = (info.mtime_ns or time.time_ns()) // 1_000_000
+            oldest = written if oldest < 0 else min(oldest, written)
             rel = info.path[len(root) + 1 :]
             parts = rel.split("/")
             if parts[0] == "records" and len(parts) == 4:
@@ -415,7 +459,7 @@ class TransactionStaging:
                 offsets.append(StagedOffsets(urllib.parse.unquote(parts[1]), rel))
         records.sort(key=lambda r: (r.topic, r.partition, r.base_sequence, r.path))
         offsets.sort(key=lambda o: o.path)
-        return Staged(tuple(records), tuple(offsets))
+        return Staged(tuple(records), tuple(offsets), oldest)
 
     def _read(
         self, transactional_id: str, producer_id: int, epoch: int, paths: Sequence[str], sealed: int | None

@@ -6,13 +6,20 @@ on), driven by the test over stdin/stdout: one JSON command a line, one JSON ans
                                                  -> {"rows": ..., "seconds": s} once the rows match
                                                     (or the last rows at the timeout)
     {"sync": true}                               -> the catalog sync's report of a pass run now
-Errors answer {"error": "..."}. Started with the root and settings in the environment.
+    {"cli": ["catalog", "sync"]}                 -> {"returncode": n, "stdout": "...", "stderr": "..."}
+                                                    of `topiclake catalog sync` run in this process
+Errors answer {"error": "..."}. Started with the root and settings in the environment; with
+`--no-session` it makes no session of its own (for "cli": each run makes and stops its own, as the
+command does, and only the first pays for starting the JVM: the JVM outlives a stopped session).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -36,14 +43,20 @@ def main() -> int:
 
     settings = load_settings()
     started = time.monotonic()
-    spark = get_spark(settings, app_name="topiclake-test-worker")
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = None
+    if "--no-session" not in sys.argv:
+        spark = get_spark(settings, app_name="topiclake-test-worker")
+        spark.sparkContext.setLogLevel("ERROR")
     print(json.dumps({"ready": round(time.monotonic() - started, 1)}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
         try:
-            if "sql" in cmd:
-                answer: dict[str, Any] = {"rows": [_plain(list(r)) for r in spark.sql(cmd["sql"]).collect()]}
+            if "cli" in cmd:
+                answer: dict[str, Any] = _cli(cmd["cli"])
+            elif spark is None:
+                answer = {"error": f"no session (--no-session) for {cmd}"}
+            elif "sql" in cmd:
+                answer = {"rows": [_plain(list(r)) for r in spark.sql(cmd["sql"]).collect()]}
             elif "until" in cmd:
                 t0 = time.monotonic()
                 while True:
@@ -63,8 +76,26 @@ def main() -> int:
         except Exception as exc:
             answer = {"error": str(exc)[:2000]}
         print(json.dumps(answer), flush=True)
-    spark.stop()
+    if spark is not None:
+        spark.stop()
     return 0
+
+
+def _cli(argv: list[str]) -> dict[str, Any]:
+    """`topiclake <argv>` in this process, as its command line would run it."""
+    from topiclake import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    # The command's process would end here, and its session's catalog sync thread with it: this
+    # one ends at its next round (the command stopped its session), before the next command runs.
+    for thread in threading.enumerate():
+        if thread.name.startswith("topiclake-catalog-"):
+            thread.join(30)
+            if thread.is_alive():
+                return {"error": f"{thread.name} outlived its stopped session"}
+    return {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
 if __name__ == "__main__":

@@ -177,8 +177,10 @@ def test_kafkas_end_txn_is_answered_once_decided_and_the_next_transaction_goes_o
         assert (await produce.acked(nxt)).base_offset == -1
         assert coordinator.state("t1").state == rules.ONGOING
         assert _values(registry, "a") == [] and _values(registry, "b") == []  # the first is still landing
+        # begun by its write, the second transaction is not saved (its staged file records it): the
+        # id's row is still the first one's decision
         saved = TransactionStore(registry.storage).load("t1")["t1"]
-        assert saved.txn.state == rules.ONGOING and [e["txn"]["number"] for e in saved.decision["earlier"]] == [1]
+        assert saved.txn.state == rules.PREPARE_COMMIT and saved.txn.number == 1
         second = await coordinator.end_txn(
             ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
         )
@@ -357,6 +359,76 @@ def test_decisions_saved_behind_a_producer_are_carried_out_by_the_next_coordinat
         assert _values(registry, "b") == [(0, 0, b"b0"), (0, 1, b"next")]
         registry.offsets.load()
         assert registry.offsets.committed("g")[("b", 1)].offset == 43
+        await successor.stop()
+
+    asyncio.run(main())
+
+
+def test_a_transaction_begun_by_writes_is_not_saved_and_the_next_coordinator_resumes_it_from_its_staging(
+    registry,
+):
+    """A transaction of version 2 begun by its writes (Produce v12, TxnOffsetCommit v5) is not
+    saved: its staged files are its durable record. A coordinator that dies with it open leaves a
+    successor that finds it in the staging, open, with its partitions and groups, so its producer
+    goes on and commits it whole; one whose producer died too is aborted at its timeout, counted
+    from its first staged write."""
+
+    async def main() -> None:
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+        first = _unit("t1", "a", 0, txn, 0, b"one")
+        first.adds_to_transaction = True
+        await produce.produce(ANONYMOUS, [first])
+        await produce.acked(first)
+        await coordinator.stage_offsets(
+            ANONYMOUS,
+            "t1",
+            "g",
+            txn.producer_id,
+            txn.producer_epoch,
+            [OffsetCommit(group="g", topic="b", partition=1, offset=7)],
+            implicit=True,
+        )
+        assert coordinator.state("t1").state == rules.ONGOING
+        assert TransactionStore(registry.storage).load("t1")["t1"].txn.state == rules.EMPTY  # not saved
+        await coordinator.stop()
+
+        produce, successor = _coordinator(registry)
+        await successor.start()
+        resumed = successor.state("t1")
+        assert resumed.state == rules.ONGOING and resumed.number == 1
+        assert resumed.partitions == {("a", 0)} and resumed.groups == {"g"}
+        second = _unit("t1", "b", 0, txn, 0, b"two")
+        second.adds_to_transaction = True
+        await produce.produce(ANONYMOUS, [second])
+        await produce.acked(second)
+        await successor.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True)
+        assert _values(registry, "a") == [(0, 0, b"one")] and _values(registry, "b") == [(0, 0, b"two")]
+        registry.offsets.load()
+        assert registry.offsets.committed("g")[("b", 1)].offset == 7
+        await successor.stop()
+
+        # the producer dies too: its transaction is aborted at its timeout
+        produce, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 1_000)
+        lost = _unit("t1", "a", 1, txn, 0, b"lost")
+        lost.adds_to_transaction = True
+        await produce.produce(ANONYMOUS, [lost])
+        await produce.acked(lost)
+        await coordinator.stop()
+        _, successor = _coordinator(registry)
+        await successor.start()
+        assert successor.state("t1").state == rules.ONGOING
+        for _ in range(100):  # woken by the timer
+            if successor.state("t1").state == rules.COMPLETE_ABORT:
+                break
+            await asyncio.sleep(0.05)
+        assert successor.state("t1").state == rules.COMPLETE_ABORT
+        assert _values(registry, "a") == [(0, 0, b"one")]
+        staging = TransactionStaging(registry.storage)
+        assert staging.staged("t1", txn.producer_id, txn.producer_epoch).records == ()
         await successor.stop()
 
     asyncio.run(main())

@@ -76,7 +76,6 @@ from delta_log.system.transactions import (
     StagedRecords,
     TransactionStaging,
     TransactionStore,
-    Unpublished,
 )
 
 log = logging.getLogger(__name__)
@@ -233,11 +232,17 @@ class TransactionCoordinator:
             self._staging = TransactionStaging(self.registry.storage)
         return self._store, self._staging
 
+    async def _opened(self) -> tuple[TransactionStore, TransactionStaging]:
+        """`_open`, on a worker thread the first time (it reads the state table)."""
+        if self._store is not None and self._staging is not None:
+            return self._store, self._staging
+        return await asyncio.to_thread(self._open)
+
     async def start(self) -> None:
         """Take over every id this gateway coordinates that has a decision to finish or an open
         transaction, saved or begun by writes (`_add`: found in the staging); its timeout then runs
         from its start, not from now."""
-        store, staging = await asyncio.to_thread(self._open)
+        store, staging = await self._opened()
         saved = await asyncio.to_thread(store.load)
         staged = await asyncio.to_thread(staging.unsealed)  # transactions begun by writes (`_add`)
         self._listed = {tid: s.txn for tid, s in saved.items()}
@@ -343,7 +348,7 @@ class TransactionCoordinator:
                 f"This gateway coordinates {len(self._epochs)} transactional ids, its limit "
                 "(transactions.max_transactional_ids); retry later or add gateways.",
             )
-        store, _ = await asyncio.to_thread(self._open)
+        store, _ = await self._opened()
         if not create and tid not in (await asyncio.to_thread(store.load, tid)):
             return None
         epoch = await asyncio.to_thread(store.claim, tid)
@@ -927,52 +932,26 @@ class TransactionCoordinator:
 
     async def stage(self, txn: TxnProduce, topic: str, request: AppendRequest, *, verify: bool = True) -> AppendResult:
         """Keep a transactional write's records (each partition's) until its transaction is decided,
-        checked first (`_verify`, while they are written: they are put in place once it passed;
-        not `verify`: dead letters split from records that were). Answered with no offsets: they
-        are assigned when the transaction commits."""
-        _, staging = await asyncio.to_thread(self._open)
+        checked first (`_verify`; not `verify`: dead letters split from records that were).
+        Answered with no offsets: they are assigned when the transaction commits."""
+        _, staging = await self._opened()
         batch = request.batch
         parts = request.partition_array()
         touched = [int(p) for p in sorted(set(parts.tolist()))]
         tid, b = txn.transactional_id, txn.batch
+        if verify:
+            await self._verify(txn, topic, touched)
 
-        def write() -> list[Unpublished]:
+        def write() -> None:
             # as durable as the topic's own appends: fsynced where they are (a `log` topic)
             sync = self.registry.reader(topic).config.ack_mode == "log"
-            out: list[Unpublished] = []
-            try:
-                for p in touched:
-                    rows = batch.filter(pa.array(parts == p)) if len(touched) > 1 else batch
-                    out.append(
-                        staging.write_records(
-                            tid, b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane, sync=sync
-                        )
-                    )
-            except BaseException:
-                for f in out:
-                    f.discard()
-                raise
-            return out
+            for p in touched:
+                rows = batch.filter(pa.array(parts == p)) if len(touched) > 1 else batch
+                staging.write_records(
+                    tid, b.producer_id, b.producer_epoch, topic, p, b.sequence, rows, lane=b.lane, sync=sync
+                )
 
-        checked, written = await asyncio.gather(
-            self._verify(txn, topic, touched) if verify else asyncio.sleep(0),
-            asyncio.to_thread(write),
-            return_exceptions=True,
-        )
-        if isinstance(written, BaseException):
-            raise written
-        files = written
-
-        def finish() -> None:
-            for f in files:
-                if isinstance(checked, BaseException):
-                    f.discard()
-                else:
-                    f.publish()
-
-        await asyncio.to_thread(finish)
-        if isinstance(checked, BaseException):
-            raise checked
+        await asyncio.to_thread(write)
         return AppendResult()
 
     async def stage_offsets(
@@ -1007,7 +986,7 @@ class TransactionCoordinator:
                     transactional_id=tid,
                     group=group,
                 )
-        _, staging = await asyncio.to_thread(self._open)
+        _, staging = await self._opened()
         rows = [
             {
                 "topic": c.topic,

@@ -286,40 +286,6 @@ class Staged:
     oldest_ms: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class Unpublished:
-    """A staged file written and not yet in place (`TransactionStaging.write_records`), so its
-    transaction can be checked while it is written: `publish` puts it in place, durably and
-    atomically; `discard` forgets it."""
-
-    staging: TransactionStaging
-    path: str
-    data: bytes  # an object store's (local disk: written already)
-    tmp: str | None  # local disk: where it was written beside `path`
-    sync: bool = True  # local disk: fsynced (the file was; its directory is at `publish`)
-
-    def publish(self) -> None:
-        """Raises: StorageUnavailableError."""
-        with translate_storage_errors():
-            if self.tmp is None:
-                with self.staging.fs.open_output_stream(self.path) as out:
-                    out.write(self.data)
-                return
-            os.replace(self.tmp, self.path)
-            if not self.sync:
-                return
-            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-    def discard(self) -> None:
-        if self.tmp is not None:
-            with contextlib.suppress(OSError):
-                os.remove(self.tmp)
-
-
 class TransactionStaging:
     """The staged records and offsets of transactions, by producer id and epoch (blocking I/O)."""
 
@@ -384,24 +350,28 @@ class TransactionStaging:
         return number
 
     def _put(self, path: str, data: bytes, *, sync: bool) -> None:
-        """Write `data` at `path` atomically (a reader sees all of it or nothing)."""
-        self._prepare(path, data, sync=sync).publish()
-
-    def _prepare(self, path: str, data: bytes, *, sync: bool) -> Unpublished:
-        """`data` for `path`, not there yet: on local disk written beside it now (`sync`: and
-        fsynced, its directory at `publish`), to be renamed there; on an object store put at
-        `publish`."""
-        if not self.storage.is_local:
-            return Unpublished(self, path, data, None)
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"  # never listed (`staged`)
+        """Write `data` at `path` atomically (a reader sees all of it or nothing): on local disk
+        beside it, renamed in (`sync`: the file and its directory fsynced); on an object store one
+        PUT. Raises: StorageUnavailableError."""
         with translate_storage_errors():
+            if not self.storage.is_local:
+                with self.fs.open_output_stream(path) as out:
+                    out.write(data)
+                return
+            tmp = f"{path}.{uuid.uuid4().hex}.tmp"  # never listed (`staged`)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(data)
                 if sync:
                     f.flush()
                     os.fsync(f.fileno())
-        return Unpublished(self, path, b"", tmp, sync)
+            os.replace(tmp, path)
+            if sync:
+                fd = os.open(os.path.dirname(path), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     def write_records(
         self,
@@ -415,9 +385,8 @@ class TransactionStaging:
         *,
         lane: str = "",
         sync: bool = True,
-    ) -> Unpublished:
-        """One request's records of one partition, written to be staged (`Unpublished.publish`:
-        kept until the transaction is decided) or discarded; `lane` names a producer's sequence
+    ) -> None:
+        """Keep one request's records of one partition until the transaction is decided; `lane` names a producer's sequence
         space when it has several (HTTP's Producer-Id), so two lanes' requests with one sequence do
         not take one name; `sync`: fsynced on local disk (a `log` topic's records). Raises:
         StorageUnavailableError."""
@@ -426,7 +395,7 @@ class TransactionStaging:
             writer.write_table(batch)
         suffix = f".{hashlib.blake2b(lane.encode(), digest_size=6).hexdigest()}" if lane else ""
         path = f"{self._dir(transactional_id, producer_id, epoch)}/records/{topic}/{partition}/{base_sequence:010d}{suffix}.arrow"
-        return self._prepare(path, sink.getvalue(), sync=sync)
+        self._put(path, sink.getvalue(), sync=sync)
 
     def stage_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, group: str, offsets: Sequence[Mapping[str, Any]]

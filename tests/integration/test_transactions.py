@@ -254,9 +254,9 @@ def test_sealing_again_moves_in_what_was_staged_since(registry):
     staged since is moved into the sealed staging, nothing is lost or left behind."""
     staging = TransactionStaging(registry.storage)
     rows = pa.table({"value": pa.array([b"x"], pa.binary())})
-    staging.write_records("t9", 7, 0, "a", 0, 0, rows).publish()
+    staging.write_records("t9", 7, 0, "a", 0, 0, rows)
     assert staging.seal("t9", 7, 0, 5) == 5
-    staging.write_records("t9", 7, 0, "a", 1, 0, rows).publish()
+    staging.write_records("t9", 7, 0, "a", 1, 0, rows)
     assert staging.seal("t9", 7, 0, 5) == 5
     assert [(r.topic, r.partition) for r in staging.staged("t9", 7, 0, sealed=5).records] == [("a", 0), ("a", 1)]
     assert staging.staged("t9", 7, 0).records == ()

@@ -371,23 +371,28 @@ class TransactionCoordinator:
         return self._view(tid)
 
     async def _resume(self, tid: str) -> None:
-        """With the id's lock held, at its takeover: the producer's open transaction, where it was
-        begun by writes (never saved, `_add`) and its staging holds them, taken up again from the
-        staging, its timeout running from its first staged file."""
+        """With the id's lock held, at its takeover: the producer's open transaction (never saved:
+        `_add` keeps it in the staging) taken up again from its staging, with the partitions and
+        groups its writes and adds name, its timeout running from the first of them."""
         txn = self._txns.get(tid)
         if txn is None or txn.state not in (rules.EMPTY, rules.COMPLETE_COMMIT, rules.COMPLETE_ABORT):
             return
         _, staging = self._open()
-        found = await asyncio.to_thread(staging.staged, tid, txn.producer_id, txn.producer_epoch)
-        if not found.records and not found.offsets:
+
+        def read() -> tuple[Staged, list[tuple[str, int]], list[str]]:
+            found = staging.staged(tid, txn.producer_id, txn.producer_epoch)
+            return found, *staging.read_added(tid, txn.producer_id, txn.producer_epoch, found)
+
+        found, partitions, groups = await asyncio.to_thread(read)
+        if not found.records and not found.offsets and not found.added:
             return
         resumed = rules.add(
             txn,
             tid,
             txn.producer_id,
             txn.producer_epoch,
-            partitions=[(r.topic, r.partition) for r in found.records],
-            groups=[o.group for o in found.offsets],
+            partitions=[*partitions, *((r.topic, r.partition) for r in found.records)],
+            groups=[*groups, *(o.group for o in found.offsets)],
             now_ms=found.oldest_ms,
         )
         self._txns[tid] = resumed
@@ -615,9 +620,10 @@ class TransactionCoordinator:
         groups: Iterable[str] = (),
         staged: bool = False,
     ) -> Txn:
-        """Add to the producer's transaction, beginning it if none is open, and save it; `staged`: the
-        add of a write being staged, not saved, since the staged file is the durable record of it (a
-        takeover finds the transaction open from its staging: `_resume`); the decision saves it."""
+        """Add to the producer's transaction, beginning it if none is open. What is added is kept in
+        the producer's staging, not saved to the state table (the decision saves it): a takeover
+        finds the transaction open there (`_resume`). `staged`: the add of a write, whose staged
+        file keeps it; else (AddPartitionsToTxn, AddOffsetsToTxn) a small file of its own."""
         async with self._settled(tid, (producer_id, epoch)):
             current = await self._take_over(tid)
             nxt = rules.add(
@@ -630,10 +636,13 @@ class TransactionCoordinator:
                     transactional_id=tid,
                 )
             if nxt is not current:
-                if staged:
-                    self._txns[tid] = nxt
-                else:
-                    await self._save(nxt)
+                if not staged:
+                    before = current if current is not None and current.state == rules.ONGOING else None
+                    new_partitions = sorted(nxt.partitions - (before.partitions if before else frozenset()))
+                    new_groups = sorted(nxt.groups - (before.groups if before else frozenset()))
+                    _, staging = await self._opened()
+                    await asyncio.to_thread(staging.record_added, tid, producer_id, epoch, new_partitions, new_groups)
+                self._txns[tid] = nxt
                 if current is None or current.state != rules.ONGOING:
                     self._arm(nxt)
             return nxt

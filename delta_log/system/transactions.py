@@ -284,6 +284,8 @@ class Staged:
     offsets: tuple[StagedOffsets, ...]
     #: when the oldest of them was written (ms since the epoch; -1: none)
     oldest_ms: int = -1
+    #: what AddPartitionsToTxn and AddOffsetsToTxn added (`record_added`), as paths to read
+    added: tuple[str, ...] = ()
 
 
 class TransactionStaging:
@@ -406,6 +408,36 @@ class TransactionStaging:
         path = f"{self._dir(transactional_id, producer_id, epoch)}/offsets/{_quote(group)}/{name}"
         self._put(path, json.dumps(list(offsets), separators=(",", ":")).encode(), sync=False)
 
+    def record_added(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Sequence[tuple[str, int]],
+        groups: Sequence[str],
+    ) -> None:
+        """Keep what an AddPartitionsToTxn / AddOffsetsToTxn added to the producer's open
+        transaction (as durable as a save of the state table), so that a gateway taking the id over
+        finds the transaction open with them (`read_added`). Raises: StorageUnavailableError."""
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
+        path = f"{self._dir(transactional_id, producer_id, epoch)}/added/{name}"
+        body = {"partitions": sorted([t, p] for t, p in partitions), "groups": sorted(groups)}
+        self._put(path, json.dumps(body, separators=(",", ":")).encode(), sync=False)
+
+    def read_added(
+        self, transactional_id: str, producer_id: int, epoch: int, staged: Staged
+    ) -> tuple[list[tuple[str, int]], list[str]]:
+        """The partitions and groups `record_added` kept in `staged` (the producer's staging, as
+        listed). Raises: StorageUnavailableError."""
+        data = self._read(transactional_id, producer_id, epoch, staged.added, None) or []
+        partitions: list[tuple[str, int]] = []
+        groups: list[str] = []
+        for d in data:
+            body = json.loads(d)
+            partitions += [(str(t), int(p)) for t, p in body["partitions"]]
+            groups += [str(g) for g in body["groups"]]
+        return partitions, groups
+
     def staged(self, transactional_id: str, producer_id: int, epoch: int, *, sealed: int | None = None) -> Staged:
         """Everything staged for the producer (`sealed`: for its transaction of that number), in
         the order it lands (by topic, partition, sequence; offsets by the time they were staged).
@@ -413,7 +445,7 @@ class TransactionStaging:
         root = self._dir(transactional_id, producer_id, epoch, sealed)
         with translate_storage_errors():
             infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-        records, offsets = [], []
+        records, offsets, added = [], [], []
         oldest = -1
         for info in infos:
             if info.type != pafs.FileType.File or info.path.endswith(".tmp"):
@@ -426,9 +458,11 @@ class TransactionStaging:
                 records.append(StagedRecords(parts[1], int(parts[2]), int(parts[3].split(".")[0]), rel))
             elif parts[0] == "offsets" and len(parts) == 3:
                 offsets.append(StagedOffsets(urllib.parse.unquote(parts[1]), rel))
+            elif parts[0] == "added" and len(parts) == 2:
+                added.append(rel)
         records.sort(key=lambda r: (r.topic, r.partition, r.base_sequence, r.path))
         offsets.sort(key=lambda o: o.path)
-        return Staged(tuple(records), tuple(offsets), oldest)
+        return Staged(tuple(records), tuple(offsets), oldest, tuple(sorted(added)))
 
     def _read(
         self, transactional_id: str, producer_id: int, epoch: int, paths: Sequence[str], sealed: int | None

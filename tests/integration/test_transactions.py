@@ -434,6 +434,51 @@ def test_a_transaction_begun_by_writes_is_not_saved_and_the_next_coordinator_res
     asyncio.run(main())
 
 
+def test_what_add_partitions_and_add_offsets_added_survives_a_takeover_without_a_save(registry):
+    """Version 1's AddPartitionsToTxn and AddOffsetsToTxn are kept in the producer's staging, not
+    saved to the state table: a successor finds the transaction open with every partition and group
+    added (none written yet), so the producer's writes to them pass KIP-890's check there and its
+    commit lands them; a partition never added is still refused."""
+
+    async def main() -> None:
+        _, coordinator = _coordinator(registry)
+        await coordinator.start()
+        txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+        await coordinator.add_partitions(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, [("a", 0), ("b", 1)])
+        await coordinator.add_offsets(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, "g")
+        assert TransactionStore(registry.storage).load("t1")["t1"].txn.state == rules.EMPTY  # not saved
+        await coordinator.stop()
+
+        produce, successor = _coordinator(registry)
+        await successor.start()
+        resumed = successor.state("t1")
+        assert resumed.state == rules.ONGOING and resumed.number == 1
+        assert resumed.partitions == {("a", 0), ("b", 1)} and resumed.groups == {"g"}
+        units = [_unit("t1", "a", 0, txn, 0, b"x"), _unit("t1", "b", 1, txn, 0, b"y")]
+        await produce.produce(ANONYMOUS, units)
+        for u in units:
+            await produce.acked(u)
+        outside = _unit("t1", "a", 1, txn, 0, b"not added")
+        await produce.produce(ANONYMOUS, [outside])
+        with pytest.raises(InvalidTxnStateError):
+            await produce.acked(outside)
+        await successor.stage_offsets(
+            ANONYMOUS,
+            "t1",
+            "g",
+            txn.producer_id,
+            txn.producer_epoch,
+            [OffsetCommit(group="g", topic="b", partition=0, offset=3)],
+        )
+        await successor.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True)
+        assert _values(registry, "a") == [(0, 0, b"x")] and _values(registry, "b") == [(1, 0, b"y")]
+        registry.offsets.load()
+        assert registry.offsets.committed("g")[("b", 0)].offset == 3
+        await successor.stop()
+
+    asyncio.run(main())
+
+
 def test_an_abort_and_a_fenced_producer_leave_nothing_in_any_table(registry):
     async def main() -> None:
         produce, coordinator = _coordinator(registry)

@@ -6,6 +6,9 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
 - A transactional producer's records are staged, durably, outside the topic tables
   (delta_log.system.transactions.TransactionStaging) and acked without an offset (-1, as Kafka
   answers acks=0): no table reader, Kafka consumer, Spark or SQL can see them.
+- An open transaction is not saved to `_system/transactions`: its producer's staging is its
+  durable record (its writes' files, and a small file for each AddPartitionsToTxn and
+  AddOffsetsToTxn), so a transaction costs one save, its decision.
 - EndTxn(commit) saves the decision (PrepareCommit, with the list of staged files) to
   `_system/transactions`, then lands the records: one append per topic, so all of a topic's
   partitions land in one Delta commit, each topic's append idempotent under the producer's
@@ -24,8 +27,10 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
 - A gateway that starts, or takes an id over (a failover), reads the id's last saved state and
-  finishes the decision it finds (a PrepareCommit is rolled forward, a PrepareAbort dropped), and
-  aborts an open transaction whose timeout passed. So memory never decides an outcome.
+  finishes the decision it finds (a PrepareCommit is rolled forward, a PrepareAbort dropped), then
+  resumes the open transaction the current producer's staging holds (its producer goes on; its
+  timeout runs from its first staged file, and it is aborted when that passes). So memory never
+  decides an outcome.
 - So offsets are assigned when a transaction commits: its records follow every record committed
   before, the topic's last stable offset is its high watermark, and read_committed and
   read_uncommitted read the same (committed) records.

@@ -17,8 +17,10 @@ and is refused with NotCoordinatorError, never written.
 Staging: a transactional producer's records are written, before they are acked, as one Arrow IPC
 file per request and partition at `<id hash>/<pid>.<epoch>/records/<topic>/<partition>/<base sequence>.arrow`
 (a retried request rewrites its own file; an HTTP producer's lane, its Producer-Id, hashed into
-the name after the sequence), and TxnOffsetCommit's offsets as JSON files at
-`<id hash>/<pid>.<epoch>/offsets/<group>/<time>.json`. On local disk a file is written beside its
+the name after the sequence), TxnOffsetCommit's offsets as JSON files at
+`<id hash>/<pid>.<epoch>/offsets/<group>/<time>.json`, and what AddPartitionsToTxn and
+AddOffsetsToTxn added at `<id hash>/<pid>.<epoch>/added/<time>.json` (an open transaction is not
+saved to the table: its staging is its durable record). On local disk a file is written beside its
 place and renamed in (a reader sees all of it or nothing), as durable as the appends it stands for:
 fsynced (file and directory) for a `log` topic, whose plain produce acks after an fsync; written
 like a Delta table's own files otherwise (a `table` topic's records, group offsets), which a

@@ -112,15 +112,49 @@ async def _open_transaction(produce: ProduceService, coordinator: TransactionCoo
     for u in units:
         assert (await produce.acked(u)).base_offset == -1  # offsets are assigned at commit
     await coordinator.add_offsets(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, "g")
+    await _stage_offset(coordinator, txn, 42)
+    return txn
+
+
+async def _stage_offset(
+    coordinator: TransactionCoordinator, txn: rules.Txn, offset: int, *, implicit: bool = False
+) -> None:
+    """TxnOffsetCommit of t1's producer: group g's offset of b/1 (`implicit`: v5, adding the group)."""
     await coordinator.stage_offsets(
         ANONYMOUS,
         "t1",
         "g",
         txn.producer_id,
         txn.producer_epoch,
-        [OffsetCommit(group="g", topic="b", partition=1, offset=42)],
+        [OffsetCommit(group="g", topic="b", partition=1, offset=offset)],
+        implicit=implicit,
     )
-    return txn
+
+
+async def _write_v2(
+    produce: ProduceService, coordinator: TransactionCoordinator, unit: Produce, txn: rules.Txn, offset: int
+) -> None:
+    """Transaction version 2's writes, each adding to the transaction: `unit` (Produce v12) and
+    group g's offset of b/1 (TxnOffsetCommit v5)."""
+    unit.adds_to_transaction = True
+    await produce.produce(ANONYMOUS, [unit])
+    await produce.acked(unit)
+    await _stage_offset(coordinator, txn, offset, implicit=True)
+
+
+async def _resumed_by_a_successor(
+    registry: TopicRegistry, coordinator: TransactionCoordinator, partitions: set[tuple[str, int]]
+) -> tuple[ProduceService, TransactionCoordinator]:
+    """`coordinator` stops with t1's first transaction open (never saved); the next coordinator
+    finds it open, with `partitions` and group g."""
+    assert TransactionStore(registry.storage).load("t1")["t1"].txn.state == rules.EMPTY  # not saved
+    await coordinator.stop()
+    produce, successor = _coordinator(registry)
+    await successor.start()
+    resumed = successor.state("t1")
+    assert resumed.state == rules.ONGOING and resumed.number == 1
+    assert resumed.partitions == partitions and resumed.groups == {"g"}
+    return produce, successor
 
 
 def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):
@@ -335,19 +369,7 @@ def test_decisions_saved_behind_a_producer_are_carried_out_by_the_next_coordinat
         decided = await coordinator.end_txn(
             ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=False
         )
-        nxt = _unit("t1", "b", 0, decided, 0, b"next")
-        nxt.adds_to_transaction = True
-        await produce.produce(ANONYMOUS, [nxt])
-        await produce.acked(nxt)
-        await coordinator.stage_offsets(
-            ANONYMOUS,
-            "t1",
-            "g",
-            decided.producer_id,
-            decided.producer_epoch,
-            [OffsetCommit(group="g", topic="b", partition=1, offset=43)],
-            implicit=True,
-        )
+        await _write_v2(produce, coordinator, _unit("t1", "b", 0, decided, 0, b"next"), decided, 43)
         await coordinator.end_txn(
             ANONYMOUS, "t1", decided.producer_id, decided.producer_epoch, commit=True, bump=True, wait=False
         )
@@ -377,28 +399,9 @@ def test_a_transaction_begun_by_writes_is_not_saved_and_the_next_coordinator_res
         produce, coordinator = _coordinator(registry)
         await coordinator.start()
         txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
-        first = _unit("t1", "a", 0, txn, 0, b"one")
-        first.adds_to_transaction = True
-        await produce.produce(ANONYMOUS, [first])
-        await produce.acked(first)
-        await coordinator.stage_offsets(
-            ANONYMOUS,
-            "t1",
-            "g",
-            txn.producer_id,
-            txn.producer_epoch,
-            [OffsetCommit(group="g", topic="b", partition=1, offset=7)],
-            implicit=True,
-        )
+        await _write_v2(produce, coordinator, _unit("t1", "a", 0, txn, 0, b"one"), txn, 7)
         assert coordinator.state("t1").state == rules.ONGOING
-        assert TransactionStore(registry.storage).load("t1")["t1"].txn.state == rules.EMPTY  # not saved
-        await coordinator.stop()
-
-        produce, successor = _coordinator(registry)
-        await successor.start()
-        resumed = successor.state("t1")
-        assert resumed.state == rules.ONGOING and resumed.number == 1
-        assert resumed.partitions == {("a", 0)} and resumed.groups == {"g"}
+        produce, successor = await _resumed_by_a_successor(registry, coordinator, {("a", 0)})
         second = _unit("t1", "b", 0, txn, 0, b"two")
         second.adds_to_transaction = True
         await produce.produce(ANONYMOUS, [second])
@@ -446,14 +449,7 @@ def test_what_add_partitions_and_add_offsets_added_survives_a_takeover_without_a
         txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
         await coordinator.add_partitions(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, [("a", 0), ("b", 1)])
         await coordinator.add_offsets(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, "g")
-        assert TransactionStore(registry.storage).load("t1")["t1"].txn.state == rules.EMPTY  # not saved
-        await coordinator.stop()
-
-        produce, successor = _coordinator(registry)
-        await successor.start()
-        resumed = successor.state("t1")
-        assert resumed.state == rules.ONGOING and resumed.number == 1
-        assert resumed.partitions == {("a", 0), ("b", 1)} and resumed.groups == {"g"}
+        produce, successor = await _resumed_by_a_successor(registry, coordinator, {("a", 0), ("b", 1)})
         units = [_unit("t1", "a", 0, txn, 0, b"x"), _unit("t1", "b", 1, txn, 0, b"y")]
         await produce.produce(ANONYMOUS, units)
         for u in units:

@@ -1,7 +1,8 @@
 """Kafka's transactions with real clients against `topiclake serve`: confluent-kafka (librdkafka)
 transactional producers and read_committed consumers, a consume-transform-produce service killed
-with SIGKILL, zombie fencing, the coordinator's timeout, Java's transactional ProducerPerformance
-and kafka-transactions, and a Kafka Streams exactly_once_v2 word count killed mid-stream."""
+with SIGKILL, zombie fencing, the coordinator's timeout, a gateway killed with a transaction open,
+Java's transactional ProducerPerformance and kafka-transactions, and a Kafka Streams
+exactly_once_v2 word count killed mid-stream."""
 
 from __future__ import annotations
 
@@ -99,6 +100,32 @@ def test_a_committed_transaction_is_seen_whole_and_an_aborted_one_never(gateway)
     got = _read_committed(gateway, [a, b], 60)
     assert sorted(got) == sorted(f"c{i}".encode() for i in range(60))
     assert sorted(_table_values(gateway, a) + _table_values(gateway, b)) == sorted(got)
+
+
+def test_a_gateway_killed_mid_transaction_resumes_it_and_the_producer_commits_it_whole(tmp_path):
+    """kill -9 of the gateway while a transaction is open (its records written and acked, not
+    committed): restarted on the same root, it finds the transaction open in the producer's
+    staging, with its partitions, and librdkafka's commit after the restart lands every record
+    once."""
+    srv = ServerProcess(tmp_path / "data").start()
+    try:
+        topic = _topic(srv, partitions=4)
+        producer = _producer(srv, "resumed", **{"transaction.timeout.ms": 60_000})
+        producer.begin_transaction()
+        for i in range(40):
+            producer.produce(topic, value=f"r{i}".encode(), partition=i % 4)
+        producer.flush(30)
+        srv.kill9()
+        srv.start()
+        state = httpx.get(f"{srv.url}/transactions/resumed", timeout=30).json()
+        assert state["state"] == "Ongoing", state
+        assert state["topics"] == [{"topic": topic, "partitions": [0, 1, 2, 3]}], state
+        producer.commit_transaction(60)
+        got = _read_committed(srv, [topic], 40)
+        assert sorted(got) == sorted(f"r{i}".encode() for i in range(40))
+        assert sorted(_table_values(srv, topic)) == sorted(got)
+    finally:
+        srv.stop()
 
 
 def test_an_open_transaction_is_invisible_to_readers_and_to_list_offsets_until_it_commits(gateway):

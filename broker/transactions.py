@@ -245,11 +245,11 @@ class TransactionCoordinator:
 
     async def start(self) -> None:
         """Take over every id this gateway coordinates that has a decision to finish or an open
-        transaction, saved or begun by writes (`_add`: found in the staging); its timeout then runs
-        from its start, not from now."""
+        transaction (kept in its producer's staging: `_add`); its timeout then runs from its start,
+        not from now."""
         store, staging = await self._opened()
         saved = await asyncio.to_thread(store.load)
-        staged = await asyncio.to_thread(staging.unsealed)  # transactions begun by writes (`_add`)
+        staged = await asyncio.to_thread(staging.unsealed)  # open transactions' (`_add`)
         self._listed = {tid: s.txn for tid, s in saved.items()}
         for tid, s in saved.items():
             begun = staging.name(tid, s.txn.producer_id, s.txn.producer_epoch) in staged
@@ -429,7 +429,7 @@ class TransactionCoordinator:
         self._saves += 1
         if self._saves % COMPACT_EVERY == 0:  # the table to a row per id, idle ids expired
             expire = self.clock_ms() - self.settings.id_expiration_ms
-            keep = frozenset(t for t, x in self._txns.items() if x.open)  # begun by writes: not saved
+            keep = frozenset(t for t, x in self._txns.items() if x.open)  # open: not saved (`_add`)
             self._spawn(asyncio.to_thread(store.compact, min_rows=COMPACT_EVERY, expire_before_ms=expire, keep=keep))
 
     # -- timeouts ---------------------------------------------------------------------------------

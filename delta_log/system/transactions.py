@@ -25,8 +25,8 @@ place and renamed in (a reader sees all of it or nothing), as durable as the app
 fsynced (file and directory) for a `log` topic, whose plain produce acks after an fsync; written
 like a Delta table's own files otherwise (a `table` topic's records, group offsets), which a
 process crash never loses and a power loss may (docs/DESIGN.md, "The write-ahead tier": what
-each mode promises). On object storage a PUT. The topic tables never see them until the coordinator lands them at commit. On local
-disk a decided transaction's directory is renamed `<pid>.<epoch>.n<number>` (`seal`), so the
+each mode promises). On object storage a PUT. The topic tables never see them until the
+coordinator lands them at commit. On local disk a decided transaction's directory is renamed `<pid>.<epoch>.n<number>` (`seal`), so the
 producer's next transaction, under the same epoch, stages afresh while it lands.
 """
 
@@ -390,10 +390,10 @@ class TransactionStaging:
         lane: str = "",
         sync: bool = True,
     ) -> None:
-        """Keep one request's records of one partition until the transaction is decided; `lane` names a producer's sequence
-        space when it has several (HTTP's Producer-Id), so two lanes' requests with one sequence do
-        not take one name; `sync`: fsynced on local disk (a `log` topic's records). Raises:
-        StorageUnavailableError."""
+        """Keep one request's records of one partition until the transaction is decided; `lane`
+        names a producer's sequence space when it has several (HTTP's Producer-Id), so two lanes'
+        requests with one sequence do not take one name; `sync`: fsynced on local disk (a `log`
+        topic's records). Raises: StorageUnavailableError."""
         sink = io.BytesIO()
         with ipc.new_stream(sink, batch.schema) as writer:
             writer.write_table(batch)

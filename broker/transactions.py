@@ -70,6 +70,7 @@ from delta_log.errors import (
     NotCoordinatorError,
     PartitionNotFoundError,
     TopiclakeError,
+    TopicNotFoundError,
     TransactionalIdNotFoundError,
 )
 from delta_log.log.writer import AppendRequest, AppendResult
@@ -876,11 +877,20 @@ class TransactionCoordinator:
                     producer=ProducerSequence(producer_id=landing_producer(pid), sequence=sequence),
                     urgent=True,
                 )
-                result = await self.land(topic, request)
-                # a duplicate: these landed before (answered with their offsets, or, when a later
-                # transaction of the producer landed since, refused as older)
-                if result.error is not None and not isinstance(result.error, DuplicateSequenceError):
-                    raise result.error
+                try:
+                    result = await self.land(topic, request)
+                    if result.error is not None:
+                        raise result.error
+                except DuplicateSequenceError:
+                    pass  # these landed before (a later transaction of the producer may have since)
+                except TopicNotFoundError:  # deleted since the decision: its records went with it
+                    log.warning(
+                        "transactional id %r: transaction %d's records of %r not landed: the topic was deleted",
+                        tid,
+                        sequence,
+                        topic,
+                    )
+                    return
 
         await asyncio.gather(*(land(t) for t in sorted(by_topic)))
 

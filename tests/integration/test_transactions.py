@@ -475,6 +475,28 @@ def test_what_add_partitions_and_add_offsets_added_survives_a_takeover_without_a
     asyncio.run(main())
 
 
+def test_a_committed_transaction_whose_topic_was_deleted_before_it_landed_lands_the_rest(registry):
+    """A topic deleted between a commit's decision and its landing (its records would have gone
+    with the topic): the landing lands the other topics' records and the offsets, and the id goes
+    on, where retrying the deleted topic would hold the producer's next transactions forever."""
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        produce, coordinator = _coordinator(registry, gate)
+        await coordinator.start()
+        txn = await _open_transaction(produce, coordinator)
+        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, wait=False)
+        await asyncio.to_thread(registry.delete_topic, "a")
+        gate.set()
+        await asyncio.wait_for(coordinator.init_producer_id(ANONYMOUS, "t1", 60_000), 30)  # once it landed
+        assert _values(registry, "b") == [(0, 0, b"b0")]
+        registry.offsets.load()
+        assert registry.offsets.committed("g")[("b", 1)].offset == 42
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
 def test_an_abort_and_a_fenced_producer_leave_nothing_in_any_table(registry):
     async def main() -> None:
         produce, coordinator = _coordinator(registry)

@@ -116,6 +116,19 @@ async def _open_transaction(produce: ProduceService, coordinator: TransactionCoo
     return txn
 
 
+async def _committed_behind_a_gate(
+    registry: TopicRegistry,
+) -> tuple[asyncio.Event, ProduceService, TransactionCoordinator, rules.Txn]:
+    """t1's first transaction (`_open_transaction`) committed as Kafka's EndTxn does (answered once
+    decided), its landing held until the returned gate is set."""
+    gate = asyncio.Event()
+    produce, coordinator = _coordinator(registry, gate)
+    await coordinator.start()
+    txn = await _open_transaction(produce, coordinator)
+    await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, wait=False)
+    return gate, produce, coordinator, txn
+
+
 async def _stage_offset(
     coordinator: TransactionCoordinator, txn: rules.Txn, offset: int, *, implicit: bool = False
 ) -> None:
@@ -258,11 +271,7 @@ def test_a_producer_whose_epoch_stays_stages_its_next_transaction_apart_while_th
     the same epoch, is added to and written while the first lands; each lands with its own records."""
 
     async def main() -> None:
-        gate = asyncio.Event()
-        produce, coordinator = _coordinator(registry, gate)
-        await coordinator.start()
-        txn = await _open_transaction(produce, coordinator)
-        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, wait=False)
+        gate, produce, coordinator, txn = await _committed_behind_a_gate(registry)
         added = await coordinator.add_partitions(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, [("b", 1)])
         assert set(added.values()) == {None}
         nxt = _unit("t1", "b", 1, txn, 3, b"next")
@@ -481,11 +490,7 @@ def test_a_committed_transaction_whose_topic_was_deleted_before_it_landed_lands_
     on, where retrying the deleted topic would hold the producer's next transactions forever."""
 
     async def main() -> None:
-        gate = asyncio.Event()
-        produce, coordinator = _coordinator(registry, gate)
-        await coordinator.start()
-        txn = await _open_transaction(produce, coordinator)
-        await coordinator.end_txn(ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, wait=False)
+        gate, _, coordinator, _ = await _committed_behind_a_gate(registry)
         await asyncio.to_thread(registry.delete_topic, "a")
         gate.set()
         await asyncio.wait_for(coordinator.init_producer_id(ANONYMOUS, "t1", 60_000), 30)  # once it landed

@@ -37,6 +37,7 @@ _T = TypeVar("_T")
 
 #: topics whose partition owners are cached at once (the cache starts over beyond that)
 _PARTITION_CACHE_TOPICS = 4096
+_OWNER_CACHE = 65536  # resources (groups, transactional ids, ...) whose owner is kept
 
 
 def new_gateway_id() -> str:
@@ -73,6 +74,9 @@ class Cluster:
             process=this_process(),
         )
         self._members: list[GatewayRecord] = [self.me]
+        # the live members by id, and the owner among them of each resource asked about: both
+        # replaced together when a refresh changes the members (read without a lock)
+        self._owned: tuple[dict[str, GatewayRecord], dict[str, str | None]] = ({self.me.gateway_id: self.me}, {})
         #: ids of gateways whose records remain but whose processes are known to have ended
         self._gone: frozenset[str] = frozenset()
         self._partition_owners: dict[tuple[str, int], list[str | None]] = {}
@@ -176,6 +180,7 @@ class Cluster:
         live.sort(key=lambda r: r.gateway_id)
         changed = [r.gateway_id for r in live] != [r.gateway_id for r in self._members]
         self._members = live
+        self._owned = ({r.gateway_id: r for r in live}, {} if changed else self._owned[1])
         if changed:
             self._partition_owners = {}
             log.info("cluster: %d live gateways: %s", len(live), ", ".join(r.gateway_id for r in live))
@@ -197,8 +202,13 @@ class Cluster:
 
     def owner(self, resource: str) -> GatewayRecord | None:
         """The live gateway that owns `resource` (None if none is live, not even this one)."""
-        by_id = {r.gateway_id: r for r in self._members}
-        chosen = owner(resource, by_id)
+        by_id, owners = self._owned  # (one snapshot: a refresh replaces both together)
+        try:
+            chosen = owners[resource]
+        except KeyError:
+            if len(owners) >= _OWNER_CACHE:
+                owners.clear()
+            chosen = owners[resource] = owner(resource, by_id)
         return by_id[chosen] if chosen is not None else None
 
     def partition_owners(self, topic: str, partitions: int) -> list[str | None]:

@@ -837,7 +837,7 @@ class TransactionCoordinator:
             for pending in self._pending_offsets.values():
                 pending.pop(landing.pending_key, None)
             outcome = "committed" if landing.txn.state == rules.PREPARE_COMMIT else "aborted"
-            log.info("transactional id %r: transaction %d %s", tid, landing.txn.number, outcome)
+            log.debug("transactional id %r: transaction %d %s", tid, landing.txn.number, outcome)
 
     async def _land_records(self, tid: str, pid: int, number: int, commits: Sequence[_Landing]) -> None:
         """One append per topic, all topics at once: every partition's records of all `commits`
@@ -897,6 +897,8 @@ class TransactionCoordinator:
     async def _land_offsets(self, tid: str, pid: int, number: int, commits: Sequence[_Landing]) -> None:
         """The commits' group offsets (a later transaction's after an earlier's), every group's in
         one commit named by the last one's `number` (so landing them again writes nothing)."""
+        if not any(landing.decision.get("offsets") for landing in commits):
+            return
         _, staging = self._open()
 
         def read() -> list[dict[str, Any]]:

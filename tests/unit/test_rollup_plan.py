@@ -7,12 +7,10 @@ from delta_log.core.rollup_plan import RUN_FACTOR, plan_rollup, size_tier
 from delta_log.core.segments import SegmentInfo
 
 
-def segs(sizes, start=0):
+def segs(sizes):
     out, off = [], 0
     for i, size in enumerate(sizes):
-        out.append(
-            SegmentInfo(path=f"f{start + i}", partition=0, first_offset=off, last_offset=off + 9, size_bytes=size)
-        )
+        out.append(SegmentInfo(path=f"f{i}", partition=0, first_offset=off, last_offset=off + 9, size_bytes=size))
         off += 10
     return out
 
@@ -63,8 +61,8 @@ def test_runs_are_adjacent_disjoint_and_bounded(sizes, fanout):
 @given(st.sampled_from([100, 1000, 25_000, 300_000]), st.integers(1, 64), st.sampled_from([4, 8]))
 def test_a_byte_is_rewritten_about_once_a_tier(size, per_pass, fanout):
     """Passes of a roll-up after each `per_pass` commits of `size` bytes: no record is rewritten more
-    often than there are tiers between its commit's size and the base (plus one: a run's result can
-    stay in its tier by a byte)."""
+    often than once a tier from its commit's up to the base (a run's result is in a tier of larger
+    segments: `fanout` segments of a tier add up to the next)."""
     base = 4 * 1024 * 1024
     live: list[tuple[SegmentInfo, int]] = []  # a segment and how often its records were rewritten
     offset = n = 0

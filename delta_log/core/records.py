@@ -53,7 +53,6 @@ BATCH_SCHEMA = pa.schema(
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
-_LOG_APPEND_TIME = pa.scalar(LOG_APPEND_TIME, pa.int32())
 
 #: Offsets are int64, as in Kafka and in the topic table.
 MAX_OFFSET = 2**63 - 1
@@ -248,11 +247,11 @@ def normalize_batch(
     if ts is None or log_append_time or ts.null_count == n:  # no producer timestamps: the server's time
         # (`repeat` of a scalar: 2 against 30 us for a numpy array made a timestamp array)
         ts = pa.chunked_array([pa.repeat(now, n)])
-        ts_type = pa.chunked_array([pa.repeat(_LOG_APPEND_TIME, n)])
+        ts_type = pa.chunked_array([pa.repeat(pa.scalar(LOG_APPEND_TIME, pa.int32()), n)])
     else:
         _check_timestamps(ts, now_us, timestamp_window)
         missing = pc.is_null(ts)
-        ts_type = pc.if_else(missing, _LOG_APPEND_TIME, pa.scalar(CREATE_TIME, pa.int32()))
+        ts_type = pc.if_else(missing, pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32()))
         ts = pc.if_else(missing, now, ts)
     out = pa.table([key, value, partition, ts, ts_type, headers], schema=BATCH_SCHEMA)
     # the columns' buffers bound every record's size: none can be over (small batches); their whole

@@ -23,7 +23,7 @@ from conf import Settings
 from delta_log.core.histogram import Histogram
 from delta_log.core.lag import lowest_committed
 from delta_log.core.topic_config import validate_topic_name
-from delta_log.errors import WriterClosedError
+from delta_log.errors import TopicNotFoundError, WriterClosedError
 from delta_log.log.catalog import Catalog, TopicDescription
 from delta_log.log.group_commit import FlushPool, FlushStats, GroupCommitter
 from delta_log.log.read_ahead import ReadAhead
@@ -70,6 +70,7 @@ class TopicRegistry:
         self._last_used: dict[str, float] = {}
         self._clocks: dict[str, MaintenanceClock] = {}  # of released topics: their cleanup and vacuum stay due
         self._closed = False
+        self._deleting: set[str] = set()  # topics being deleted: no writer of theirs opens
         self._flush_pool = FlushPool(settings.writer.flush_threads)
         self._maintenance_scheduler = MaintenanceScheduler(settings.maintenance.threads)
         self._rollup_scope: Callable[[str, int], Collection[int]] | None = None
@@ -155,6 +156,9 @@ class TopicRegistry:
 
     def committer(self, topic: str) -> Committer:
         """Raises: InvalidTopicError, TopicNotFoundError, WriterClosedError (the process is closing)."""
+        with self._lock:
+            if topic in self._deleting:
+                raise TopicNotFoundError(topic)
         reader = self.reader(topic)
         with self._lock:
             if self._closed:
@@ -217,13 +221,16 @@ class TopicRegistry:
                 max_gap_s=w.max_flush_gap_ms / 1000,
             )
         with self._lock:
+            deleted = topic in self._deleting
             existing = self._committers.get(topic)
-            if existing is None:
+            if existing is None and not deleted:
                 self._committers[topic] = committer
                 self._maintenance[topic] = maintenance
                 return committer
         committer.close()
         maintenance.close()
+        if existing is None:  # deleted while it opened
+            raise TopicNotFoundError(topic)
         return existing
 
     def write_ahead(self) -> WriteAhead:
@@ -399,11 +406,18 @@ class TopicRegistry:
 
         Raises: InvalidTopicError, TopicNotFoundError."""
         self.catalog.describe_topic(topic)  # 404 before touching writers
-        self.drop(topic)
-        self.catalog.delete_topic(topic)
+        with self._lock:  # appends that come meanwhile (a transaction landing) find it gone
+            self._deleting.add(topic)
+        try:
+            self.drop(topic)
+            self.catalog.delete_topic(topic)
+        finally:
+            with self._lock:
+                self._deleting.discard(topic)
 
     def drop(self, topic: str) -> None:
-        """Forget a topic's handles; flushes what its committer holds."""
+        """Forget a topic's handles; flushes what its committer holds, and lets no checkpoint of
+        its writer run after."""
         with self._lock:
             c = self._committers.pop(topic, None)
             m = self._maintenance.pop(topic, None)
@@ -413,6 +427,7 @@ class TopicRegistry:
             self._clocks.pop(topic, None)
         if c is not None:
             c.close()
+            c.writer.stop_checkpoints()
         if m is not None:
             m.close()
 

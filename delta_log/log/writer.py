@@ -29,6 +29,7 @@ Concurrency contract
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
@@ -196,6 +197,7 @@ class TopicWriter:
         )
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_pending = self._checkpoint_again = False
+        self._checkpoints_stopped = False
         self._checkpoint_dt: DeltaTable | None = None  # the checkpoint thread's
         self._dt = self._open()
         # The table version this writer has read or committed. Commits it writes itself (on local
@@ -559,6 +561,8 @@ class TopicWriter:
         One per writer at a time: asked for while one runs, another follows it (of the version
         then latest)."""
         with self._checkpoint_lock:
+            if self._checkpoints_stopped:
+                return
             if self._checkpoint_pending:
                 self._checkpoint_again = True
                 return
@@ -572,6 +576,8 @@ class TopicWriter:
         """Checkpoint the table's latest version through a table object of the checkpoint thread's
         own (readers then replay the log from it). A failure leaves every commit valid."""
         try:
+            if self._checkpoints_stopped:
+                return
             if self._checkpoint_dt is None:
                 self._checkpoint_dt = self.storage.open_topic(self.topic)
             else:
@@ -582,13 +588,26 @@ class TopicWriter:
             log.warning("checkpoint of %s failed (the next interval's covers it): %s", self.topic, exc)
         finally:
             with self._checkpoint_lock:
-                self._checkpoint_pending = again = self._checkpoint_again
+                self._checkpoint_pending = again = self._checkpoint_again and not self._checkpoints_stopped
                 self._checkpoint_again = False
             if again:
                 try:
                     _checkpoint_thread().submit(self._checkpoint)
                 except RuntimeError:
                     self._checkpoint_pending = False
+
+    def stop_checkpoints(self, timeout: float = 30.0) -> None:
+        """No more checkpoints of this writer's commits; returns once one queued or running is
+        over (the checkpoint thread runs them in order). Before the table is deleted: a checkpoint
+        written after it would bring back a `_delta_log` that a topic made again under the name
+        would read as its own."""
+        with self._checkpoint_lock:
+            self._checkpoints_stopped = True
+            pending = self._checkpoint_pending
+        if pending:
+            # RuntimeError: the interpreter is shutting down; TimeoutError: one stuck on storage
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                _checkpoint_thread().submit(lambda: None).result(timeout)
 
     def _tick(self, phase: str) -> None:
         now = time.perf_counter()

@@ -2,9 +2,11 @@
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from delta_log.errors import TopicNotFoundError, WriterClosedError
 from delta_log.registry import TopicRegistry
 from tests.integration.conftest import make_batch
 
@@ -112,3 +114,46 @@ def test_a_closed_registry_refuses_new_writers(settings):
     registry.close()
     with pytest.raises(WriterClosedError):
         registry.committer("z")
+
+
+def _append_until(registry: TopicRegistry, topic: str, stop: threading.Event, outcomes: list[str]) -> None:
+    """Append to `topic` until `stop`, noting each outcome: "appended", or "gone" (not found)."""
+    while not stop.is_set():
+        try:
+            append(registry, topic)
+            outcomes.append("appended")
+        except WriterClosedError:  # its writer closed by the deletion: asked for again, as produce does
+            continue
+        except TopicNotFoundError:
+            outcomes.append("gone")
+            time.sleep(0.01)
+
+
+def test_a_topic_deleted_while_appends_keep_coming_is_gone_whole(settings):
+    """Appends racing a deletion (a committed transaction landing, a producer that has not stopped)
+    never fail it, never bring the topic back, and are refused as for a deleted topic; nor does a
+    checkpoint of the topic's last commits write into the deleted table (either failed the deletion
+    with "Directory not empty", or left a `_delta_log` behind)."""
+    registry = registry_with(settings, "writer", checkpoint_interval=1, checkpoint_min_interval_s=0)
+    try:
+        for round_ in range(5):
+            topic = f"doomed{round_}"
+            registry.catalog.create_topic(topic, partitions=4)
+            stop = threading.Event()
+            outcomes: list[str] = []
+            threads = [threading.Thread(target=_append_until, args=(registry, topic, stop, outcomes)) for _ in range(3)]
+            for t in threads:
+                t.start()
+            while outcomes.count("appended") < 20:
+                time.sleep(0.01)
+            registry.delete_topic(topic)
+            time.sleep(0.3)  # appends go on being refused
+            stop.set()
+            for t in threads:
+                t.join()
+            assert outcomes[-1] == "gone"
+            assert not (Path(settings.root) / "topics" / topic).exists()
+            with pytest.raises(TopicNotFoundError):
+                registry.describe_topic(topic)
+    finally:
+        registry.close()

@@ -144,7 +144,9 @@ def test_a_topic_deleted_while_appends_keep_coming_is_gone_whole(settings):
             threads = [threading.Thread(target=_append_until, args=(registry, topic, stop, outcomes)) for _ in range(3)]
             for t in threads:
                 t.start()
+            deadline = time.monotonic() + 60
             while outcomes.count("appended") < 20:
+                assert time.monotonic() < deadline and all(t.is_alive() for t in threads), outcomes[-5:]
                 time.sleep(0.01)
             registry.delete_topic(topic)
             time.sleep(0.3)  # appends go on being refused

@@ -5,6 +5,7 @@ Pure functions of plain values and Arrow arrays: no I/O, no clock (the caller pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -53,6 +54,14 @@ BATCH_SCHEMA = pa.schema(
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
+
+
+@functools.cache
+def _timestamp_types() -> tuple[pa.Scalar, pa.Scalar]:
+    """LOG_APPEND_TIME and CREATE_TIME as int32 scalars (5 us each to make), made on first use, not
+    at import: `pa.scalar` imports pandas (0.6 s of every process that imports this module)."""
+    return pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32())
+
 
 #: Offsets are int64, as in Kafka and in the topic table.
 MAX_OFFSET = 2**63 - 1
@@ -247,11 +256,11 @@ def normalize_batch(
     if ts is None or log_append_time or ts.null_count == n:  # no producer timestamps: the server's time
         # (`repeat` of a scalar: 2 against 30 us for a numpy array made a timestamp array)
         ts = pa.chunked_array([pa.repeat(now, n)])
-        ts_type = pa.chunked_array([pa.repeat(pa.scalar(LOG_APPEND_TIME, pa.int32()), n)])
+        ts_type = pa.chunked_array([pa.repeat(_timestamp_types()[0], n)])
     else:
         _check_timestamps(ts, now_us, timestamp_window)
         missing = pc.is_null(ts)
-        ts_type = pc.if_else(missing, pa.scalar(LOG_APPEND_TIME, pa.int32()), pa.scalar(CREATE_TIME, pa.int32()))
+        ts_type = pc.if_else(missing, *_timestamp_types())
         ts = pc.if_else(missing, now, ts)
     out = pa.table([key, value, partition, ts, ts_type, headers], schema=BATCH_SCHEMA)
     # the columns' buffers bound every record's size: none can be over (small batches); their whole

@@ -1,4 +1,5 @@
-"""Idle topics cost no thread and give back their handles (issue 13): a real registry and tables."""
+"""Idle topics cost no thread and give back their handles (issue 13), and a deleted topic's
+handles let nothing write into it: a real registry and tables."""
 
 import threading
 import time

@@ -22,7 +22,9 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   apart (sealed under its number, on local disk; under transaction version 2 each has its own
   epoch anyway), and a producer whose next transaction would stage where an unsealed one lies
   (version 1 or HTTP, on an object store) waits for that landing. Decisions queued meanwhile land
-  together, one Delta commit a topic under the last one's number. Every save of the id carries
+  together, one Delta commit a topic under the last one's number; under load an id's next landing
+  waits a little after its last (`_gap`, `transactions.max_landing_gap_ms`), unless a request waits
+  for it, so that more land together. Every save of the id carries
   the decisions not carried out yet, so a takeover finishes them all.
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
@@ -73,6 +75,7 @@ from delta_log.errors import (
     TopicNotFoundError,
     TransactionalIdNotFoundError,
 )
+from delta_log.log.group_commit import GAP_FACTOR
 from delta_log.log.writer import AppendRequest, AppendResult
 from delta_log.registry import TopicRegistry
 from delta_log.system.offsets import OffsetCommit as OffsetCommit
@@ -117,12 +120,14 @@ class _Landing:
     """A decision saved and being carried out: `txn` (PrepareCommit or PrepareAbort) and what it
     lands (the `decision` saved with it). `done` resolves once it is carried out, or fails with an
     attempt's error (a fresh future then waits for the next attempt). `alone`: found in a saved
-    row (a takeover), so landed by itself, since part of it may have landed before."""
+    row (a takeover), so landed by itself, since part of it may have landed before.
+    `awaited`: a request waits for it, so it lands without a gap (TransactionCoordinator._gap)."""
 
     txn: Txn
     decision: Mapping[str, Any]
     done: asyncio.Future[None]
     alone: bool = False
+    awaited: bool = False
 
     @property
     def staged(self) -> tuple[int, int]:
@@ -227,6 +232,10 @@ class TransactionCoordinator:
         self._landings: dict[str, list[_Landing]] = {}
         #: the task carrying out an id's `_landings`
         self._landers: dict[str, asyncio.Future[Any]] = {}
+        #: under load, when an id's next landing may start (loop time; `_gap`), and its lander's
+        #: wait for it, which a request that waits for the landing ends (`_hurry`)
+        self._gap_until: dict[str, float] = {}
+        self._gap_waits: dict[str, asyncio.Future[None]] = {}
         self._saves = 0
         #: every id's state as read at start (what ListTransactions lists before an id is used)
         self._listed: dict[str, Txn] = {}
@@ -298,6 +307,7 @@ class TransactionCoordinator:
         retries)."""
         while True:
             if (pending := self._blocking(tid, producer)) is not None:
+                self._hurry(pending)
                 await asyncio.shield(pending.done)
                 continue
             async with self._lock(tid):
@@ -332,6 +342,9 @@ class TransactionCoordinator:
         )
         for landing in self._landings.pop(tid, []):
             _settle(landing.done, moved)
+        self._gap_until.pop(tid, None)
+        if (waiter := self._gap_waits.pop(tid, None)) is not None:
+            _settle(waiter)
 
     def _check_owned(self, tid: str) -> None:
         if not self.owns(tid):
@@ -722,6 +735,7 @@ class TransactionCoordinator:
     async def _landed(self, landing: _Landing) -> None:
         """With the id's lock held: wait until `landing` (and every decision before it) is
         carried out, then save it complete if it is the id's latest. Raises: an attempt's error."""
+        self._hurry(landing)
         await asyncio.shield(landing.done)
         await self._save_complete(landing.txn)
 
@@ -735,7 +749,10 @@ class TransactionCoordinator:
         """Queue a saved decision to be carried out behind the id's earlier ones."""
         tid = txn.transactional_id
         landing = _Landing(txn, decision, asyncio.get_running_loop().create_future(), alone)
-        self._landings.setdefault(tid, []).append(landing)
+        queue = self._landings.setdefault(tid, [])
+        queue.append(landing)
+        if alone or len(queue) >= MAX_LANDINGS:  # a takeover's; or as many as land together
+            self._hurry(landing)
         if tid not in self._landers:
             self._start_landing(tid)
         return landing
@@ -747,12 +764,19 @@ class TransactionCoordinator:
         """Carry out the id's queued decisions in order, consecutive ones together
         (`_next_batch`), while `queue` is the id's: an attempt that fails is tried again (a
         takeover finishes them otherwise), and its error given to the requests waiting for them.
-        Once the latest decision is carried out, it is saved complete (unless the id moved on:
+        Each landing under load is followed by a gap (`_gap`). Once the latest decision is carried out, it is saved complete (unless the id moved on:
         its next save leaves out what landed)."""
         me = asyncio.current_task()
+        loop = asyncio.get_running_loop()
         try:
             while queue and self._landings.get(tid) is queue:
+                if (left := self._gap_until.get(tid, 0.0) - loop.time()) > 0 and not any(
+                    landing.awaited for landing in queue
+                ):
+                    await self._gap(tid, left)
+                    continue
                 batch = self._next_batch(queue)
+                started = loop.time()
                 while True:
                     try:
                         await self._carry_out(tid, batch)
@@ -783,6 +807,8 @@ class TransactionCoordinator:
                             landing.done = asyncio.get_running_loop().create_future()
                         await asyncio.sleep(1.0)
                 del queue[: len(batch)]
+                if gap := min(GAP_FACTOR * (loop.time() - started), self.settings.max_landing_gap_ms / 1000):
+                    self._gap_until[tid] = loop.time() + gap
                 for landing in batch:
                     _settle(landing.done)
                 if self._txns.get(tid) is (last := batch[-1].txn):
@@ -792,6 +818,34 @@ class TransactionCoordinator:
                 del self._landers[tid]
             if (now := self._landings.get(tid)) and now is not queue and tid not in self._landers:
                 self._start_landing(tid)  # queued again after a release
+
+    async def _gap(self, tid: str, seconds: float) -> None:
+        """Wait `seconds` for the id's next decisions to join its next landing, unless a request
+        that waits for the landing ends the wait first (`_hurry`). Under load only: `_land_all`
+        sets the gap after a landing, a multiple of the time it took (at most
+        `transactions.max_landing_gap_ms`), as the group commit spaces a topic's flushes
+        (delta_log.log.group_commit). Much of a landing's cost is per landing (a parquet file a
+        partition, a Delta commit a topic, their roll-up later, the staging dropped), and a Kafka
+        producer is answered at its decision, so it does not wait for it. A decision after the
+        gap lands at once."""
+        loop = asyncio.get_running_loop()
+        waiter = self._gap_waits[tid] = loop.create_future()
+        timer = loop.call_later(seconds, _settle, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if self._gap_waits.get(tid) is waiter:
+                del self._gap_waits[tid]
+            if self._gap_until.get(tid, 0.0) <= loop.time():
+                self._gap_until.pop(tid, None)
+
+    def _hurry(self, landing: _Landing) -> None:
+        """A request waits for `landing` (or it must land now): its id's landings take no gap
+        until it has landed."""
+        landing.awaited = True
+        if (waiter := self._gap_waits.pop(landing.txn.transactional_id, None)) is not None:
+            _settle(waiter)
 
     @staticmethod
     def _next_batch(queue: Sequence[_Landing]) -> list[_Landing]:

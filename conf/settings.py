@@ -567,6 +567,15 @@ class TransactionSettings(BaseModel):
         description="A transactional id idle this long is forgotten: its next producer gets a new producer id "
         "(Kafka's transactional.id.expiration.ms).",
     )
+    max_landing_gap_ms: float = Field(
+        20.0,
+        ge=0,
+        le=1000,
+        description="A transactional id under load: its next committed transaction lands in the topic tables "
+        "3x as long after its previous landing ended as that one took, at most this, so the transactions decided "
+        "meanwhile land in one Delta commit a topic: less CPU and fewer commits, for at most this much more time "
+        "before read_committed readers see a transaction (its producer's answer does not wait). 0: each at once.",
+    )
 
 
 class Settings(BaseSettings):

@@ -265,6 +265,67 @@ def test_kafkas_end_txn_is_answered_once_decided_and_the_next_transaction_goes_o
     asyncio.run(main())
 
 
+def test_under_load_decisions_land_together_after_a_gap_that_a_waiting_request_cuts_short(registry):
+    """After a landing, an id's next one waits a gap (3x as long as that landing took, at most
+    transactions.max_landing_gap_ms): the decisions taken meanwhile land together, one Delta
+    commit a topic. A request that waits for its landing (HTTP's commit) does not wait the gap,
+    and a decision taken after it lands at once."""
+
+    async def main() -> None:
+        produce = ProduceService(registry)
+        landed: asyncio.Queue[float] = asyncio.Queue()
+
+        async def land(topic: str, request: AppendRequest) -> AppendResult:
+            await asyncio.sleep(0.2)  # a landing that takes 0.2 s: a gap of 0.6 s after it
+            result = await produce.append(topic, request)
+            landed.put_nowait(loop.time())
+            return result
+
+        loop = asyncio.get_running_loop()
+        coordinator = TransactionCoordinator(
+            registry, TransactionSettings(max_landing_gap_ms=600), land=land, commit_offsets=_offsets_writer(registry)
+        )
+        produce.transactions = coordinator
+        await coordinator.start()
+        txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+
+        async def commit(value: bytes, *, wait: bool = False) -> None:
+            """A transaction of version 2 writing `value` to b/0, committed."""
+            nonlocal txn
+            unit = _unit("t1", "b", 0, txn, 0, value)
+            unit.adds_to_transaction = True
+            await produce.produce(ANONYMOUS, [unit])
+            await produce.acked(unit)
+            txn = await coordinator.end_txn(
+                ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=wait
+            )
+
+        def values() -> list[bytes]:
+            return [v for _, _, v in _values(registry, "b")]
+
+        await commit(b"1")
+        first = await asyncio.wait_for(landed.get(), 10)  # no landing before it: at once
+        version = DeltaTable(registry.storage.topic_uri("b")).version()
+        await commit(b"2")
+        await commit(b"3")
+        assert values() == [b"1"]  # in the gap
+        together = await asyncio.wait_for(landed.get(), 10)
+        assert together - first >= 0.5 and landed.empty()
+        assert values() == [b"1", b"2", b"3"]
+        assert DeltaTable(registry.storage.topic_uri("b")).version() == version + 1  # one commit for both
+        began = loop.time()
+        await commit(b"4", wait=True)  # right after a landing: the gap is cut short for it
+        assert loop.time() - began < 0.6 and values() == [b"1", b"2", b"3", b"4"]
+        await asyncio.wait_for(landed.get(), 1)
+        await asyncio.sleep(0.7)  # idle past the gap
+        began = loop.time()
+        await commit(b"5")
+        assert await asyncio.wait_for(landed.get(), 10) - began < 0.5
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
 def test_a_producer_whose_epoch_stays_stages_its_next_transaction_apart_while_the_last_lands(registry):
     """Transaction version 1 (librdkafka; HTTP alike): the epoch stays across transactions, so a
     decided transaction's staging is sealed (set apart under its number) and the next one, under

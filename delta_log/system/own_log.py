@@ -12,6 +12,8 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -60,16 +62,29 @@ class OwnLog:
             return self._txns[app_id]
         return dt.transaction_version(app_id) or 0
 
-    def append(self, storage: StorageRoot, uri: str, table: pa.Table, txns: list[Transaction]) -> int:
+    def append(
+        self,
+        storage: StorageRoot,
+        uri: str,
+        table: pa.Table,
+        txns: list[Transaction],
+        stats: Mapping[str, Any] | None = None,
+    ) -> int:
         """One parquet file and its log entry, on the version after `version` or (a blind append)
         past commits in between that wrote none of `txns`' app ids, nor metadata or protocol;
-        returns its version. Raises: CommitFailedError (one did: the caller reads them and checks
-        the epoch again), StaleVersionError, OSError."""
+        returns its version. `stats`: the file's column statistics (Delta's minValues, maxValues,
+        nullCount), beside its record count. Raises: CommitFailedError (one did: the caller reads
+        them and checks the epoch again), StaleVersionError, OSError."""
         name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
         path = os.path.join(self.table_dir, name)
         pq.write_table(table, path, compression="snappy")
         add = AddAction(
-            name, os.path.getsize(path), {}, int(time.time() * 1000), True, json.dumps({"numRecords": table.num_rows})
+            name,
+            os.path.getsize(path),
+            {},
+            int(time.time() * 1000),
+            True,
+            json.dumps({"numRecords": table.num_rows, **(stats or {})}),
         )
         try:
             version = log_entries.commit(

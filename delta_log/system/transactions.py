@@ -49,7 +49,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
-from deltalake import CommitProperties, PostCommitHookProperties, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from delta_log.core.transactions import Txn
@@ -98,6 +98,38 @@ def _newest(rows: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
         if tid not in ranked or rank > ranked[tid][0]:
             ranked[tid] = (rank, r)
     return {tid: r for tid, (_, r) in ranked.items()}
+
+
+def _id_stats(transactional_id: str) -> dict[str, Any]:
+    """A one-row file's statistics of its id (Delta's), which `_files_holding` reads."""
+    return {
+        "minValues": {"transactional_id": transactional_id},
+        "maxValues": {"transactional_id": transactional_id},
+        "nullCount": {"transactional_id": 0},
+    }
+
+
+def _files_holding(dt: DeltaTable, transactional_id: str) -> list[str]:
+    """The table's files that may hold rows of `transactional_id`: by their statistics, each
+    file's least and greatest id, where they have them (the rest are read). A greatest value that
+    delta-rs truncated to a prefix still counts as holding the ids it begins."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if "min.transactional_id" not in actions.column_names:
+        return [str(p) for p in actions.column("path").to_pylist()]
+    out = []
+    for path, low, high in zip(
+        actions.column("path").to_pylist(),
+        actions.column("min.transactional_id").to_pylist(),
+        actions.column("max.transactional_id").to_pylist(),
+        strict=True,
+    ):
+        if (
+            low is None
+            or high is None
+            or (low <= transactional_id and (transactional_id <= high or transactional_id.startswith(high)))
+        ):
+            out.append(str(path))
+    return out
 
 
 def _saved(row: Mapping[str, Any]) -> Saved:
@@ -199,7 +231,7 @@ class TransactionStore:
                             transactional_id=tid,
                         )
                     if own is not None:  # the claim's txn in it: a claim since makes it conflict
-                        own.append(self.storage, self._dt.table_uri, row, fence)
+                        own.append(self.storage, self._dt.table_uri, row, fence, _id_stats(tid))
                     else:
                         write_deltalake(
                             self._dt,
@@ -248,12 +280,15 @@ class TransactionStore:
             return True
 
     def load(self, transactional_id: str | None = None) -> dict[str, Saved]:
-        """The latest saved state of each id (of `transactional_id` only, if given).
+        """The latest saved state of each id (of `transactional_id` only, if given: read from the
+        files whose statistics say they may hold it, so a gateway taking an id over reads its
+        rows, not every id's saved since the last compaction).
 
         Raises: StorageUnavailableError."""
         with self._lock, translate_storage_errors():
             self._dt.update_incremental()
-            rows = self.storage.read_system_table(self._dt, SCHEMA).to_pylist()
+            files = None if transactional_id is None else _files_holding(self._dt, transactional_id)
+            rows = self.storage.read_system_table(self._dt, SCHEMA, files=files).to_pylist()
         if transactional_id is not None:
             rows = [r for r in rows if r["transactional_id"] == transactional_id]
         return {tid: _saved(r) for tid, r in _newest(rows).items()}

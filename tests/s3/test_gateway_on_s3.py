@@ -84,23 +84,22 @@ def test_kafka_transactions_on_s3_commit_abort_and_survive_a_kill_9_with_one_ope
     try:
         topic = kafka_txn._topic(srv)
         producer = kafka_txn._producer(srv, "on-s3", **{"transaction.timeout.ms": 60_000})
-        expected = []
-        for n in range(2):
+
+        def begin_and_write(prefix: str, count: int) -> list[bytes]:
             producer.begin_transaction()
-            for i in range(30):
-                producer.produce(topic, value=f"c{n}-{i}".encode(), partition=i % 3)
-                expected.append(f"c{n}-{i}".encode())
-            producer.commit_transaction(60)
-        producer.begin_transaction()
-        for i in range(10):
-            producer.produce(topic, value=f"a{i}".encode(), partition=i % 3)
-        producer.flush(30)
+            values = [f"{prefix}{i}".encode() for i in range(count)]
+            for i, value in enumerate(values):
+                producer.produce(topic, value=value, partition=i % 3)
+            producer.flush(30)
+            return values
+
+        expected = [*begin_and_write("c0-", 30)]
+        producer.commit_transaction(60)
+        expected += begin_and_write("c1-", 30)
+        producer.commit_transaction(60)
+        begin_and_write("a", 10)
         producer.abort_transaction(60)
-        producer.begin_transaction()
-        for i in range(20):
-            producer.produce(topic, value=f"r{i}".encode(), partition=i % 3)
-            expected.append(f"r{i}".encode())
-        producer.flush(30)
+        expected += begin_and_write("r", 20)
         srv.kill9()
         srv.start()
         producer.commit_transaction(60)

@@ -24,8 +24,8 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   (version 1 or HTTP, on an object store) waits for that landing. Decisions queued meanwhile land
   together, one Delta commit a topic under the last one's number; under load an id's next landing
   waits a little after its last (`_gap`, `transactions.max_landing_gap_ms`), unless a request waits
-  for it, so that more land together. Every save of the id carries
-  the decisions not carried out yet, so a takeover finishes them all.
+  for it, so that more land together. Every save of the id carries the decisions not carried out
+  yet, so a takeover finishes them all.
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
 - A gateway that starts, or takes an id over (a failover), reads the id's last saved state and
@@ -764,8 +764,8 @@ class TransactionCoordinator:
         """Carry out the id's queued decisions in order, consecutive ones together
         (`_next_batch`), while `queue` is the id's: an attempt that fails is tried again (a
         takeover finishes them otherwise), and its error given to the requests waiting for them.
-        Each landing under load is followed by a gap (`_gap`). Once the latest decision is carried out, it is saved complete (unless the id moved on:
-        its next save leaves out what landed)."""
+        Under load each landing is followed by a gap (`_gap`). Once the latest decision is carried
+        out, it is saved complete (unless the id moved on: its next save leaves out what landed)."""
         me = asyncio.current_task()
         loop = asyncio.get_running_loop()
         try:

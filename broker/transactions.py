@@ -232,9 +232,8 @@ class TransactionCoordinator:
         self._landings: dict[str, list[_Landing]] = {}
         #: the task carrying out an id's `_landings`
         self._landers: dict[str, asyncio.Future[Any]] = {}
-        #: under load, when an id's next landing may start (loop time; `_gap`), and its lander's
-        #: wait for it, which a request that waits for the landing ends (`_hurry`)
-        self._gap_until: dict[str, float] = {}
+        #: an id's lander waiting out the gap after a landing (`_gap`), which a request that waits
+        #: for a landing ends (`_hurry`)
         self._gap_waits: dict[str, asyncio.Future[None]] = {}
         self._saves = 0
         #: every id's state as read at start (what ListTransactions lists before an id is used)
@@ -342,7 +341,6 @@ class TransactionCoordinator:
         )
         for landing in self._landings.pop(tid, []):
             _settle(landing.done, moved)
-        self._gap_until.pop(tid, None)
         if (waiter := self._gap_waits.pop(tid, None)) is not None:
             _settle(waiter)
 
@@ -764,17 +762,13 @@ class TransactionCoordinator:
         """Carry out the id's queued decisions in order, consecutive ones together
         (`_next_batch`), while `queue` is the id's: an attempt that fails is tried again (a
         takeover finishes them otherwise), and its error given to the requests waiting for them.
-        Under load each landing is followed by a gap (`_gap`). Once the latest decision is carried
-        out, it is saved complete (unless the id moved on: its next save leaves out what landed)."""
+        Each landing is followed by a short gap (`_gap`), which the decisions taken in it wait
+        out. Once the latest decision is carried out, it is saved complete (unless the id moved
+        on: its next save leaves out what landed)."""
         me = asyncio.current_task()
         loop = asyncio.get_running_loop()
         try:
             while queue and self._landings.get(tid) is queue:
-                if (left := self._gap_until.get(tid, 0.0) - loop.time()) > 0 and not any(
-                    landing.awaited for landing in queue
-                ):
-                    await self._gap(tid, left)
-                    continue
                 batch = self._next_batch(queue)
                 started = loop.time()
                 while True:
@@ -807,12 +801,13 @@ class TransactionCoordinator:
                             landing.done = asyncio.get_running_loop().create_future()
                         await asyncio.sleep(1.0)
                 del queue[: len(batch)]
-                if gap := min(GAP_FACTOR * (loop.time() - started), self.settings.max_landing_gap_ms / 1000):
-                    self._gap_until[tid] = loop.time() + gap
                 for landing in batch:
                     _settle(landing.done)
                 if self._txns.get(tid) is (last := batch[-1].txn):
                     self._spawn(self._complete(last))
+                gap = min(GAP_FACTOR * (loop.time() - started), self.settings.max_landing_gap_ms / 1000)
+                if gap and not any(landing.awaited for landing in queue):
+                    await self._gap(tid, gap)
         finally:
             if self._landers.get(tid) is me:
                 del self._landers[tid]
@@ -820,14 +815,13 @@ class TransactionCoordinator:
                 self._start_landing(tid)  # queued again after a release
 
     async def _gap(self, tid: str, seconds: float) -> None:
-        """Wait `seconds` for the id's next decisions to join its next landing, unless a request
-        that waits for the landing ends the wait first (`_hurry`). Under load only: `_land_all`
-        sets the gap after a landing, a multiple of the time it took (at most
-        `transactions.max_landing_gap_ms`), as the group commit spaces a topic's flushes
-        (delta_log.log.group_commit). Much of a landing's cost is per landing (a parquet file a
-        partition, a Delta commit a topic, their roll-up later, the staging dropped), and a Kafka
-        producer is answered at its decision, so it does not wait for it. A decision after the
-        gap lands at once."""
+        """After a landing, wait `seconds` for the id's next decisions to join its next one, unless
+        a request that waits for a landing ends the wait first (`_hurry`). `_land_all` waits a
+        multiple of the time the landing took (at most `transactions.max_landing_gap_ms`), as the
+        group commit spaces a topic's flushes (delta_log.log.group_commit). Much of a landing's
+        cost is per landing (a parquet file a partition, a Delta commit a topic, their roll-up
+        later, the staging dropped), and a Kafka producer is answered at its decision, so it does
+        not wait for it. A decision after the gap lands at once."""
         loop = asyncio.get_running_loop()
         waiter = self._gap_waits[tid] = loop.create_future()
         timer = loop.call_later(seconds, _settle, waiter)
@@ -837,8 +831,6 @@ class TransactionCoordinator:
             timer.cancel()
             if self._gap_waits.get(tid) is waiter:
                 del self._gap_waits[tid]
-            if self._gap_until.get(tid, 0.0) <= loop.time():
-                self._gap_until.pop(tid, None)
 
     def _hurry(self, landing: _Landing) -> None:
         """A request waits for `landing` (or it must land now): its id's landings take no gap

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable
 
-from tests.e2e.load import ProduceLoad, check_acked_once
+from tests.e2e.load import ProduceLoad, all_acked_stored, check_acked_once
 from tests.e2e.server import ServerProcess
 
 #: the table lag of the restart tests' topics: what "in the table within the lag" is held to
@@ -105,7 +105,7 @@ def test_kill9_under_load_keeps_every_acked_record_once_with_contiguous_offsets(
     srv2 = ServerProcess(root, port=srv.port).start()  # replays the dead gateway's log before it serves
     try:
         deadline = time.monotonic() + 30
-        while len(table_rows(root, "load")) < 10 * len(load.acked) and time.monotonic() < deadline:
+        while not all_acked_stored(table_rows(root, "load"), load.acked) and time.monotonic() < deadline:
             time.sleep(0.3)
         check_acked_once(table_rows(root, "load"), load.acked, 2)
         info = httpx.get(srv2.url + "/topics/load").json()
@@ -198,7 +198,7 @@ def check_restart(
             assert high >= offset + 1
         watermarks.close()
         deadline = ready + RESTART_LAG_MS / 1000
-        while len(rows_of()) < 10 * len(load.acked) and time.monotonic() < deadline:
+        while not all_acked_stored(rows_of(), load.acked) and time.monotonic() < deadline:
             time.sleep(0.05)
         rows = rows_of()
         check_acked_once(rows, load.acked, partitions)  # in the table within the lag of readiness, once
@@ -325,7 +325,7 @@ def test_a_worker_killed_under_load_hands_its_acks_over_at_once(tmp_path):
         assert len(load.acked) >= 300
         # within the lag, plus the heartbeat that sees the process gone (1 s) and the replay
         deadline = killed + RESTART_LAG_MS / 1000 + 4.0
-        while len(table_rows(root, "workers")) < 10 * len(load.acked) and time.monotonic() < deadline:
+        while not all_acked_stored(table_rows(root, "workers"), load.acked) and time.monotonic() < deadline:
             time.sleep(0.05)
         check_acked_once(table_rows(root, "workers"), load.acked, 4)
         watermarks = Consumer({"bootstrap.servers": srv.kafka, "group.id": "watermarks"})

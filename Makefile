@@ -88,8 +88,11 @@ setup: $(STAMP) $(JARS_STAMP) $(CHART_STAMP) $(SWAGGER_STAMP) minio go-clients k
 run: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 	$(VENV)/bin/topiclake serve --host $${TOPICLAKE_HOST:-127.0.0.1} --port $${TOPICLAKE_PORT:-8080} --root $${TOPICLAKE_ROOT:-./data}
 
+# The suite on a worker a core (pytest-xdist; tests/conftest.py keeps the shared SparkSession's
+# tests on one worker and each other module's tests on one): TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(CHART_STAMP) $(SWAGGER_STAMP)
 	$(PY) -m pytest -q -m "not spark and not slow" $(PYTEST_ARGS)

@@ -42,6 +42,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, mark))
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+    if getattr(config.option, "numprocesses", None):
+        _distribute(items)
+
+
+def _distribute(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs a worker a core, `--dist loadgroup`): the tests of the
+    shared SparkSession run on one worker, so a run still starts one session; every other module's
+    tests on one worker, so its module-scoped servers start once. The workers take these groups in
+    the order left here: the Spark tests first (the longest group), then the modules that start
+    servers and JVMs, the in-process ones last to even out the end."""
+    order = {"e2e": 1, "s3": 1, "console": 1, "integration": 2, "unit": 3}
+    for item in items:
+        spark = "spark" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("spark" if spark else item.nodeid.split("::")[0]))
+    items.sort(
+        key=lambda i: (
+            0
+            if "spark" in getattr(i, "fixturenames", ())
+            else next((v for k, v in order.items() if k in pathlib.Path(str(i.fspath)).parts), 1)
+        )
+    )
 
 
 @pytest.fixture(scope="session")

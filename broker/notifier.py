@@ -40,6 +40,13 @@ class CommitNotifier:
         self._hw: dict[tuple[str, int], int] = {}
         self._waiters: Counter[str] = Counter()
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        #: called on the loop with the topic whenever a wait on one of its partitions begins (the
+        #: transaction coordinator then lands what the reader waits for sooner)
+        self.wait_listeners: list[Callable[[str], None]] = []
+
+    def watched(self, topic: str) -> bool:
+        """Whether a fetch or stream waits on one of the topic's partitions now."""
+        return self._waiters.get(topic, 0) > 0
 
     def on_commit(self, info: CommitInfo) -> None:
         """Thread-safe: called by the writer after each commit."""
@@ -73,6 +80,8 @@ class CommitNotifier:
         if self.reader is not None and topic not in self._watchers:
             self._watchers[topic] = self.loop.create_task(self._watch(topic), name=f"watch-{topic}")
         try:
+            for listener in self.wait_listeners:
+                listener(topic)
             async with asyncio.timeout(timeout):
                 await event.wait()
             return True

@@ -40,3 +40,6 @@ class Services:
             owns=(lambda tid: cluster.owns(transaction_resource(tid))) if cluster is not None else None,
         )
         self.produce.transactions = self.transactions
+        # a busy producer's transactions land a few at a time unless a consumer here waits for them
+        self.transactions.watched = self.notifier.watched
+        self.notifier.wait_listeners.append(self.transactions.reader_waits)

@@ -23,8 +23,9 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   epoch anyway), and a producer whose next transaction would stage where an unsealed one lies
   (version 1 or HTTP, on an object store) waits for that landing. Decisions queued meanwhile land
   together, one Delta commit a topic under the last one's number; under load an id's next landing
-  waits a little after its last (`_gap`, `transactions.max_landing_gap_ms`), unless a request waits
-  for it, so that more land together. Every save of the id carries the decisions not carried out
+  waits a little after its last (`_gap`: `transactions.max_landing_gap_ms` while a consumer waits
+  on this gateway for its topics, `transactions.unwatched_landing_gap_ms` while none does), unless
+  a request waits for it, so that more land together. Every save of the id carries the decisions not carried out
   yet, so a takeover finishes them all.
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
@@ -130,6 +131,11 @@ class _Landing:
     awaited: bool = False
 
     @property
+    def topics(self) -> Iterable[str]:
+        """The topics it lands records in."""
+        return (str(r[0]) for r in self.decision.get("records", ()))
+
+    @property
     def staged(self) -> tuple[int, int]:
         """The (producer id, epoch) its records and offsets were staged under (epoch -1: none)."""
         return int(self.decision.get("producer_id", self.txn.producer_id)), int(self.decision.get("staged_epoch", -1))
@@ -214,6 +220,9 @@ class TransactionCoordinator:
         self.owns: Callable[[str], bool] = owns or (lambda tid: True)
         #: a cluster's way to the coordinator of an id coordinated elsewhere (set once it joined)
         self.remote_add: RemoteAdd | None = None
+        #: whether a consumer waits on this gateway for new records of a topic
+        #: (CommitNotifier.watched; without one, as if always: the shorter landing gap)
+        self.watched: Callable[[str], bool] = lambda topic: True
         #: (id, producer id, epoch, partition or group) added at another gateway's coordinator
         self._added_elsewhere: set[tuple[str, int, int, tuple[str, int] | str]] = set()
         self._store: TransactionStore | None = None
@@ -232,8 +241,9 @@ class TransactionCoordinator:
         self._landings: dict[str, list[_Landing]] = {}
         #: the task carrying out an id's `_landings`
         self._landers: dict[str, asyncio.Future[Any]] = {}
-        #: an id's lander waiting out the gap after a landing (`_gap`), which a request that waits
-        #: for a landing ends (`_hurry`)
+        #: an id's lander waiting out the gap after a landing (`_gap`), woken to look again when a
+        #: decision is queued or a consumer begins to wait (`_recheck`), and ended by a request
+        #: that waits for a landing (`_hurry`)
         self._gap_waits: dict[str, asyncio.Future[None]] = {}
         self._saves = 0
         #: every id's state as read at start (what ListTransactions lists before an id is used)
@@ -751,6 +761,8 @@ class TransactionCoordinator:
         queue.append(landing)
         if alone or len(queue) >= MAX_LANDINGS:  # a takeover's; or as many as land together
             self._hurry(landing)
+        else:
+            self._recheck(tid)
         if tid not in self._landers:
             self._start_landing(tid)
         return landing
@@ -805,32 +817,58 @@ class TransactionCoordinator:
                     _settle(landing.done)
                 if self._txns.get(tid) is (last := batch[-1].txn):
                     self._spawn(self._complete(last))
-                gap = min(GAP_FACTOR * (loop.time() - started), self.settings.max_landing_gap_ms / 1000)
-                if gap and not any(landing.awaited for landing in queue):
-                    await self._gap(tid, gap)
+                await self._gap(tid, queue, loop.time() - started)
         finally:
             if self._landers.get(tid) is me:
                 del self._landers[tid]
             if (now := self._landings.get(tid)) and now is not queue and tid not in self._landers:
                 self._start_landing(tid)  # queued again after a release
 
-    async def _gap(self, tid: str, seconds: float) -> None:
-        """After a landing, wait `seconds` for the id's next decisions to join its next one, unless
-        a request that waits for a landing ends the wait first (`_hurry`). `_land_all` waits a
-        multiple of the time the landing took (at most `transactions.max_landing_gap_ms`), as the
-        group commit spaces a topic's flushes (delta_log.log.group_commit). Much of a landing's
-        cost is per landing (a parquet file a partition, a Delta commit a topic, their roll-up
-        later, the staging dropped), and a Kafka producer is answered at its decision, so it does
-        not wait for it. A decision after the gap lands at once."""
+    async def _gap(self, tid: str, queue: list[_Landing], took: float) -> None:
+        """After a landing that took `took` seconds, wait for the id's next decisions to join its
+        next one. Much of a landing's cost is per landing (a parquet file a partition, a Delta
+        commit a topic, their roll-up later, the staging dropped), and a Kafka producer is answered
+        at its decision, so it does not wait for it; a decision after the gap lands at once.
+
+        The gap: while a consumer waits on this gateway for new records of a queued decision's
+        topics (`watched`), `GAP_FACTOR` times as long as the landing took, at most
+        `transactions.max_landing_gap_ms`, as the group commit spaces a topic's flushes
+        (delta_log.log.group_commit); otherwise `transactions.unwatched_landing_gap_ms`, so a busy
+        producer's transactions land a few at a time (MAX_LANDINGS at most) in fewer, bigger
+        commits. Looked at again (`_recheck`) when a decision is queued or a consumer begins to
+        wait; a request that waits for a landing ends it (`_hurry`)."""
         loop = asyncio.get_running_loop()
-        waiter = self._gap_waits[tid] = loop.create_future()
-        timer = loop.call_later(seconds, _settle, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            if self._gap_waits.get(tid) is waiter:
-                del self._gap_waits[tid]
+        ended = loop.time()
+        settings = self.settings
+        watched_gap = min(GAP_FACTOR * took, settings.max_landing_gap_ms / 1000)
+        unwatched_gap = max(watched_gap, settings.unwatched_landing_gap_ms / 1000)
+        while self._landings.get(tid) is queue and not any(landing.awaited for landing in queue):
+            watched = any(self.watched(topic) for landing in queue for topic in landing.topics)
+            left = ended + (watched_gap if watched else unwatched_gap) - loop.time()
+            if left <= 0:
+                return
+            waiter = self._gap_waits[tid] = loop.create_future()
+            timer = loop.call_later(left, _settle, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                if self._gap_waits.get(tid) is waiter:
+                    del self._gap_waits[tid]
+
+    def _recheck(self, tid: str) -> None:
+        """A decision of the id was queued, or a consumer began to wait: its lander, if in a gap,
+        looks again at how long the gap is."""
+        if (waiter := self._gap_waits.get(tid)) is not None:
+            _settle(waiter)
+
+    def reader_waits(self, topic: str) -> None:
+        """A consumer began to wait on this gateway for new records of `topic` (a
+        CommitNotifier's wait listener): the ids whose queued decisions land in it take the
+        shorter gap."""
+        for tid in list(self._gap_waits):
+            if any(topic in landing.topics for landing in self._landings.get(tid, ())):
+                self._recheck(tid)
 
     def _hurry(self, landing: _Landing) -> None:
         """A request waits for `landing` (or it must land now): its id's landings take no gap

@@ -574,7 +574,19 @@ class TransactionSettings(BaseModel):
         description="A transactional id under load: its next committed transaction lands in the topic tables "
         "3x as long after its previous landing ended as that one took, at most this, so the transactions decided "
         "meanwhile land in one Delta commit a topic: less CPU and fewer commits, for at most this much more time "
-        "before read_committed readers see a transaction (its producer's answer does not wait). 0: each at once.",
+        "before read_committed readers see a transaction (its producer's answer does not wait). 0: each at once. "
+        "This gap applies while a consumer waits on this gateway for new records of the landing's topics; "
+        "see unwatched_landing_gap_ms.",
+    )
+    unwatched_landing_gap_ms: float = Field(
+        100.0,
+        ge=0,
+        le=5000,
+        description="The same gap while no consumer (a Kafka fetch, an HTTP long poll or stream) waits on this "
+        "gateway for new records of the landing's topics: a busy producer's transactions then land a few at a "
+        "time (at most 8), in fewer and bigger Delta commits, and table readers (Spark, SQL) and consumers of "
+        "other gateways see them up to this much later. A consumer that begins to wait cuts it to "
+        "max_landing_gap_ms. Below max_landing_gap_ms, that applies.",
     )
 
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from broker.notifier import CommitNotifier
 from broker.produce import Decoded, Produce, ProduceService
 from broker.transactions import CommitOffsets, TransactionCoordinator, TxnBatch
 from conf import TransactionSettings
@@ -323,6 +324,64 @@ def test_under_load_decisions_land_together_after_a_gap_that_a_waiting_request_c
         began = loop.time()
         await commit(b"5")
         assert await asyncio.wait_for(landed.get(), 10) - began < 0.5
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
+def test_a_busy_id_lands_a_few_at_a_time_until_a_consumer_waits_for_its_topic(registry):
+    """While no consumer waits for new records of its topics, an id's next landing waits
+    transactions.unwatched_landing_gap_ms after its last; a consumer that begins to wait on one
+    of them cuts that to the shorter gap (transactions.max_landing_gap_ms), which a decision taken
+    while one waits gets from the start."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        produce = ProduceService(registry)
+        notifier = CommitNotifier(loop)
+        landed: asyncio.Queue[float] = asyncio.Queue()
+
+        async def land(topic: str, request: AppendRequest) -> AppendResult:
+            result = await produce.append(topic, request)
+            landed.put_nowait(loop.time())
+            return result
+
+        settings = TransactionSettings(max_landing_gap_ms=50, unwatched_landing_gap_ms=3000)
+        coordinator = TransactionCoordinator(registry, settings, land=land, commit_offsets=_offsets_writer(registry))
+        coordinator.watched = notifier.watched  # as broker.services wires them
+        notifier.wait_listeners.append(coordinator.reader_waits)
+        produce.transactions = coordinator
+        await coordinator.start()
+        txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+
+        async def commit(value: bytes) -> float:
+            """A transaction of version 2 writing `value` to b/0, committed; when it was decided."""
+            nonlocal txn
+            unit = _unit("t1", "b", 0, txn, 0, value)
+            unit.adds_to_transaction = True
+            await produce.produce(ANONYMOUS, [unit])
+            await produce.acked(unit)
+            txn = await coordinator.end_txn(
+                ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=False
+            )
+            return loop.time()
+
+        def values() -> list[bytes]:
+            return [v for _, _, v in _values(registry, "b")]
+
+        await commit(b"1")
+        await asyncio.wait_for(landed.get(), 10)  # no landing before it: at once
+        await commit(b"2")
+        await asyncio.sleep(0.6)
+        assert values() == [b"1"]  # no consumer waits: the long gap, well past the short one
+        consumer = asyncio.ensure_future(notifier.wait("b", 0, 30))  # a fetch at b/0's end
+        began = loop.time()
+        assert await asyncio.wait_for(landed.get(), 2) - began < 1.0
+        assert values() == [b"1", b"2"]
+        decided = await commit(b"3")  # the consumer still waits (nothing here wakes it)
+        assert await asyncio.wait_for(landed.get(), 2) - decided < 1.0
+        assert values() == [b"1", b"2", b"3"]
+        consumer.cancel()
         await coordinator.stop()
 
     asyncio.run(main())

@@ -268,6 +268,20 @@ def test_kafkas_end_txn_is_answered_once_decided_and_the_next_transaction_goes_o
     asyncio.run(main())
 
 
+async def _commit_to_b0(
+    produce: ProduceService, coordinator: TransactionCoordinator, txn: rules.Txn, value: bytes, *, wait: bool = False
+) -> rules.Txn:
+    """A transaction of version 2 of the id t1 writing `value` to b/0, committed (`wait`: until it
+    landed); the id's state after it (its next producer epoch)."""
+    unit = _unit("t1", "b", 0, txn, 0, value)
+    unit.adds_to_transaction = True
+    await produce.produce(ANONYMOUS, [unit])
+    await produce.acked(unit)
+    return await coordinator.end_txn(
+        ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=wait
+    )
+
+
 def test_under_load_decisions_land_together_after_a_gap_that_a_waiting_request_cuts_short(registry):
     """After a landing, an id's next one waits a gap (3x as long as that landing took, at most
     transactions.max_landing_gap_ms): the decisions taken meanwhile land together, one Delta
@@ -293,15 +307,8 @@ def test_under_load_decisions_land_together_after_a_gap_that_a_waiting_request_c
         txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
 
         async def commit(value: bytes, *, wait: bool = False) -> None:
-            """A transaction of version 2 writing `value` to b/0, committed."""
             nonlocal txn
-            unit = _unit("t1", "b", 0, txn, 0, value)
-            unit.adds_to_transaction = True
-            await produce.produce(ANONYMOUS, [unit])
-            await produce.acked(unit)
-            txn = await coordinator.end_txn(
-                ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=wait
-            )
+            txn = await _commit_to_b0(produce, coordinator, txn, value, wait=wait)
 
         def values() -> list[bytes]:
             return [v for _, _, v in _values(registry, "b")]
@@ -355,15 +362,9 @@ def test_a_busy_id_lands_a_few_at_a_time_until_a_consumer_waits_for_its_topic(re
         txn = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
 
         async def commit(value: bytes) -> float:
-            """A transaction of version 2 writing `value` to b/0, committed; when it was decided."""
+            """Committed; when it was decided."""
             nonlocal txn
-            unit = _unit("t1", "b", 0, txn, 0, value)
-            unit.adds_to_transaction = True
-            await produce.produce(ANONYMOUS, [unit])
-            await produce.acked(unit)
-            txn = await coordinator.end_txn(
-                ANONYMOUS, "t1", txn.producer_id, txn.producer_epoch, commit=True, bump=True, wait=False
-            )
+            txn = await _commit_to_b0(produce, coordinator, txn, value)
             return loop.time()
 
         def values() -> list[bytes]:

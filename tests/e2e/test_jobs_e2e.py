@@ -216,6 +216,12 @@ def test_replicate_lose_the_primary_promote_and_continue(tmp_path):
             }
         procs = workers(srv.url, "dr-group", "dr", [out])
         wait_for(lambda: len(read_out([out])) >= 300, 60, "group consumed 300")
+
+        def committed_all() -> bool:  # the worker commits after it wrote a poll's records out
+            lag = httpx.get(f"{srv.url}/groups/dr-group").json().get("lag", [])
+            return sum(max(0, p["committed_offset"] or 0) for p in lag) >= 300
+
+        wait_for(committed_all, 60, "group committed 300")
         stop_all(procs)  # the last commits are in
         committed = {
             p["partition"]: p["committed_offset"] for p in httpx.get(f"{srv.url}/groups/dr-group").json()["lag"]

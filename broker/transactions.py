@@ -25,8 +25,8 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   together, one Delta commit a topic under the last one's number; under load an id's next landing
   waits a little after its last (`_gap`: `transactions.max_landing_gap_ms` while a consumer waits
   on this gateway for its topics, `transactions.unwatched_landing_gap_ms` while none does), unless
-  a request waits for it, so that more land together. Every save of the id carries the decisions not carried out
-  yet, so a takeover finishes them all.
+  a request waits for it, so that more land together. Every save of the id carries the decisions
+  not carried out yet, so a takeover finishes them all.
 - EndTxn(abort), a timeout, or a new producer of the id fencing an open transaction: PrepareAbort
   is saved, the staging dropped, CompleteAbort saved. Nothing of it ever reached a table.
 - A gateway that starts, or takes an id over (a failover), reads the id's last saved state and

@@ -774,8 +774,7 @@ class TransactionCoordinator:
         """Carry out the id's queued decisions in order, consecutive ones together
         (`_next_batch`), while `queue` is the id's: an attempt that fails is tried again (a
         takeover finishes them otherwise), and its error given to the requests waiting for them.
-        Each landing is followed by a short gap (`_gap`), which the decisions taken in it wait
-        out. Once the latest decision is carried out, it is saved complete (unless the id moved
+        Each landing is followed by a gap (`_gap`), which the decisions taken in it wait out. Once the latest decision is carried out, it is saved complete (unless the id moved
         on: its next save leaves out what landed)."""
         me = asyncio.current_task()
         loop = asyncio.get_running_loop()

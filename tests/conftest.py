@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for folder, mark in _MARKS.items():
             if folder in parts:
                 item.add_marker(getattr(pytest.mark, mark))
-        if "spark" in getattr(item, "fixturenames", ()):
+        if _uses_spark(item):
             item.add_marker(pytest.mark.spark)
     if getattr(config.option, "numprocesses", None):
         _distribute(items)
@@ -53,16 +53,21 @@ def _distribute(items: list[pytest.Item]) -> None:
     the order left here: the Spark tests first (the longest group), then the modules that start
     servers and JVMs, the in-process ones last to even out the end."""
     order = {"e2e": 1, "s3": 1, "console": 1, "integration": 2, "unit": 3}
+
+    def rank(item: pytest.Item) -> int:
+        if _uses_spark(item):
+            return 0
+        parts = pathlib.Path(str(item.fspath)).parts
+        return next((v for k, v in order.items() if k in parts), 1)
+
     for item in items:
-        spark = "spark" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("spark" if spark else item.nodeid.split("::")[0]))
-    items.sort(
-        key=lambda i: (
-            0
-            if "spark" in getattr(i, "fixturenames", ())
-            else next((v for k, v in order.items() if k in pathlib.Path(str(i.fspath)).parts), 1)
-        )
-    )
+        item.add_marker(pytest.mark.xdist_group("spark" if _uses_spark(item) else item.nodeid.split("::")[0]))
+    items.sort(key=rank)
+
+
+def _uses_spark(item: pytest.Item) -> bool:
+    """Whether the test uses the shared SparkSession (the `spark` fixture, directly or not)."""
+    return "spark" in getattr(item, "fixturenames", ())
 
 
 @pytest.fixture(scope="session")

@@ -68,6 +68,7 @@ from delta_log.core.group_rules import (
 from delta_log.core.group_state import GroupState, HeartbeatResult, JoinResult
 from delta_log.core.lag import partition_lag
 from delta_log.errors import (
+    FencedMemberEpochError,
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
@@ -78,6 +79,7 @@ from delta_log.errors import (
     TopiclakeError,
     UnknownGroupError,
     UnknownGroupMemberError,
+    UnknownMemberError,
 )
 from delta_log.log.catalog import CATALOG_MARKER
 from delta_log.log.reader import OffsetSpec
@@ -281,18 +283,13 @@ class GroupCoordinator:
         """Persist group states. With several gateways, only of the groups this one still holds:
         each group's epoch is checked on the offsets table first, and a group taken over meanwhile
         is released instead of written."""
-        held = []
-        for g in groups:
-            if self._fenced:
-                epoch = self._epochs.get(g.group_id)
-                if epoch is None:
-                    continue
-                try:
-                    await asyncio.to_thread(self.offsets.check_coordinator, g.group_id, epoch)
-                except NotCoordinatorError:
-                    self.release(g.group_id)
-                    continue
-            held.append(self.record(g, writer=writer))
+        if self._fenced:
+            epochs = {g.group_id: e for g in groups if (e := self._epochs.get(g.group_id)) is not None}
+            lost = await asyncio.to_thread(self.offsets.lost_coordinators, epochs) if epochs else set()
+            for group_id in lost:
+                self.release(group_id)
+            groups = [g for g in groups if g.group_id in epochs and g.group_id not in lost]
+        held = [self.record(g, writer=writer) for g in groups]
         if held:
             await asyncio.to_thread(self.store.save, held)
 
@@ -382,9 +379,11 @@ class GroupCoordinator:
                 except Exception:
                     log.exception("expiring members of %r failed", g.group_id)
             for cg in list(self.consumer_groups.values()):
-                removed = cg.expire(self.clock(), self._topic_index.topics)
+                now = self.clock()
+                why = {m.member_id: w for m in cg.members.values() if (w := cg.why_expired(m, now)) is not None}
+                removed = cg.expire(now, self._topic_index.topics)
                 for mid in removed:
-                    log.info("group %r: member %r removed (session or rebalance timeout)", cg.group_id, mid)
+                    log.info("group %r: member %r removed: %s", cg.group_id, mid, why.get(mid))
                     self._touched(cg.group_id)
                 if removed:
                     try:
@@ -776,6 +775,13 @@ class GroupCoordinator:
             answer = g.heartbeat(
                 hb, self.clock(), topics, weights=lambda: weights or {}, principal=principal, readable=readable
             )
+        except (FencedMemberEpochError, UnknownMemberError) as exc:
+            # the client gives its partitions up (librdkafka reports them lost): worth a line
+            log.info(
+                "group %r: a heartbeat of member %r at epoch %d refused: %s", group_id, hb.member_id, hb.epoch, exc
+            )
+            self._touched(group_id)
+            raise
         except BaseException:
             self._touched(group_id)
             raise
@@ -922,14 +928,15 @@ class GroupCoordinator:
                 held = self._epochs.get(group_id)
                 if held is None:
                     continue
-                try:
-                    await asyncio.to_thread(self.offsets.check_coordinator, group_id, held)
-                except NotCoordinatorError:
-                    self.release(group_id)
-                    continue
                 epoch = held
             changed[group_id] = (epoch, g.epoch if g is not None else -1, snapshot)
             texts[group_id] = text
+        if self._fenced and changed:
+            # all the groups' epochs in one look: each look waits its turn at the offsets table
+            lost = await asyncio.to_thread(self.offsets.lost_coordinators, {g: e for g, (e, _, _) in changed.items()})
+            for group_id in lost:
+                self.release(group_id)
+                del changed[group_id], texts[group_id]
         if changed:
             await asyncio.to_thread(lambda: self._snapshots().save(changed))
             self._saved.update(texts)

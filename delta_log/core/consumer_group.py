@@ -844,16 +844,21 @@ class ConsumerGroup:
         return bool(self.members) and all(m.classic is not None for m in self.members.values())
 
     # -- time ------------------------------------------------------------------------------------
+    def why_expired(self, m: ConsumerMember, now: float) -> str | None:
+        """Why `m` is out of time at `now` (its session ended, or it did not revoke within its
+        rebalance timeout), in words for the log; None while it is not."""
+        session_ms = m.classic.session_timeout_ms if m.classic is not None else self.session_timeout_ms
+        silent = now - m.last_heartbeat
+        if silent > session_ms / 1000:
+            return f"no heartbeat for {silent:.1f} s (session timeout {session_ms} ms)"
+        if m.state == UNREVOKED and m.revoke_deadline is not None and now > m.revoke_deadline:
+            return f"its partitions not revoked within its rebalance timeout ({m.rebalance_timeout_ms} ms)"
+        return None
+
     def expire(self, now: float, topics: Topics) -> list[str]:
         """Remove members whose session ended (a classic member's own session timeout) or that did
         not revoke within their rebalance timeout; the ids removed (the group epoch moved if any)."""
-        gone = [
-            m.member_id
-            for m in self.members.values()
-            if now - m.last_heartbeat
-            > (m.classic.session_timeout_ms if m.classic is not None else self.session_timeout_ms) / 1000
-            or (m.state == UNREVOKED and m.revoke_deadline is not None and now > m.revoke_deadline)
-        ]
+        gone = [m.member_id for m in self.members.values() if self.why_expired(m, now) is not None]
         for mid in gone:
             self._remove(mid, bump=True)
         if gone:

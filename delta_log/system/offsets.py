@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,6 +216,19 @@ class OffsetStore:
         (another gateway took it over); StorageUnavailableError."""
         with self._lock, translate_storage_errors():
             self._require_epoch(group, epoch)
+
+    def lost_coordinators(self, held: Mapping[str, int]) -> set[str]:
+        """Of the groups `held` (group -> the coordinator epoch this gateway holds), those whose
+        epoch on the latest version is another (taken over): one refresh and one turn of the lock
+        for them all. Raises: StorageUnavailableError."""
+        lost = set()
+        with self._lock, translate_storage_errors():
+            for group, epoch in held.items():
+                try:
+                    self._require_epoch(group, epoch)
+                except NotCoordinatorError:
+                    lost.add(group)
+        return lost
 
     def _app_version(self, app_id: str) -> int:
         """With the lock held: `app_id`'s Delta app transaction version on the latest version (0: none)."""

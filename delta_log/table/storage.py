@@ -202,11 +202,14 @@ class StorageRoot:
         interpreter at exit ("terminate called without an active exception", delta-rs #2184);
         measured here in 12 of 15 short-lived job processes.
         """
-        fs, _ = self.filesystem()
         if files is None:
-            paths = [self.fs_path(u) for u in dt.file_uris()]
-        else:
-            paths = [self.file_path(dt.table_uri, f) for f in files]
+            return self.read_data_files([self.fs_path(u) for u in dt.file_uris()], schema)
+        return self.read_data_files([self.file_path(dt.table_uri, f) for f in files], schema)
+
+    def read_data_files(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
+        """The rows of data files (paths inside `filesystem()`), read with pyarrow. Data files never
+        change, so no table object (nor its store's lock) is needed to read them."""
+        fs, _ = self.filesystem()
         pieces = [_read_file(fs, p, schema) for p in paths]
         return pa.concat_tables(pieces) if pieces else schema.empty_table()
 

@@ -3,6 +3,8 @@ group wins whatever the order its files are read in, a coordinator that took the
 outranks a late save of the one before, a gone group is restored by no one, and compaction keeps
 exactly what a load gives."""
 
+import threading
+
 from delta_log.core.consumer_group import ConsumerGroup, Heartbeat, Topics
 from delta_log.system.consumer_protocol_groups import SCHEMA, ConsumerGroupSnapshots
 
@@ -47,3 +49,30 @@ def test_compaction_keeps_what_a_load_gives(storage):
     assert store.load() == before
     fresh = storage.open_or_create_system_table("consumer_protocol_groups", SCHEMA)
     assert storage.read_system_table(fresh, SCHEMA).num_rows == 1  # one row per group left
+
+
+def test_saves_go_on_while_compaction_reads_and_a_save_made_meanwhile_is_kept(storage):
+    """Compaction reads the files without the store's lock (a heartbeat's answer waits for its
+    save): a save made while it reads lands, and the rewrite keeps it."""
+    store = ConsumerGroupSnapshots(storage)
+    for n in range(1, 6):
+        store.save({"a": (1, n, _group_after(n).snapshot())})
+    latest = _group_after(7).snapshot()
+    read = store._read
+    saved_meanwhile = threading.Event()
+
+    def read_while_saving(uris):
+        if not saved_meanwhile.is_set():  # the first read: the files listed before the save
+            saver = threading.Thread(target=store.save, args=({"a": (1, 7, latest), "b": (1, 1, latest)},))
+            saver.start()
+            saver.join(10)
+            assert not saver.is_alive(), "the save waited for the compaction's read"
+            saved_meanwhile.set()
+        return read(uris)
+
+    store._read = read_while_saving
+    assert store.compact(min_rows=5)
+    assert saved_meanwhile.is_set()
+    assert ConsumerGroupSnapshots(storage).load() == {"a": latest, "b": latest}
+    fresh = storage.open_or_create_system_table("consumer_protocol_groups", SCHEMA)
+    assert storage.read_system_table(fresh, SCHEMA).num_rows == 2

@@ -91,14 +91,42 @@ async def dispatch(conn: Session, frame: bytes | memoryview) -> Pending:
         bad = messages.RequestFrame(api_key, api_version, correlation_id, None, None, _flexible(api_key, api_version))
         return Pending(bad, _ready(error_answer(bad, ErrorCode.invalid_request)))
     conn.client_id = request.client_id
+    if api_key in GROUP_MEMBERSHIP:
+        # after the connection's previous one, without holding up the connection's other requests
+        lane = asyncio.ensure_future(_after(conn.group_lane, _handled(conn, spec, request, api_version)))
+        conn.group_lane = lane
+        return Pending(request, lane)
+    return Pending(request, await _handled(conn, spec, request, api_version))
+
+
+#: The group membership APIs that answer without waiting for other members (OffsetCommit,
+#: Heartbeat, LeaveGroup, ConsumerGroupHeartbeat): a connection's are handled one after another,
+#: in the order sent, as Kafka handles all of a connection's requests. Clients pipeline them:
+#: librdkafka sends a consumer's leave while its heartbeat or commit is in flight. Let the leave
+#: overtake, and the member would be gone when its heartbeat or commit is handled:
+#: UNKNOWN_MEMBER_ID, and librdkafka reports its partitions lost (and a join handled after its
+#: leave leaves a member that never heartbeats, holding its partitions for a session timeout).
+#: JoinGroup and SyncGroup wait for the other members, so nothing queues behind them: a member's
+#: LeaveGroup while its JoinGroup waits ends that wait, as the group's rebalance needs.
+GROUP_MEMBERSHIP = frozenset({8, 12, 13, 68})
+
+
+async def _after(before: Awaitable[Any] | None, then: Awaitable[Awaitable[messages.Frame | None]]) -> Any:
+    if before is not None:
+        await asyncio.wait([asyncio.ensure_future(before)])
+    return await (await then)
+
+
+async def _handled(conn: Session, spec: Any, request: messages.RequestFrame, version: int) -> Awaitable[Any]:
+    """Run the handler's ordered part; what will answer the request."""
     try:
-        result = await spec.handler(conn, request.body, api_version)
+        result = await spec.handler(conn, request.body, version)
     except Exception as exc:  # a handler bug: answer it, never leave the client without an answer
-        log.exception("Kafka %s v%d from %s failed", spec.name, api_version, conn.peer)
-        return Pending(request, _ready(error_answer(request, code_of(exc))))
+        log.exception("Kafka %s v%d from %s failed", spec.name, version, conn.peer)
+        return _ready(error_answer(request, code_of(exc)))
     if inspect.isawaitable(result):
-        return Pending(request, asyncio.ensure_future(_encoded(request, result)))
-    return Pending(request, _ready(_encode(request, result)))
+        return asyncio.ensure_future(_encoded(request, result))
+    return _ready(_encode(request, result))
 
 
 def _flexible(api_key: int, api_version: int) -> bool:

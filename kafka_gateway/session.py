@@ -6,7 +6,9 @@ frames alone."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from broker.services import Services
 from conf import KafkaSettings
@@ -28,3 +30,6 @@ class Session:
     #: SASL authentication succeeded on this connection (a second handshake is ILLEGAL_SASL_STATE)
     sasl_authenticated: bool = False
     close: bool = False  # close once the answers owed are written
+    #: what answers this connection's latest group membership request (kafka_gateway.protocol's
+    #: GROUP_MEMBERSHIP): the next one is handled after it
+    group_lane: asyncio.Future[Any] | None = None

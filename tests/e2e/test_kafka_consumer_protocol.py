@@ -701,3 +701,44 @@ def test_offset_fetches_need_the_members_epoch_and_a_full_group_refuses_a_new_me
         close_consumer(first)
     finally:
         full.stop()
+
+
+def test_a_connections_heartbeats_are_handled_in_the_order_sent(admin, gateway):
+    """librdkafka sends its leave while a heartbeat may be in flight on the same connection. Kafka
+    handles a connection's requests one at a time, so the heartbeat is answered first and the leave
+    after it. A gateway that let the leave overtake the heartbeat would answer one of them
+    UNKNOWN_MEMBER_ID, and librdkafka would report the member's partitions lost. Here a member's
+    join (with the `lag` assignor, whose join reads the partitions' backlog first) and its leave
+    are pipelined on one socket: both must succeed, in that order."""
+    topic = new_topic(admin, 2)
+    for round_ in range(3):
+        group, member_id = f"order-{topic}-{round_}", uuid.uuid4().hex[:22]
+        common = {"group_id": group, "member_id": member_id, "instance_id": None, "rack_id": None}
+        with kafka_wire.connect(gateway.kafka) as s:
+            kafka_wire.send(
+                s,
+                68,
+                0,
+                1,
+                member_epoch=i32(0),
+                rebalance_timeout=datetime.timedelta(seconds=30),
+                subscribed_topic_names=(topic,),
+                server_assignor="lag",
+                topic_partitions=(),
+                **common,
+            )
+            kafka_wire.send(  # the leave, sent before the join's answer is read
+                s,
+                68,
+                0,
+                2,
+                member_epoch=i32(-1),
+                rebalance_timeout=datetime.timedelta(milliseconds=-1),
+                subscribed_topic_names=None,
+                server_assignor=None,
+                topic_partitions=None,
+                **common,
+            )
+            joined, left = kafka_wire.receive(s, 68, 0), kafka_wire.receive(s, 68, 0)
+        assert (joined.error_code, left.error_code) == (ErrorCode.none, ErrorCode.none), (joined, left)
+        assert int(joined.member_epoch) > 0 and int(left.member_epoch) == -1

@@ -8,7 +8,10 @@ Concurrency contract
   checks, handing records to the writer) before the next frame is read, so a connection's
   requests reach the services in the order sent (idempotent sequences stay in order). What a
   handler then waits for (a Delta commit, a long-poll, a rebalance) runs as a future; one writer
-  task sends the answers in request order (clients match answers to requests by order).
+  task sends the answers in request order (clients match answers to requests by order). The
+  group membership requests that answer without waiting for other members run one after
+  another, each after the connection's previous one has been answered
+  (kafka_gateway.protocol.GROUP_MEMBERSHIP), without holding up the reading of the next frame.
 - Bounded: a frame over `max_request_bytes` (or a negative size) closes the connection before
   anything is read into memory; at most `max_in_flight` requests and `max_in_flight_bytes` of
   request frames wait for their answers per connection; connections are limited in total and per

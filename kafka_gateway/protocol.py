@@ -1,7 +1,8 @@
 """Kafka's protocol, apart from the socket: one request frame in, what answers it out.
 
 `dispatch` decodes a frame, checks the API, version and authentication, runs the handler's
-ordered part and returns what will answer it (kafka_gateway.apis holds the table, the handlers
+ordered part (a group membership request's after the connection's previous one: GROUP_MEMBERSHIP)
+and returns what will answer it (kafka_gateway.apis holds the table, the handlers
 the behaviour). It reads and writes only the `Session`, so it runs without a connection: the
 listener (kafka_gateway.listener) feeds it frames and writes the answers in order.
 """

@@ -285,13 +285,20 @@ class GroupCoordinator:
         is released instead of written."""
         if self._fenced:
             epochs = {g.group_id: e for g in groups if (e := self._epochs.get(g.group_id)) is not None}
-            lost = await asyncio.to_thread(self.offsets.lost_coordinators, epochs) if epochs else set()
-            for group_id in lost:
-                self.release(group_id)
+            lost = await self._release_lost(epochs)
             groups = [g for g in groups if g.group_id in epochs and g.group_id not in lost]
         held = [self.record(g, writer=writer) for g in groups]
         if held:
             await asyncio.to_thread(self.store.save, held)
+
+    async def _release_lost(self, epochs: dict[str, int]) -> set[str]:
+        """Release the groups of `epochs` (group -> the coordinator epoch held here) that another
+        gateway took over; those groups. One look at the offsets table for them all: each look
+        waits its turn at its lock, and a heartbeat's answer waits for the save behind it."""
+        lost = await asyncio.to_thread(self.offsets.lost_coordinators, epochs) if epochs else set()
+        for group_id in lost:
+            self.release(group_id)
+        return lost
 
     def release(self, group_id: str) -> None:
         """Stop acting for a group (another gateway owns it now); its waiters wake and find it gone."""
@@ -932,10 +939,7 @@ class GroupCoordinator:
             changed[group_id] = (epoch, g.epoch if g is not None else -1, snapshot)
             texts[group_id] = text
         if self._fenced and changed:
-            # all the groups' epochs in one look: each look waits its turn at the offsets table
-            lost = await asyncio.to_thread(self.offsets.lost_coordinators, {g: e for g, (e, _, _) in changed.items()})
-            for group_id in lost:
-                self.release(group_id)
+            for group_id in await self._release_lost({g: e for g, (e, _, _) in changed.items()}):
                 del changed[group_id], texts[group_id]
         if changed:
             await asyncio.to_thread(lambda: self._snapshots().save(changed))

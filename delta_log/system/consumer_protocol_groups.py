@@ -134,10 +134,10 @@ class ConsumerGroupSnapshots:
         with self._lock:
             try:
                 self._dt.update_incremental()
-                current = self._dt.file_uris()
-                if not set(files) <= set(current):
+                current, known = self._dt.file_uris(), set(files)
+                if not known <= set(current):
                     return False  # rewritten meanwhile (another gateway compacted it)
-                rows = read + self._read([f for f in current if f not in set(files)])
+                rows = read + self._read([f for f in current if f not in known])
                 kept = [r for _, r in _latest(rows).values() if r["snapshot"]]
                 self.storage.rewrite_system_table(self._dt, pa.Table.from_pylist(kept, schema=SCHEMA))
             except (DeltaError, OSError):

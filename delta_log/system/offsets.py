@@ -35,13 +35,13 @@ from delta_log.errors import (
     OffsetMetadataTooLargeError,
     StorageUnavailableError,
 )
-from delta_log.system.own_log import OwnLog
+from delta_log.system.own_log import own_log_for
 from delta_log.table.app_transactions import (
     coordinator_app_id,
     coordinator_transactions,
     read_coordinator_epoch,
 )
-from delta_log.table.log_entries import StaleVersionError, checkpoint_interval, plain_protocol
+from delta_log.table.log_entries import StaleVersionError
 from delta_log.table.storage import StorageRoot, translate_storage_errors
 from delta_log.table.time_travel import travel
 
@@ -155,11 +155,7 @@ class OffsetStore:
         # measured 21 ms a fenced commit through delta-rs, most of it rebuilding what this store
         # holds; a consumer committing after each poll waits for that. `_own` is then the version
         # the next commit is planned on, and the coordinator txns seen since (`_txns`).
-        self._own: OwnLog | None = None
-        if storage.is_local and plain_protocol(self._dt):
-            self._own = OwnLog(
-                storage.fs_path(self.uri), self._dt.version(), checkpoint_interval(self._dt), OFFSETS_TABLE
-            )
+        self._own = own_log_for(storage, self._dt, OFFSETS_TABLE)
         self.load()
 
     def load(self) -> None:
@@ -350,11 +346,7 @@ class OffsetStore:
         protocol is still plain (a constraint, column mapping or another feature: delta-rs writes).
         Raises: DeltaError, OSError."""
         self._dt.update_incremental()
-        self._own = (
-            OwnLog(self._own.table_dir, self._dt.version(), checkpoint_interval(self._dt), OFFSETS_TABLE)
-            if self._own is not None and plain_protocol(self._dt)
-            else None
-        )
+        self._own = own_log_for(self.storage, self._dt, OFFSETS_TABLE) if self._own is not None else None
 
     def compact(self, *, min_files: int = 256) -> bool:
         """Rewrite the table to its latest row per (group, topic, partition) once it has `min_files`

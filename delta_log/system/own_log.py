@@ -1,7 +1,7 @@
 """A system table's commits as log entries written by its store on local disk (delta_log.table.
 log_entries): measured 21 ms a fenced commit through delta-rs, most of it rebuilding what the store
-already holds, against a few ms for one parquet file and its JSON entry. Used by the offsets table
-and the transactions table."""
+already holds, against a few ms for one parquet file and its JSON entry. Used by the offsets table,
+the transactions table and the consumer-protocol groups' table."""
 
 from __future__ import annotations
 
@@ -22,10 +22,19 @@ from deltalake.transaction import AddAction
 
 from delta_log.table import log_entries
 from delta_log.table.app_transactions import transactions_written
-from delta_log.table.log_entries import append_entry
+from delta_log.table.log_entries import append_entry, checkpoint_interval, plain_protocol
 from delta_log.table.storage import StorageRoot
 
 log = logging.getLogger(__name__)
+
+
+def own_log_for(storage: StorageRoot, dt: DeltaTable, name: str) -> OwnLog | None:
+    """The OwnLog of system table `dt` (`name`), at its version: on local disk and while its
+    protocol is a plain one (None: delta-rs writes its commits; a constraint, column mapping or
+    another feature would need it)."""
+    if not (storage.is_local and plain_protocol(dt)):
+        return None
+    return OwnLog(storage.fs_path(dt.table_uri), dt.version(), checkpoint_interval(dt), name)
 
 
 class OwnLog:

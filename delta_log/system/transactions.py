@@ -54,8 +54,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from delta_log.core.transactions import Txn
 from delta_log.errors import NotCoordinatorError, StorageUnavailableError
-from delta_log.system.own_log import OwnLog
-from delta_log.table.log_entries import StaleVersionError, checkpoint_interval, plain_protocol
+from delta_log.system.own_log import OwnLog, own_log_for
+from delta_log.table.log_entries import StaleVersionError
 from delta_log.table.storage import SYSTEM_DIR, StorageRoot, translate_storage_errors
 
 TABLE = "transactions"
@@ -148,14 +148,7 @@ class TransactionStore:
         self._rows_since_compaction = 0
         # On local disk a save writes its log entry itself (delta_log.system.own_log): measured
         # 15.7 ms a save through delta-rs, three saves a transaction.
-        self._own: OwnLog | None = None
-        if storage.is_local and plain_protocol(self._dt):
-            self._own = self._own_log()
-
-    def _own_log(self) -> OwnLog:
-        return OwnLog(
-            self.storage.fs_path(self._dt.table_uri), self._dt.version(), checkpoint_interval(self._dt), TABLE
-        )
+        self._own: OwnLog | None = own_log_for(storage, self._dt, TABLE)
 
     def _epoch(self, transactional_id: str) -> int:
         return self._dt.transaction_version(coordinator_app_id(transactional_id)) or 0
@@ -218,7 +211,7 @@ class TransactionStore:
                     own = self._own
                     if own is not None and own.changed:  # a metadata or protocol change: read it
                         self._dt.update_incremental()
-                        own = self._own = self._own_log() if plain_protocol(self._dt) else None
+                        own = self._own = own_log_for(self.storage, self._dt, TABLE)
                     if own is not None:
                         current = own.txn_version(self._dt, coordinator_app_id(tid))
                     else:
@@ -246,7 +239,7 @@ class TransactionStore:
                     continue  # a concurrent commit: read the epoch again
                 except StaleVersionError:  # the log was cleaned under this store: read the table again
                     self._dt.update_incremental()
-                    self._own = self._own_log() if self._own is not None else None
+                    self._own = own_log_for(self.storage, self._dt, TABLE) if self._own is not None else None
                 except (DeltaError, OSError, ValueError) as exc:  # ValueError: a log line that is not JSON
                     raise StorageUnavailableError(f"Could not save transactional id {tid!r}: {exc}") from exc
         raise StorageUnavailableError(f"Could not save transactional id {tid!r}: too many concurrent commits.")

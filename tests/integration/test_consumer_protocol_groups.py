@@ -76,3 +76,34 @@ def test_saves_go_on_while_compaction_reads_and_a_save_made_meanwhile_is_kept(st
     assert ConsumerGroupSnapshots(storage).load() == {"a": latest, "b": latest}
     fresh = storage.open_or_create_system_table("consumer_protocol_groups", SCHEMA)
     assert storage.read_system_table(fresh, SCHEMA).num_rows == 2
+
+
+def test_saves_write_their_own_log_entries_past_a_rewrite_and_hand_back_to_delta_rs_on_a_protocol_change(storage):
+    """On local disk a save writes its commit entry itself (a heartbeat waits for it): the table
+    stays one delta-rs reads, a save after a compaction's rewrite lands on the version after it,
+    and a constraint added from outside hands the saves back to delta-rs, which enforces it."""
+    import glob
+    import json
+    import os
+
+    from deltalake import DeltaTable
+
+    store = ConsumerGroupSnapshots(storage)
+    assert store._own is not None
+    for n in range(1, 4):
+        store.save({"a": (1, n, _group_after(n).snapshot())})
+    assert store.compact(min_rows=3)
+    latest = _group_after(5).snapshot()
+    store.save({"a": (1, 5, latest), "b": (1, 1, latest)})
+    uri = store._dt.table_uri
+    assert DeltaTable(uri).version() == 5  # created, three saves, the rewrite, the save after it
+    assert ConsumerGroupSnapshots(storage).load() == {"a": latest, "b": latest}
+
+    DeltaTable(uri).alter.add_constraint({"epoch_known": "group_epoch >= -1"})
+    store.save({"a": (1, 6, _group_after(6).snapshot())})
+    assert store._own is None
+    last = sorted(glob.glob(os.path.join(storage.fs_path(uri), "_delta_log", "*.json")))[-1]
+    with open(last) as f:
+        info = next(json.loads(line)["commitInfo"] for line in f if '"commitInfo"' in line)
+    assert info.get("engineInfo", "").startswith("delta-rs")
+    assert ConsumerGroupSnapshots(storage).load()["a"] == _group_after(6).snapshot()

@@ -775,6 +775,10 @@ class GroupCoordinator:
         )
         g.max_size = self.consumer_group_max_size
         topics = await self.topics()
+        member = g.members.get(hb.member_id)
+        named = hb.topics if hb.topics is not None else (member.topics if member is not None else ())
+        if not all(t in topics.counts for t in named):  # created a moment ago, maybe: Kafka assigns it at once
+            topics = await self.topics(fresh=True)
         weights = None
         if hb.assignor == "lag" or g.assignor == "lag":
             weights = await self._weights(g)

@@ -254,3 +254,30 @@ def test_an_http_join_waiting_in_a_classic_rebalance_goes_on_in_the_consumer_gro
         await coord.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_consumer_protocol_member_is_assigned_a_topic_created_a_moment_before_it_joined(
+    storage, settings, topic_factory
+):
+    """The coordinator looks at the catalog at most once a second, but a member naming a topic it
+    does not know yet makes it look now: the topic's partitions come in the answer to the join, as
+    Kafka's do, not a heartbeat interval (5 s) later."""
+    from delta_log.core.consumer_group import Heartbeat
+
+    first = topic_factory(partitions=2)
+
+    async def scenario():
+        coord = GroupCoordinator(TopicRegistry(settings), GroupStore(storage), sync_interval_s=3600)
+        await coord.start()
+        answer, _ = await coord.consumer_heartbeat(
+            "a", Heartbeat(member_id="m1", epoch=0, rebalance_timeout_ms=30_000, topics=(first,))
+        )
+        assert answer.assignment == {first: frozenset({0, 1})}
+        created = topic_factory(partitions=3)  # within the second the catalog was looked at
+        answer, _ = await coord.consumer_heartbeat(
+            "b", Heartbeat(member_id="m2", epoch=0, rebalance_timeout_ms=30_000, topics=(created,))
+        )
+        assert answer.assignment == {created: frozenset({0, 1, 2})}
+        await coord.stop()
+
+    asyncio.run(scenario())

@@ -267,6 +267,12 @@ func franzChurn(boot, tag string, stages, workers int, protocol, strategy string
 		opts := []kgo.Opt{
 			kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(src), kgo.ConsumeTopics(src), kgo.DisableAutoCommit(),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.BlockRebalanceOnPoll(),
+			// franz-go adds a partition whose start it had to look up (ListOffsets: never committed)
+			// to its fetches only once the long poll in flight ends, and by default that waits 5 s
+			// (the same against Kafka). Members here live 1-3 s: a member given such a partition
+			// and one with nothing left to read would end before fetching it, and the next one too.
+			// Java's and librdkafka's default wait is 500 ms.
+			kgo.FetchMaxWait(500 * time.Millisecond),
 			kgo.OnPartitionsRevoked(func(ctx context.Context, _ *kgo.Client, m map[string][]int32) { commit(ctx, m[src], true) }),
 			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 				count("partitions lost")

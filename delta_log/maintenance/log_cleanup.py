@@ -15,25 +15,9 @@ does). A `readStream.format("delta")` must stay within `keep_versions` versions 
 
 from __future__ import annotations
 
-import contextlib
-import time
-
-import pyarrow.fs as pafs
-
-from delta_log.core.log_cleanup_plan import LogFile, plan_log_cleanup
 from delta_log.table.storage import StorageRoot
 
 
 def cleanup_log(storage: StorageRoot, table_uri: str, *, keep_versions: int, min_age_s: float) -> int:
     """Delete what `plan_log_cleanup` allows; return how many files went."""
-    fs, _ = storage.filesystem()
-    base = storage.fs_path(table_uri)
-    infos = fs.get_file_info(pafs.FileSelector(f"{base}/_delta_log", allow_not_found=True))
-    files = [
-        LogFile(i.base_name, i.mtime.timestamp() if i.mtime else 0.0) for i in infos if i.type == pafs.FileType.File
-    ]
-    doomed = plan_log_cleanup(files, keep_versions=keep_versions, min_age_s=min_age_s, now_s=time.time())
-    for name in doomed:
-        with contextlib.suppress(OSError):  # someone else cleaned it
-            fs.delete_file(f"{base}/_delta_log/{name}")
-    return len(doomed)
+    return storage.cleanup_log(table_uri, keep_versions=keep_versions, min_age_s=min_age_s)

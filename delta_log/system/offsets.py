@@ -46,6 +46,9 @@ from delta_log.table.storage import StorageRoot, translate_storage_errors
 from delta_log.table.time_travel import travel
 
 OFFSETS_TABLE = "consumer_offsets"
+#: how far back the table's log is kept (its compaction's cleanup): a group's lag history
+#: (GET /groups/{g}/lag-history, the last hour by default) travels back through it
+OFFSETS_HISTORY_S = 3600.0
 #: Kafka's offset.metadata.max.bytes.
 MAX_METADATA_BYTES = 4096
 #: A deleted committed offset (DeleteGroups, OffsetDelete): the latest row of its key, read as none.
@@ -360,7 +363,9 @@ class OffsetStore:
                     return False
                 rows = self.storage.read_system_table(self._dt, OFFSETS_SCHEMA).to_pylist()
                 latest = latest_per_key(_row_commit(r) for r in rows)
-                self.storage.rewrite_system_table(self._dt, _to_table(list(latest.values())))
+                self.storage.rewrite_system_table(
+                    self._dt, _to_table(list(latest.values())), history_s=OFFSETS_HISTORY_S
+                )
                 self._version = self._dt.version()
             except (DeltaError, OSError):
                 return False  # CommitFailedError (a concurrent commit won) is a DeltaError

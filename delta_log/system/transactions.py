@@ -235,11 +235,11 @@ class TransactionStore:
                         )
                     self._rows_since_compaction += 1
                     return
-                except CommitFailedError:
-                    continue  # a concurrent commit: read the epoch again
                 except StaleVersionError:  # the log was cleaned under this store: read the table again
                     self._dt.update_incremental()
                     self._own = own_log_for(self.storage, self._dt, TABLE) if self._own is not None else None
+                except CommitFailedError:  # (after its subclass above)
+                    continue  # a concurrent commit: read the epoch again
                 except (DeltaError, OSError, ValueError) as exc:  # ValueError: a log line that is not JSON
                     raise StorageUnavailableError(f"Could not save transactional id {tid!r}: {exc}") from exc
         raise StorageUnavailableError(f"Could not save transactional id {tid!r}: too many concurrent commits.")

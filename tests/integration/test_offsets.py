@@ -55,6 +55,29 @@ def test_bad_commits_write_nothing(storage, bad, code):
     assert OffsetStore(storage)._dt.version() == before
 
 
+def test_compaction_keeps_an_hour_of_the_log_for_the_lag_history(storage, monkeypatch):
+    """The offsets table's rewrite cleans its log as the other system tables' do, but keeps the
+    entries of the last hour (OFFSETS_HISTORY_S): a group's lag history travels back through
+    them. The other tables keep a minute."""
+    import os
+
+    from delta_log.table import storage as storage_module
+
+    monkeypatch.setattr(storage_module, "SYSTEM_LOG_KEEP_VERSIONS", 10)
+    store = OffsetStore(storage)
+    for round_ in range(2):  # the first rewrite's checkpoint is what the second could clean up to
+        for i in range(30):
+            store.commit([OffsetCommit(group="g", topic="t", partition=0, offset=30 * round_ + i)])
+        assert store.compact(min_files=5)
+    log_dir = os.path.join(storage.fs_path(store.uri), "_delta_log")
+    assert os.path.exists(os.path.join(log_dir, f"{1:020d}.json"))
+    monkeypatch.setattr(storage_module, "SYSTEM_LOG_MIN_AGE_S", 0.0)  # not the offsets table's
+    for i in range(30):
+        store.commit([OffsetCommit(group="g", topic="t", partition=0, offset=60 + i)])
+    assert store.compact(min_files=5)
+    assert os.path.exists(os.path.join(log_dir, f"{1:020d}.json"))
+
+
 def test_compaction_keeps_the_latest_per_key_and_never_drops_a_concurrent_commit(storage):
     import threading
 

@@ -759,6 +759,41 @@ def test_the_state_table_compacts_to_a_row_per_id_and_forgets_idle_ids(registry)
     assert store.load()["busy"].txn.producer_epoch == 9
 
 
+def test_a_compaction_cleans_the_state_tables_log_and_a_store_left_behind_still_saves(registry, monkeypatch):
+    """The rewrite deletes log entries but the newest SYSTEM_LOG_KEEP_VERSIONS (and those younger
+    than SYSTEM_LOG_MIN_AGE_S), as a busy id writes a version a save, and the files it replaced
+    once as old. A store whose version was
+    cleaned from under it (another gateway's, idle meanwhile) reads the table again and saves;
+    a new one loads every id from the checkpoint and the entries left."""
+    from delta_log.table import storage as storage_module
+
+    monkeypatch.setattr(storage_module, "SYSTEM_LOG_KEEP_VERSIONS", 10)
+    monkeypatch.setattr(storage_module, "SYSTEM_LOG_MIN_AGE_S", 0.0)
+    busy, behind = TransactionStore(registry.storage), TransactionStore(registry.storage)
+    epochs = {tid: busy.claim(tid) for tid in ("a", "b")}
+    behind.save(rules.Txn(transactional_id="b", producer_id=2, producer_epoch=0, timeout_ms=1000), epochs["b"])
+    for epoch in range(40):
+        busy.save(rules.Txn(transactional_id="a", producer_id=1, producer_epoch=epoch, timeout_ms=1000), epochs["a"])
+    log_dir = os.path.join(registry.storage.fs_path(registry.storage.system_uri(TABLE)), "_delta_log")
+    entries = lambda: sorted(f for f in os.listdir(log_dir) if f.endswith(".json"))  # noqa: E731
+    assert busy.compact(min_rows=1)  # checkpointed at its rewrite; the ten versions before it need the log
+    assert len(entries()) > 40
+    for epoch in range(40, 55):
+        busy.save(rules.Txn(transactional_id="a", producer_id=1, producer_epoch=epoch, timeout_ms=1000), epochs["a"])
+    assert busy.compact(min_rows=1)  # now they start from that checkpoint
+    assert len(entries()) < 20 and not os.path.exists(os.path.join(log_dir, f"{1:020d}.json"))
+    table_dir = os.path.dirname(log_dir)  # the files the rewrites replaced are gone: only the live one is left
+    assert [f for f in os.listdir(table_dir) if f.endswith(".parquet")] == [
+        os.path.basename(u) for u in DeltaTable(registry.storage.system_uri(TABLE)).file_uris()
+    ]
+    config = DeltaTable(registry.storage.system_uri(TABLE)).metadata().configuration
+    assert config["delta.deletedFileRetentionDuration"] == "interval 10 seconds"  # tombstones: seconds, not a week
+    behind.save(rules.Txn(transactional_id="b", producer_id=2, producer_epoch=1, timeout_ms=1000), epochs["b"])
+    busy.save(rules.Txn(transactional_id="a", producer_id=1, producer_epoch=55, timeout_ms=1000), epochs["a"])
+    loaded = TransactionStore(registry.storage).load()
+    assert (loaded["a"].txn.producer_epoch, loaded["b"].txn.producer_epoch) == (55, 1)
+
+
 def test_loading_one_id_reads_the_files_that_may_hold_it_and_no_other(registry):
     """A gateway taking an id over (InitProducerId, a failover) reads that id's saved rows, not
     every id's saved since the last compaction (up to 256 files, 0.3-0.6 s before): each saved

@@ -46,6 +46,7 @@ BENCHES = [
     "upsert_bench",
     "sql_endpoint_bench",
     "txn_bench",
+    "system_table_bench",
 ]
 QUICK_ARGS = {
     "log_bench": ["--quick"],
@@ -66,6 +67,7 @@ QUICK_ARGS = {
     "upsert_bench": ["--quick"],
     "sql_endpoint_bench": ["--quick"],
     "txn_bench": ["--quick"],
+    "system_table_bench": ["--quick"],
 }
 
 

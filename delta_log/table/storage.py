@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import math
 import os
 import threading
 import time
@@ -33,15 +34,29 @@ from delta_log.errors import StorageUnavailableError, TopiclakeError, TopicNotFo
 #: hour for the offsets table, whose time travel (a group's lag history) reaches back that far
 SYSTEM_LOG_KEEP_VERSIONS = 1000
 SYSTEM_LOG_MIN_AGE_S = 10.0
-#: the system tables rewritten with the default history take a version and a file a save, and
-#: their rewrites remove them all: a checkpoint every 1000 versions, and remove actions
-#: (tombstones) kept in checkpoints for seconds, not Delta's week. Measured at 150 saves a second
-#: with Delta's defaults: after four minutes, 35,000 tombstones, a 2.3 MB checkpoint taking 330 ms
-#: and a load 140 ms, every 100 versions (bench/system_table_bench.py).
-SYSTEM_TABLE_CONFIG = {"delta.checkpointInterval": "1000", "delta.deletedFileRetentionDuration": "interval 10 seconds"}
-#: their rewrites list the table (a full vacuum of files an hour old) this often, for the files a
-#: process replaced and died before deleting
+#: system tables take a version and a file a save, and their rewrites remove them all: a
+#: checkpoint every 1000 versions, and remove actions (tombstones) kept in checkpoints for as long
+#: as the table's history needs them (`system_table_config`), not Delta's week. Measured at 150
+#: saves a second with Delta's defaults: after four minutes, 35,000 tombstones, a 2.3 MB checkpoint
+#: taking 330 ms and a load 140 ms, every 100 versions (bench/system_table_bench.py).
+SYSTEM_CHECKPOINT_INTERVAL = "1000"
+#: a rewrite lists the table (a full vacuum of what no version references and is an hour old)
+#: the first time in a process and every this many times after: the files replaced by a process
+#: that died before deleting them, or whose tombstones expired before a vacuum saw them
 FULL_VACUUM_EVERY = 64
+
+
+def system_table_config(history_s: float) -> dict[str, str]:
+    """The table properties of a system table whose time travel reaches back `history_s`: its
+    tombstones live twice as long where vacuum deletes the replaced files (an hour and more, the
+    offsets table), as long where the rewriting process does (seconds; 10 at least)."""
+    tombstones_s = max(10, round(history_s * 2 if history_s >= 3600 else history_s))
+    return {
+        "delta.checkpointInterval": SYSTEM_CHECKPOINT_INTERVAL,
+        "delta.deletedFileRetentionDuration": f"interval {tombstones_s} seconds",
+    }
+
+
 TOPICS_DIR = "topics"
 SYSTEM_DIR = "_system"
 LATEST_DIR = "latest"  # upsert tables: <root>/latest/<topic> (delta_log.maintenance.upsert)
@@ -240,19 +255,20 @@ class StorageRoot:
         version and a file a save, and delta-rs lists the log on every load and checkpoint: at
         150 transactions a second, 36,000 entries in four minutes.
 
-        `history_s` None: SYSTEM_LOG_MIN_AGE_S, with SYSTEM_TABLE_CONFIG (set here on
-        a table made without it), the replaced files deleted by this process (`_Replaced`) and a
-        full vacuum every FULL_VACUUM_EVERY rewrites. Else Delta's tombstones and a vacuum of the
-        files replaced over an hour ago.
+        `history_s` None: SYSTEM_LOG_MIN_AGE_S. Under an hour, the replaced files are deleted by
+        this process (`_Replaced`); from an hour, by a vacuum of those replaced over an hour ago.
+        The table gets `system_table_config` first where it lacks it, and a full vacuum now and
+        then (FULL_VACUUM_EVERY).
 
         No internal retry: the rewrite loses to any commit that lands meanwhile (delta-rs raises
         CommitFailedError), so a concurrent append is never dropped. Raises: DeltaError, OSError.
         """
         from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
 
-        short = history_s is None
-        if short and any(dt.metadata().configuration.get(k) != v for k, v in SYSTEM_TABLE_CONFIG.items()):
-            dt.alter.set_table_properties(SYSTEM_TABLE_CONFIG, raise_if_not_exists=False)
+        keep_s = SYSTEM_LOG_MIN_AGE_S if history_s is None else history_s
+        config = system_table_config(keep_s)
+        if any(dt.metadata().configuration.get(k) != v for k, v in config.items()):
+            dt.alter.set_table_properties(config, raise_if_not_exists=False)
         replaced = [self.fs_path(u) for u in dt.file_uris()]
         write_deltalake(
             dt,
@@ -266,17 +282,16 @@ class StorageRoot:
         # files"): the rewrite stands, and the next one's or the interval's checkpoint follows.
         with contextlib.suppress(DeltaError):
             dt.create_checkpoint()
-        keep_s = SYSTEM_LOG_MIN_AGE_S if history_s is None else history_s
-        if short:
-            due, full = _REPLACED.add(dt.table_uri, replaced, keep_s)
-            fs, _ = self.filesystem()
-            for path in due:
-                with contextlib.suppress(OSError):  # gone already (a full vacuum)
-                    fs.delete_file(path)
-            if full:  # what a process that died before deleting what it replaced left
-                dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False, full=True)
-        else:
-            dt.vacuum(retention_hours=1, enforce_retention_duration=False, dry_run=False)
+        vacuum_h = max(1, math.ceil(keep_s / 3600))
+        due, full = _REPLACED.add(dt.table_uri, replaced if keep_s < 3600 else [], keep_s)
+        fs, _ = self.filesystem()
+        for path in due:
+            with contextlib.suppress(OSError):  # gone already (a full vacuum)
+                fs.delete_file(path)
+        if keep_s >= 3600:  # the files replaced over vacuum_h hours ago, from their tombstones
+            dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False)
+        if full:  # unreferenced (tombstones expired, or never committed) and vacuum_h hours old
+            dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False, full=True)
         self.cleanup_log(dt.table_uri, keep_versions=SYSTEM_LOG_KEEP_VERSIONS, min_age_s=keep_s)
 
     def cleanup_log(self, table_uri: str, *, keep_versions: int, min_age_s: float) -> int:

@@ -72,11 +72,13 @@ from delta_log.errors import (
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
     InconsistentGroupProtocolError,
+    InvalidTopicError,
     MemberIdRequiredError,
     NotCoordinatorError,
     PartitionNotFoundError,
     RebalanceInProgressError,
     TopiclakeError,
+    TopicNotFoundError,
     UnknownGroupError,
     UnknownGroupMemberError,
     UnknownMemberError,
@@ -132,6 +134,8 @@ class _TopicIndex:
     ids: dict[str, uuid.UUID] = field(default_factory=dict)
     marker: str | None = None
     checked: float = -math.inf
+    #: the topics the last read could not read (their last known state kept; read again each second)
+    unread: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1118,20 +1122,33 @@ class GroupCoordinator:
             index.checked = now
             marker = await asyncio.to_thread(self.registry.storage.read_marker, CATALOG_MARKER)
             if marker != index.marker or not marker:
-                counts, ids = await asyncio.to_thread(self._read_topics)
+                counts, ids, unread = await asyncio.to_thread(self._read_topics, index)
                 if counts != index.topics.counts or ids != index.ids:
                     index.topics, index.ids = Topics(index.topics.version + 1, counts), ids
-                index.marker = marker
+                index.marker = None if unread else marker  # a topic not read: again in a second
+                index.unread = unread
         return index.topics
 
-    def _read_topics(self) -> tuple[dict[str, int], dict[str, uuid.UUID]]:
+    def _read_topics(self, known: _TopicIndex) -> tuple[dict[str, int], dict[str, uuid.UUID], set[str]]:
+        """Every topic's partition count and id, and the topics that could not be read just now (a
+        storage error): each keeps what `known` held of it. Dropped, its partitions would leave
+        every group subscribed to it, a rebalance of them all, and come back a second later."""
         counts: dict[str, int] = {}
         ids: dict[str, uuid.UUID] = {}
+        unread: set[str] = set()
         for name in self.registry.catalog.list_topics():
-            with contextlib.suppress(TopiclakeError):  # deleted meanwhile
+            try:
                 reader = self.registry.reader(name)
                 counts[name], ids[name] = reader.config.partitions, reader.topic_id
-        return counts, ids
+            except (TopicNotFoundError, InvalidTopicError):
+                continue  # deleted meanwhile (or a name no topic can have)
+            except TopiclakeError as exc:
+                unread.add(name)
+                if name not in known.unread:  # once, not every second while it lasts
+                    log.warning("topic %r not read for consumer groups (its last known state kept): %s", name, exc)
+                if name in known.ids:
+                    counts[name], ids[name] = known.topics.counts[name], known.ids[name]
+        return counts, ids, unread
 
     def topic_ids(self) -> Mapping[str, uuid.UUID]:
         """Each topic's id, as of the last `topics()`."""

@@ -281,3 +281,44 @@ def test_a_consumer_protocol_member_is_assigned_a_topic_created_a_moment_before_
         await coord.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_topic_that_cannot_be_read_for_a_moment_stays_in_the_consumer_groups_view(
+    storage, settings, topic_factory, monkeypatch
+):
+    """The coordinator reads every topic again when the catalog changes (a topic created elsewhere).
+    A topic whose table cannot be read just then (an object store's 503) keeps its partitions in
+    the groups' view: dropped, every group subscribed to it would have them all revoked, and given
+    back a second later. What could not be read is read again at the next look, though the catalog
+    did not change again; a deleted topic still leaves."""
+    from delta_log.errors import StorageUnavailableError
+
+    kept = topic_factory(partitions=3)
+
+    async def scenario():
+        registry = TopicRegistry(settings)
+        coord = GroupCoordinator(registry, GroupStore(storage), sync_interval_s=3600)
+        await coord.start()
+        assert (await coord.topics(fresh=True)).counts[kept] == 3
+        kept_id = coord.topic_ids()[kept]
+        readable = registry.reader
+        down: set[str] = {kept}
+
+        def failing(name):
+            if name in down:
+                raise StorageUnavailableError("Could not read the topic's log: SlowDown (503).")
+            return readable(name)
+
+        monkeypatch.setattr(registry, "reader", failing)
+        added = topic_factory(partitions=2)  # moves the catalog's marker
+        down.add(added)
+        seen = await coord.topics(fresh=True)
+        assert (seen.counts[kept], coord.topic_ids()[kept]) == (3, kept_id)
+        assert added not in seen.counts  # never read yet: not known
+        down.clear()
+        assert (await coord.topics(fresh=True)).counts[added] == 2  # the same marker, read again
+        registry.catalog.delete_topic(kept)
+        assert kept not in (await coord.topics(fresh=True)).counts
+        await coord.stop()
+
+    asyncio.run(scenario())

@@ -390,11 +390,9 @@ class GroupCoordinator:
                 except Exception:
                     log.exception("expiring members of %r failed", g.group_id)
             for cg in list(self.consumer_groups.values()):
-                now = self.clock()
-                why = {m.member_id: w for m in cg.members.values() if (w := cg.why_expired(m, now)) is not None}
-                removed = cg.expire(now, self._topic_index.topics)
-                for mid in removed:
-                    log.info("group %r: member %r removed: %s", cg.group_id, mid, why.get(mid))
+                removed = cg.expire(self.clock(), self._topic_index.topics)
+                for mid, why in removed.items():
+                    log.info("group %r: member %r removed: %s", cg.group_id, mid, why)
                     self._touched(cg.group_id)
                 if removed:
                     try:

@@ -855,10 +855,11 @@ class ConsumerGroup:
             return f"its partitions not revoked within its rebalance timeout ({m.rebalance_timeout_ms} ms)"
         return None
 
-    def expire(self, now: float, topics: Topics) -> list[str]:
+    def expire(self, now: float, topics: Topics) -> dict[str, str]:
         """Remove members whose session ended (a classic member's own session timeout) or that did
-        not revoke within their rebalance timeout; the ids removed (the group epoch moved if any)."""
-        gone = [m.member_id for m in self.members.values() if self.why_expired(m, now) is not None]
+        not revoke within their rebalance timeout; the ids removed, each with why (`why_expired`;
+        the group epoch moved if any)."""
+        gone = {m.member_id: why for m in self.members.values() if (why := self.why_expired(m, now)) is not None}
         for mid in gone:
             self._remove(mid, bump=True)
         if gone:

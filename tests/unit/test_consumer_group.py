@@ -105,7 +105,8 @@ def test_leaving_and_expiring_bump_the_epoch_and_free_the_partitions():
     a2 = beat(g, "a", 2, {"orders": g.members["a"].assigned["orders"]}, now=3.0)
     assert count(a2.assignment) == 6
     # a member silent longer than the session timeout is removed
-    assert g.expire(3.0 + 46, TOPICS) == ["a"] and not g.members
+    assert g.expire(3.0 + 46, TOPICS) == {"a": "no heartbeat for 46.0 s (session timeout 45000 ms)"}
+    assert not g.members
 
 
 def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_removed():
@@ -114,10 +115,10 @@ def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_removed()
     join(g, "b")
     beat(g, "a", 1, a.assignment, now=1.0)
     assert g.members["a"].state == UNREVOKED
-    assert g.expire(1.0 + 29, TOPICS) == []
+    assert g.expire(1.0 + 29, TOPICS) == {}
     beat(g, "b", 2, {}, now=20.0)  # b heartbeats; a heartbeats but never revokes
     beat(g, "a", 1, a.assignment, now=25.0)
-    assert g.expire(1.0 + 31, TOPICS) == ["a"]
+    assert g.expire(1.0 + 31, TOPICS) == {"a": "its partitions not revoked within its rebalance timeout (30000 ms)"}
     assert count(beat(g, "b", 2, {}, now=32.0).assignment) == 6
 
 
@@ -309,8 +310,8 @@ def test_a_classic_member_leaves_or_goes_silent_for_its_own_session_timeout():
     with pytest.raises(UnknownMemberError):
         g.classic_heartbeat("c1", None, 4, 1.0, None, topics=TOPICS)
     # c2's own session timeout is 10 s (the group's 45 s is for consumer-protocol members)
-    assert g.expire(9.0, TOPICS) == []
-    assert g.expire(10.5, TOPICS) == ["c2"]
+    assert g.expire(9.0, TOPICS) == {}
+    assert list(g.expire(10.5, TOPICS)) == ["c2"]
 
 
 def test_a_consumer_protocol_member_is_not_served_classic_requests():

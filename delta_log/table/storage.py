@@ -44,13 +44,16 @@ SYSTEM_CHECKPOINT_INTERVAL = "1000"
 #: the first time in a process and every this many times after: the files replaced by a process
 #: that died before deleting them, or whose tombstones expired before a vacuum saw them
 FULL_VACUUM_EVERY = 64
+#: a table whose history reaches back this far has its replaced files deleted by Delta's vacuum
+#: (from their tombstones); under it, by the process that rewrote (`_Replaced`)
+VACUUMED_HISTORY_S = 3600.0
 
 
 def system_table_config(history_s: float) -> dict[str, str]:
     """The table properties of a system table whose time travel reaches back `history_s`: its
     tombstones live twice as long where vacuum deletes the replaced files (an hour and more, the
     offsets table), as long where the rewriting process does (seconds; 10 at least)."""
-    tombstones_s = max(10, round(history_s * 2 if history_s >= 3600 else history_s))
+    tombstones_s = max(10, round(history_s * 2 if history_s >= VACUUMED_HISTORY_S else history_s))
     return {
         "delta.checkpointInterval": SYSTEM_CHECKPOINT_INTERVAL,
         "delta.deletedFileRetentionDuration": f"interval {tombstones_s} seconds",
@@ -282,13 +285,14 @@ class StorageRoot:
         # files"): the rewrite stands, and the next one's or the interval's checkpoint follows.
         with contextlib.suppress(DeltaError):
             dt.create_checkpoint()
+        vacuumed = keep_s >= VACUUMED_HISTORY_S
         vacuum_h = max(1, math.ceil(keep_s / 3600))
-        due, full = _REPLACED.add(dt.table_uri, replaced if keep_s < 3600 else [], keep_s)
+        due, full = _REPLACED.add(dt.table_uri, [] if vacuumed else replaced, keep_s)
         fs, _ = self.filesystem()
         for path in due:
             with contextlib.suppress(OSError):  # gone already (a full vacuum)
                 fs.delete_file(path)
-        if keep_s >= 3600:  # the files replaced over vacuum_h hours ago, from their tombstones
+        if vacuumed:  # the files replaced over vacuum_h hours ago, from their tombstones
             dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False)
         if full:  # unreferenced (tombstones expired, or never committed) and vacuum_h hours old
             dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False, full=True)

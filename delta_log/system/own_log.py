@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Transaction
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from delta_log.table import log_entries
 from delta_log.table.app_transactions import transactions_written
@@ -28,13 +28,22 @@ from delta_log.table.storage import StorageRoot
 log = logging.getLogger(__name__)
 
 
-def own_log_for(storage: StorageRoot, dt: DeltaTable, name: str) -> OwnLog | None:
+def own_log_for(storage: StorageRoot, dt: DeltaTable, name: str, *, track_files: bool = False) -> OwnLog | None:
     """The OwnLog of system table `dt` (`name`), at its version: on local disk and while its
     protocol is a plain one (None: delta-rs writes its commits; a constraint, column mapping or
-    another feature would need it)."""
+    another feature would need it). `track_files`: it follows the table's files (`files`), which
+    a table unpartitioned keeps at its root, so that a rewrite (`rewrite`) needs no table read."""
     if not (storage.is_local and plain_protocol(dt)):
         return None
-    return OwnLog(storage.fs_path(dt.table_uri), dt.version(), checkpoint_interval(dt), name)
+    own = OwnLog(storage.fs_path(dt.table_uri), dt.version(), checkpoint_interval(dt), name)
+    if track_files:
+        own.files = {u.rpartition("/")[2] for u in dt.file_uris()}
+    return own
+
+
+def new_file_name() -> str:
+    """A fresh data file's name, as delta-rs names them."""
+    return f"part-{uuid.uuid4()}-c000.snappy.parquet"
 
 
 class OwnLog:
@@ -52,12 +61,16 @@ class OwnLog:
         self._checkpointing = False
         #: an entry read since changed the table's metadata or protocol (the store re-reads it)
         self.changed = False
+        #: the table's files at `version`, where followed (`own_log_for`'s track_files)
+        self.files: set[str] | None = None
 
     def catch_up(self) -> None:
         """Read the entries committed after `version` (by anyone: this store, claims, compaction,
         other gateways) for their txns."""
         entries = log_entries.entries_from(self.log_dir, self.version + 1)
         self._txns.update(transactions_written(entries))
+        if self.files is not None:
+            log_entries.apply_files(entries, self.files)
         if log_entries.conflicts(entries, frozenset()) is not None:  # with no txns of ours: metadata, protocol
             self.changed = True
         self.version += len(entries)
@@ -78,16 +91,25 @@ class OwnLog:
         table: pa.Table,
         txns: list[Transaction],
         stats: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
     ) -> int:
-        """One parquet file and its log entry, on the version after `version` or (a blind append)
+        """One parquet file (`name`, relative to the table, as its add action names it: a fresh
+        one if None) and its log entry, on the version after `version` or (a blind append)
         past commits in between that wrote none of `txns`' app ids, nor metadata or protocol;
         returns its version. `stats`: the file's column statistics (Delta's minValues, maxValues,
         nullCount), beside its record count. Raises: CommitFailedError (one did: the caller reads
         them and checks the epoch again), StaleVersionError, OSError."""
-        name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+        name = name or new_file_name()
+        add = self.write_file(table, name, stats)
+        entry = append_entry([add], txns, {}, partition_by=[])
+        return self._commit(storage, uri, entry, name, self.version, frozenset(t.app_id for t in txns))
+
+    def write_file(self, table: pa.Table, name: str, stats: Mapping[str, Any] | None = None) -> AddAction:
+        """Write `table` as the table's data file `name` (not committed yet): its add action."""
         path = os.path.join(self.table_dir, name)
         pq.write_table(table, path, compression="snappy")
-        add = AddAction(
+        return AddAction(
             name,
             os.path.getsize(path),
             {},
@@ -95,16 +117,36 @@ class OwnLog:
             True,
             json.dumps({"numRecords": table.num_rows, **(stats or {})}),
         )
+
+    def rewrite(self, storage: StorageRoot, uri: str, add: AddAction, read_version: int, replaced: set[str]) -> int:
+        """Commit `add` (a file `write_file` wrote) in place of the files `replaced`, which the
+        table held at `read_version`: a rewrite of its rows. Commits since that only added files
+        (appends: their rows are newer) do not conflict, so a store may write the file without its
+        lock and commit with it; one that removed a replaced file, or changed the metadata or
+        protocol, does (CommitFailedError; the file is deleted). Returns its version. Raises:
+        CommitFailedError, StaleVersionError, OSError."""
+        now = int(time.time() * 1000)
+        removes = [RemoveAction(f, True, now) for f in sorted(replaced)]
+        entry = append_entry([*removes, add], [], {}, partition_by=[], mode="Overwrite")
+        return self._commit(storage, uri, entry, add.path, read_version, frozenset(), removed=frozenset(replaced))
+
+    def _commit(
+        self,
+        storage: StorageRoot,
+        uri: str,
+        entry: bytes,
+        name: str,
+        read_version: int,
+        app_ids: frozenset[str],
+        *,
+        removed: frozenset[str] = frozenset(),
+    ) -> int:
+        """Commit `entry` (adding the file `name`) after `read_version`; catch up to it."""
         try:
-            version = log_entries.commit(
-                self.log_dir,
-                self.version,
-                append_entry([add], txns, {}, partition_by=[]),
-                frozenset(t.app_id for t in txns),
-            )
+            version = log_entries.commit(self.log_dir, read_version, entry, app_ids, removed=removed)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                os.unlink(os.path.join(self.table_dir, name))
             raise
         try:  # the commit is durable: what follows may not fail it
             if log_entries.crosses_checkpoint(self.version, version, self.interval):

@@ -54,9 +54,9 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from delta_log.core.transactions import Txn
 from delta_log.errors import NotCoordinatorError, StorageUnavailableError
-from delta_log.system.own_log import OwnLog, own_log_for
+from delta_log.system.own_log import OwnLog, new_file_name, own_log_for
 from delta_log.table.log_entries import StaleVersionError
-from delta_log.table.storage import SYSTEM_DIR, StorageRoot, translate_storage_errors
+from delta_log.table.storage import SYSTEM_DIR, StorageRoot, system_table_configured, translate_storage_errors
 
 TABLE = "transactions"
 STAGED_DIR = "transactions_staged"
@@ -73,6 +73,7 @@ SCHEMA = pa.schema(
 )
 _HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 _ATTEMPTS = 10
+_WRITTEN_KEPT = 65536  # rows of files written here that a compaction need not read (~25 MB at most)
 
 
 def coordinator_app_id(transactional_id: str) -> str:
@@ -100,13 +101,30 @@ def _newest(rows: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {tid: r for tid, (_, r) in ranked.items()}
 
 
-def _id_stats(transactional_id: str) -> dict[str, Any]:
-    """A one-row file's statistics of its id (Delta's), which `_files_holding` reads."""
+def _id_stats(ids: Sequence[str]) -> dict[str, Any]:
+    """A file's statistics of the ids it holds (Delta's), which `_files_holding` reads."""
+    if not ids:
+        return {"nullCount": {"transactional_id": 0}}
     return {
-        "minValues": {"transactional_id": transactional_id},
-        "maxValues": {"transactional_id": transactional_id},
+        "minValues": {"transactional_id": min(ids)},
+        "maxValues": {"transactional_id": max(ids)},
         "nullCount": {"transactional_id": 0},
     }
+
+
+def _kept(
+    rows: Sequence[Mapping[str, Any]], expire_before_ms: int | None, keep: frozenset[str]
+) -> list[Mapping[str, Any]]:
+    """What a compaction keeps of `rows`: each id's winning row, but the ids idle since
+    `expire_before_ms` (no transaction open or deciding, not in `keep`)."""
+    return [
+        r
+        for r in _newest(rows).values()
+        if expire_before_ms is None
+        or r["transactional_id"] in keep
+        or (txn := _saved(r).txn).open
+        or txn.updated_ms >= expire_before_ms
+    ]
 
 
 def _files_holding(dt: DeltaTable, transactional_id: str) -> list[str]:
@@ -146,9 +164,14 @@ class TransactionStore:
         self._dt = storage.open_or_create_system_table(TABLE, SCHEMA)
         self._sequence = 0
         self._rows_since_compaction = 0
+        self._compacting = False
         # On local disk a save writes its log entry itself (delta_log.system.own_log): measured
         # 15.7 ms a save through delta-rs, three saves a transaction.
-        self._own: OwnLog | None = own_log_for(storage, self._dt, TABLE)
+        self._own: OwnLog | None = own_log_for(storage, self._dt, TABLE, track_files=True)
+        # the rows of the files this store wrote (`save`) since the last compaction, by file name,
+        # so that a compaction reads only the files others wrote: measured two thirds of its
+        # time, reading every one-row file back
+        self._written: dict[str, dict[str, Any]] = {}
 
     def _epoch(self, transactional_id: str) -> int:
         return self._dt.transaction_version(coordinator_app_id(transactional_id)) or 0
@@ -211,7 +234,7 @@ class TransactionStore:
                     own = self._own
                     if own is not None and own.changed:  # a metadata or protocol change: read it
                         self._dt.update_incremental()
-                        own = self._own = own_log_for(self.storage, self._dt, TABLE)
+                        own = self._own = own_log_for(self.storage, self._dt, TABLE, track_files=True)
                     if own is not None:
                         current = own.txn_version(self._dt, coordinator_app_id(tid))
                     else:
@@ -224,7 +247,11 @@ class TransactionStore:
                             transactional_id=tid,
                         )
                     if own is not None:  # the claim's txn in it: a claim since makes it conflict
-                        own.append(self.storage, self._dt.table_uri, row, fence, _id_stats(tid))
+                        name = new_file_name()
+                        own.append(self.storage, self._dt.table_uri, row, fence, _id_stats([tid]), name=name)
+                        if len(self._written) >= _WRITTEN_KEPT:  # compactions failing: read the oldest
+                            del self._written[next(iter(self._written))]
+                        self._written[name] = row.to_pylist()[0]
                     else:
                         write_deltalake(
                             self._dt,
@@ -237,7 +264,9 @@ class TransactionStore:
                     return
                 except StaleVersionError:  # the log was cleaned under this store: read the table again
                     self._dt.update_incremental()
-                    self._own = own_log_for(self.storage, self._dt, TABLE) if self._own is not None else None
+                    self._own = (
+                        own_log_for(self.storage, self._dt, TABLE, track_files=True) if self._own is not None else None
+                    )
                 except CommitFailedError:  # (after its subclass above)
                     continue  # a concurrent commit: read the epoch again
                 except (DeltaError, OSError, ValueError) as exc:  # ValueError: a log line that is not JSON
@@ -253,24 +282,68 @@ class TransactionStore:
         anew). False when skipped, or when a concurrent save or claim won (the rewrite never drops
         one)."""
         with self._lock:
-            if self._rows_since_compaction < min_rows:
+            if self._rows_since_compaction < min_rows or self._compacting:
                 return False
+            counted = self._rows_since_compaction
+            own = self._own
+            if own is None or own.changed or own.files is None or not system_table_configured(self._dt):
+                return self._compact_through_delta_rs(counted, expire_before_ms, keep)
             try:
-                self._dt.update_incremental()
-                rows = self.storage.read_system_table(self._dt, SCHEMA).to_pylist()
-                kept = [
-                    r
-                    for r in _newest(rows).values()
-                    if expire_before_ms is None
-                    or r["transactional_id"] in keep
-                    or (txn := _saved(r).txn).open
-                    or txn.updated_ms >= expire_before_ms
-                ]
-                self.storage.rewrite_system_table(self._dt, pa.Table.from_pylist(kept, schema=SCHEMA))
+                own.catch_up()
+            except (OSError, ValueError):
+                return False
+            read_version, files = own.version, set(own.files or ())
+            cached = {f: self._written[f] for f in files if f in self._written}
+            self._compacting = True
+        # Without the lock: saves go on meanwhile (measured: a rewrite held them up to 250 ms), and
+        # their files, newer than every row read here, stay (`OwnLog.rewrite`).
+        try:
+            try:
+                unread = [os.path.join(own.table_dir, f) for f in files if f not in cached]
+                rows = [*cached.values(), *self.storage.read_data_files(unread, SCHEMA).to_pylist()]
+                table = pa.Table.from_pylist(_kept(rows, expire_before_ms, keep), schema=SCHEMA)
+                add = own.write_file(table, new_file_name(), _id_stats(table.column("transactional_id").to_pylist()))
             except (DeltaError, OSError):
                 return False
-            self._rows_since_compaction = 0
-            return True
+            with self._lock:
+                try:
+                    if self._own is not own:  # the table was read anew meanwhile: its files may differ
+                        raise CommitFailedError("The table was read again during the rewrite.")
+                    own.rewrite(self.storage, self._dt.table_uri, add, read_version, files)
+                except (DeltaError, OSError):  # a concurrent rewrite or metadata change won
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(own.table_dir, add.path))
+                    return False
+                for f in files:
+                    self._written.pop(f, None)
+                self._rows_since_compaction -= counted
+        finally:
+            self._compacting = False
+        try:  # on a table object of its own (a load), so saves need not wait for it either
+            dt = DeltaTable(self._dt.table_uri, storage_options=self.storage.options())
+            self.storage.after_system_rewrite(dt, [os.path.join(own.table_dir, f) for f in files])
+        except (DeltaError, OSError):  # the rewrite stands; the next one's checkpoint and cleanup follow
+            pass
+        return True
+
+    def _compact_through_delta_rs(self, counted: int, expire_before_ms: int | None, keep: frozenset[str]) -> bool:
+        """`compact` with the lock held throughout, through delta-rs: on an object store, and where
+        the table lacks `system_table_config` (which this rewrite sets)."""
+        try:
+            self._dt.update_incremental()
+            paths = [self.storage.fs_path(u) for u in self._dt.file_uris()]
+            files = [p.rpartition("/")[2] for p in paths]  # every file is at the table's root
+            rows = [self._written[f] for f in files if f in self._written]
+            unread = [p for p, f in zip(paths, files, strict=True) if f not in self._written]
+            rows += self.storage.read_data_files(unread, SCHEMA).to_pylist()
+            kept = _kept(rows, expire_before_ms, keep)
+            self.storage.rewrite_system_table(self._dt, pa.Table.from_pylist(kept, schema=SCHEMA))
+        except (DeltaError, OSError):
+            return False
+        for f in files:
+            self._written.pop(f, None)
+        self._rows_since_compaction -= counted
+        return True
 
     def load(self, transactional_id: str | None = None) -> dict[str, Saved]:
         """The latest saved state of each id (of `transactional_id` only, if given: read from the

@@ -74,14 +74,16 @@ def append_entry(
     custom: Mapping[str, str],
     *,
     partition_by: Sequence[str],
+    mode: str = "Append",
 ) -> bytes:
-    """The JSON lines of one commit: commitInfo, the files added and removed, the app transactions."""
+    """The JSON lines of one commit: commitInfo, the files added and removed, the app transactions.
+    `mode`: the write's, as commitInfo names it (Append; Overwrite: a rewrite of the table's rows)."""
     lines = [
         {
             "commitInfo": {
                 "timestamp": int(time.time() * 1000),
                 "operation": "WRITE",
-                "operationParameters": {"mode": "Append", "partitionBy": json.dumps(list(partition_by))},
+                "operationParameters": {"mode": mode, "partitionBy": json.dumps(list(partition_by))},
                 "engineInfo": ENGINE,
                 **custom,
                 "clientVersion": ENGINE,
@@ -175,6 +177,20 @@ def commit(
     finally:
         with contextlib.suppress(OSError):  # after a link, nothing may undo the commit
             os.unlink(tmp)
+
+
+def apply_files(entries: Iterable[str], files: set[str]) -> None:
+    """Follow `files` (a table's data files, as its add actions name them) through commit entries:
+    what they add joins, what they remove leaves."""
+    for entry in entries:
+        for line in entry.splitlines():
+            if '"add"' not in line and '"remove"' not in line:
+                continue
+            action = json.loads(line)
+            if (add := action.get("add")) is not None:
+                files.add(unquote(add["path"]))
+            elif (gone := action.get("remove")) is not None:
+                files.discard(unquote(gone["path"]))
 
 
 def version_path(log_dir: str, version: int) -> str:

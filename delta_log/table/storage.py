@@ -49,6 +49,17 @@ FULL_VACUUM_EVERY = 64
 VACUUMED_HISTORY_S = 3600.0
 
 
+def _keep_s(history_s: float | None) -> float:
+    return SYSTEM_LOG_MIN_AGE_S if history_s is None else history_s
+
+
+def system_table_configured(dt: DeltaTable, history_s: float | None = None) -> bool:
+    """Whether system table `dt` has `system_table_config`'s properties (`history_s` None: the
+    default history, SYSTEM_LOG_MIN_AGE_S)."""
+    configuration = dt.metadata().configuration
+    return all(configuration.get(k) == v for k, v in system_table_config(_keep_s(history_s)).items())
+
+
 def system_table_config(history_s: float) -> dict[str, str]:
     """The table properties of a system table whose time travel reaches back `history_s`: its
     tombstones live twice as long where vacuum deletes the replaced files (an hour and more, the
@@ -268,10 +279,8 @@ class StorageRoot:
         """
         from deltalake import CommitProperties, PostCommitHookProperties, write_deltalake
 
-        keep_s = SYSTEM_LOG_MIN_AGE_S if history_s is None else history_s
-        config = system_table_config(keep_s)
-        if any(dt.metadata().configuration.get(k) != v for k, v in config.items()):
-            dt.alter.set_table_properties(config, raise_if_not_exists=False)
+        if not system_table_configured(dt, history_s):
+            dt.alter.set_table_properties(system_table_config(_keep_s(history_s)), raise_if_not_exists=False)
         replaced = [self.fs_path(u) for u in dt.file_uris()]
         write_deltalake(
             dt,
@@ -280,6 +289,14 @@ class StorageRoot:
             commit_properties=CommitProperties(max_commit_retries=0),
             post_commithook_properties=PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False),
         )
+        self.after_system_rewrite(dt, replaced, history_s=history_s)
+
+    def after_system_rewrite(self, dt: DeltaTable, replaced: Sequence[str], *, history_s: float | None = None) -> None:
+        """What follows a rewrite of a system table (`rewrite_system_table`, or a store's own, see
+        delta_log.system.own_log): checkpoint `dt` (at the rewrite's version or after), delete the
+        files it `replaced` (paths inside `filesystem()`) and its old log entries, as
+        `rewrite_system_table` says. Raises: DeltaError, OSError."""
+        keep_s = _keep_s(history_s)
         # of the rewrite, its few files: what a load starts from once the log is cleaned. Skipped
         # when its listing raced a concurrent commit (delta-kernel: "Expected contiguous commit
         # files"): the rewrite stands, and the next one's or the interval's checkpoint follows.
@@ -287,7 +304,7 @@ class StorageRoot:
             dt.create_checkpoint()
         vacuumed = keep_s >= VACUUMED_HISTORY_S
         vacuum_h = max(1, math.ceil(keep_s / 3600))
-        due, full = _REPLACED.add(dt.table_uri, [] if vacuumed else replaced, keep_s)
+        due, full = _REPLACED.add(dt.table_uri, [] if vacuumed else list(replaced), keep_s)
         fs, _ = self.filesystem()
         for path in due:
             with contextlib.suppress(OSError):  # gone already (a full vacuum)

@@ -794,6 +794,50 @@ def test_a_compaction_cleans_the_state_tables_log_and_a_store_left_behind_still_
     assert (loaded["a"].txn.producer_epoch, loaded["b"].txn.producer_epoch) == (55, 1)
 
 
+def test_saves_go_on_while_a_compaction_writes_and_none_is_lost(registry):
+    """A compaction reads the rows and writes their file without the store's lock (on local disk,
+    once the table has its system properties), so a save does not wait for it; it then commits
+    the file in place of those it read, and the rows saved meanwhile, in files of their own, stay."""
+    import threading
+
+    store = TransactionStore(registry.storage)
+    epochs = {tid: store.claim(tid) for tid in ("a", "b", "c")}
+
+    def save(tid: str, epoch: int) -> None:
+        store.save(rules.Txn(transactional_id=tid, producer_id=1, producer_epoch=epoch, timeout_ms=1000), epochs[tid])
+
+    for tid in epochs:
+        save(tid, 0)
+    assert store.compact(min_rows=1)  # the first: through delta-rs, which sets the table's properties
+    for epoch in (1, 2):
+        save("a", epoch)
+    own = store._own
+    assert own is not None
+    write_file, saved_meanwhile = own.write_file, threading.Event()
+
+    def write_file_while_saving(*args, **kwargs):
+        own.write_file = write_file  # type: ignore[method-assign]  # (the saves below write files too)
+        saver = threading.Thread(target=lambda: (save("b", 5), save("c", 7), saved_meanwhile.set()))
+        saver.start()
+        saver.join(timeout=30)  # the lock held here would keep the saves waiting: the test fails
+        return write_file(*args, **kwargs)
+
+    own.write_file = write_file_while_saving  # type: ignore[method-assign]
+    try:
+        assert store.compact(min_rows=1)
+    finally:
+        own.write_file = write_file  # type: ignore[method-assign]
+    assert saved_meanwhile.is_set()
+    for loaded in (store.load(), TransactionStore(registry.storage).load()):
+        assert {tid: s.txn.producer_epoch for tid, s in loaded.items()} == {"a": 2, "b": 5, "c": 7}
+    # the rewritten file plus the two saved during the rewrite: nothing else is live
+    assert len(DeltaTable(registry.storage.system_uri(TABLE)).file_uris()) == 3
+    assert store.compact(min_rows=1)
+    assert len(DeltaTable(registry.storage.system_uri(TABLE)).file_uris()) == 1
+    assert {tid: s.txn.producer_epoch for tid, s in store.load().items()} == {"a": 2, "b": 5, "c": 7}
+    assert store.load("b")["b"].txn.producer_epoch == 5  # the rewritten file's statistics name its ids
+
+
 def test_loading_one_id_reads_the_files_that_may_hold_it_and_no_other(registry):
     """A gateway taking an id over (InitProducerId, a failover) reads that id's saved rows, not
     every id's saved since the last compaction (up to 256 files, 0.3-0.6 s before): each saved

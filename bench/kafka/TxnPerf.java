@@ -13,7 +13,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * Java's producer, transactional or not, for `seconds`: transactions of RECORDS_PER_TXN records of
  * SIZE bytes (each commitTransaction timed), or (TRANSACTIONAL_ID "-") an idempotent producer
  * (records sent RECORDS_PER_TXN at a time). Prints one JSON line: records, seconds, records_s and, when
- * transactional, the commit latencies' p50 and p99 in ms. Not transactional, it flushes once, at the end:
+ * transactional, the commit latencies' p50, p99 and mean in ms, and the mean time from beginTransaction to
+ * commitTransaction (the sends: the client's own work, which no server time is in). Not transactional, it flushes once, at the end:
  * the producer's plain throughput.
  *
  * <p>Args: BOOTSTRAP TOPIC SIZE RECORDS_PER_TXN SECONDS TRANSACTIONAL_ID
@@ -36,6 +37,7 @@ public class TxnPerf {
         byte[] value = new byte[size];
         new Random(1).nextBytes(value);
         List<Double> commits = new ArrayList<>();
+        double sendsMs = 0;
         long records = 0;
         try (KafkaProducer<byte[], byte[]> producer =
                 new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())) {
@@ -44,6 +46,7 @@ public class TxnPerf {
             }
             long start = System.nanoTime();
             while ((System.nanoTime() - start) / 1e9 < seconds || commits.size() < 3 && txn) {
+                long begun = System.nanoTime();
                 if (txn) {
                     producer.beginTransaction();
                 }
@@ -52,6 +55,7 @@ public class TxnPerf {
                 }
                 if (txn) {
                     long t0 = System.nanoTime();
+                    sendsMs += (t0 - begun) / 1e6;
                     producer.commitTransaction();
                     commits.add((System.nanoTime() - t0) / 1e6);
                 }
@@ -63,8 +67,13 @@ public class TxnPerf {
             StringBuilder out = new StringBuilder();
             out.append(String.format("{\"records\": %d, \"seconds\": %.3f, \"records_s\": %.1f", records, elapsed, records / elapsed));
             if (txn) {
-                out.append(String.format(", \"commit_p50_ms\": %.2f, \"commit_p99_ms\": %.2f",
-                        commits.get(commits.size() / 2), commits.get(Math.min(commits.size() - 1, (int) (commits.size() * 0.99)))));
+                double sum = 0;
+                for (double c : commits) {
+                    sum += c;
+                }
+                out.append(String.format(", \"commit_p50_ms\": %.2f, \"commit_p99_ms\": %.2f, \"commit_mean_ms\": %.2f, \"sends_mean_ms\": %.2f",
+                        commits.get(commits.size() / 2), commits.get(Math.min(commits.size() - 1, (int) (commits.size() * 0.99))),
+                        sum / commits.size(), sendsMs / commits.size()));
             }
             System.out.println(out.append("}"));
         }

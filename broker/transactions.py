@@ -435,15 +435,28 @@ class TransactionCoordinator:
             return rules.complete(txn, now_ms=txn.updated_ms)
         return txn
 
-    async def _save(self, txn: Txn, decision: Mapping[str, Any] | None = None) -> None:
-        """Save the id's state, with the decision being taken (`decision`) and those taken before
-        that are still being carried out ("earlier"), so that a takeover finishes them all."""
+    async def _save(
+        self,
+        txn: Txn,
+        decision: Mapping[str, Any] | None = None,
+        *,
+        deciding: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Save the id's state, with the decision being taken (`decision`, or what `deciding`
+        returns: blocking work run first on the save's own worker thread, which spares a
+        transaction a hop) and those taken before that are still being carried out ("earlier"),
+        so that a takeover finishes them all."""
         tid = txn.transactional_id
         store, _ = self._open()
-        if earlier := [landing.saved() for landing in self._landings.get(tid, ()) if landing.txn is not txn]:
-            decision = {**(decision or {}), "earlier": earlier}
+        earlier = [landing.saved() for landing in self._landings.get(tid, ()) if landing.txn is not txn]
+        epoch = self._epochs[tid]
+
+        def save() -> None:
+            taken = deciding() if deciding is not None else decision
+            store.save(txn, epoch, {**(taken or {}), "earlier": earlier} if earlier else taken)
+
         try:
-            await asyncio.to_thread(store.save, txn, self._epochs[tid], decision)
+            await asyncio.to_thread(save)
         except NotCoordinatorError:
             self.release(tid)
             raise
@@ -720,23 +733,29 @@ class TransactionCoordinator:
         _, staging = self._open()
         pid, staged_epoch = staged
 
-        def seal() -> tuple[int | None, Staged]:
-            sealed = staging.seal(tid, pid, staged_epoch, txn.number)
-            return sealed, staging.staged(tid, pid, staged_epoch, sealed=sealed)
+        taken: dict[str, Any] = {}
 
-        sealed, found = await asyncio.to_thread(seal)
-        decision = {
-            "producer_id": pid,
-            "staged_epoch": staged_epoch,
-            "records": [[s.topic, s.partition, s.base_sequence, s.path] for s in found.records],
-            "offsets": [[o.group, o.path] for o in found.offsets],
-            **({} if sealed is None else {"sealed": sealed}),
-        }
-        for pending in self._pending_offsets.values():
-            if (partitions := pending.pop((tid, pid, staged_epoch, None), None)) is not None:
-                pending[(tid, pid, staged_epoch, sealed)] = partitions
-        await self._save(txn, decision)
-        landing = self._enqueue(txn, decision)
+        def seal() -> Mapping[str, Any]:  # on the save's thread, before it
+            sealed = staging.seal(tid, pid, staged_epoch, txn.number)
+            taken["sealed"] = sealed
+            found = staging.staged(tid, pid, staged_epoch, sealed=sealed)
+            taken["decision"] = {
+                "producer_id": pid,
+                "staged_epoch": staged_epoch,
+                "records": [[s.topic, s.partition, s.base_sequence, s.path] for s in found.records],
+                "offsets": [[o.group, o.path] for o in found.offsets],
+                **({} if sealed is None else {"sealed": sealed}),
+            }
+            return taken["decision"]
+
+        try:
+            await self._save(txn, deciding=seal)
+        finally:
+            if "sealed" in taken:  # its staging moved (saved or not: a retry seals again)
+                for pending in self._pending_offsets.values():
+                    if (partitions := pending.pop((tid, pid, staged_epoch, None), None)) is not None:
+                        pending[(tid, pid, staged_epoch, taken["sealed"])] = partitions
+        landing = self._enqueue(txn, taken["decision"])
         if wait:
             await self._landed(landing)
 

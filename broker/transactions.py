@@ -18,7 +18,7 @@ How a transaction maps onto the lakehouse (docs/DESIGN.md, "Transactions"):
   its producer returns); Kafka's EndTxn once the decision is saved, as Kafka's coordinator answers
   after PrepareCommit.
 - Decisions are carried out in order behind the producer, which begins and decides its next
-  transactions while the last lands (up to MAX_LANDINGS): a decided transaction's staging is set
+  transactions while the last lands (up to MAX_QUEUED): a decided transaction's staging is set
   apart (sealed under its number, on local disk; under transaction version 2 each has its own
   epoch anyway), and a producer whose next transaction would stage where an unsealed one lies
   (version 1 or HTTP, on an object store) waits for that landing. Decisions queued meanwhile land
@@ -94,9 +94,13 @@ log = logging.getLogger(__name__)
 COMPACT_EVERY = 256
 #: implicit adds made at other gateways remembered (so each is asked once a transaction)
 ADDED_ELSEWHERE_KEPT = 100_000
-#: decisions of one id saved and not yet carried out, at most: its producer's next transaction
-#: goes on while they land, and waits beyond this many
+#: decisions of one id carried out together, at most (one Delta commit a topic)
 MAX_LANDINGS = 8
+#: decisions of one id saved and not yet carried out, at most: its producer's next transaction
+#: goes on while they land, and waits beyond this many. Twice MAX_LANDINGS, so that a producer
+#: goes on deciding while a full batch lands: at the batch's size, every eighth transaction of a
+#: busy producer waited for a landing (measured: Produce p90 9.3 ms against a p50 of 1.8)
+MAX_QUEUED = 2 * MAX_LANDINGS
 #: lands one topic's records (ProduceService.append): the Delta commit that holds them, or its error
 Land = Callable[[str, AppendRequest], Awaitable[AppendResult]]
 #: writes committed transactions' group offsets, every group's in one commit
@@ -311,7 +315,7 @@ class TransactionCoordinator:
         """The id's lock, once the decisions being carried out that the request depends on are:
         all of them, or (`producer`, the request's producer id and epoch) those whose staging is
         still where the producer stages (not sealed, under the same ones), and the oldest beyond
-        MAX_LANDINGS. So a producer begins and decides its next transactions while the last ones
+        MAX_QUEUED. So a producer begins and decides its next transactions while the last ones
         land. Woken when they have (no polling); an attempt's failure is the request's (the client
         retries)."""
         while True:
@@ -332,7 +336,7 @@ class TransactionCoordinator:
         if producer is None:
             return queue[-1]  # landed in order: the last done, all are
         same = [landing for landing in queue if landing.sealed is None and landing.staged == producer]
-        return same[-1] if same else queue[0] if len(queue) >= MAX_LANDINGS else None
+        return same[-1] if same else queue[0] if len(queue) >= MAX_QUEUED else None
 
     def release(self, tid: str) -> None:
         """Stop acting for an id (another gateway coordinates it now)."""

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 from broker.notifier import CommitNotifier
 from broker.produce import Decoded, Produce, ProduceService
-from broker.transactions import CommitOffsets, TransactionCoordinator, TxnBatch
+from broker.transactions import MAX_QUEUED, CommitOffsets, TransactionCoordinator, TxnBatch
 from conf import TransactionSettings
 from delta_log.core import transactions as rules
 from delta_log.core.acl import ANONYMOUS, principal_of
@@ -171,6 +171,49 @@ async def _resumed_by_a_successor(
     assert resumed.state == rules.ONGOING and resumed.number == 1
     assert resumed.partitions == partitions and resumed.groups == {"g"}
     return produce, successor
+
+
+def test_a_producer_goes_on_while_a_full_batch_lands_and_waits_once_max_queued_are_behind(registry):
+    """With its landings held, a version-2 producer decides MAX_QUEUED transactions (twice the
+    batch that lands together) without waiting; its next write waits for a landing, and goes on
+    once one has landed. All land, in order."""
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        produce, coordinator = _coordinator(registry, gate)
+        await coordinator.start()
+        current = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+
+        def write(value: bytes) -> Produce:
+            unit = _unit("t1", "a", 0, current, 0, value)
+            unit.adds_to_transaction = True  # Produce v12
+            return unit
+
+        for n in range(MAX_QUEUED):
+            unit = write(f"v{n}".encode())
+            await produce.produce(ANONYMOUS, [unit])
+            await asyncio.wait_for(produce.acked(unit), 30)  # never waits for a landing
+            current = await coordinator.end_txn(
+                ANONYMOUS, "t1", current.producer_id, current.producer_epoch, commit=True, bump=True, wait=False
+            )
+        beyond = write(b"beyond")
+
+        async def written() -> None:
+            await produce.produce(ANONYMOUS, [beyond])
+            await produce.acked(beyond)
+
+        waiting = asyncio.ensure_future(written())
+        await asyncio.sleep(0.5)
+        assert not waiting.done() and _values(registry, "a") == []
+        gate.set()
+        await asyncio.wait_for(waiting, 30)
+        await coordinator.end_txn(
+            ANONYMOUS, "t1", current.producer_id, current.producer_epoch, commit=True, bump=True, wait=True
+        )
+        assert [v for _, _, v in _values(registry, "a")] == [*(f"v{n}".encode() for n in range(MAX_QUEUED)), b"beyond"]
+        await coordinator.stop()
+
+    asyncio.run(main())
 
 
 def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):

@@ -13,7 +13,8 @@ confluent-kafka's, 1 KB records, acks=all, idempotent, on a 4-partition topic:
 Reports throughput, commit latency p50/p99, each system's overhead, transactional / plain
 throughput (the target: topiclake's no worse than Kafka's), and the server's CPU time a
 transaction (its process's user + system time over the run: what a transaction costs a server
-when the cores are shared). A first round of 2 s runs, not counted, warms both systems.
+when the cores are shared). A first round of 2 s runs, not counted, warms both systems; before
+each run the servers are given up to 15 s to finish the previous run's work (`settle`).
 `--compare DIR` runs a server of another checkout (e.g. a worktree of the previous main) in the same rotation, as "before".
 Results: bench/results/txn_bench.json.
 """
@@ -47,6 +48,8 @@ TXN_PERF = Path(__file__).with_name("kafka") / "TxnPerf.java"
 #: each client, mode and system runs this long once before the counted rounds: a cold Kafka broker
 #: measured 49,000 plain records/s in its first round and 274,000 in its second
 WARM_S = 2.0
+#: at most this long, before each run, for the servers to finish the previous run's work (`settle`)
+SETTLE_MAX_S = 15.0
 
 
 def java_producer(bootstrap: str, topic: str, per_txn: int, seconds: float, transactional: bool) -> dict[str, Any]:
@@ -126,6 +129,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settle(pids: list[int], *, busy: float = 0.1, window_s: float = 0.5, max_s: float = SETTLE_MAX_S) -> float:
+    """Wait until the servers `pids` are quiet (together under `busy` of a core over `window_s`),
+    at most `max_s`: the seconds waited. A run starts on a machine that the previous run's system
+    no longer works on (its landings, roll-ups, checkpoints, log deletion), which would otherwise
+    be counted against the next run, the other system's."""
+    start = time.monotonic()
+    while time.monotonic() - start < max_s:
+        before = sum(cpu_seconds(p) for p in pids)
+        time.sleep(window_s)
+        if sum(cpu_seconds(p) for p in pids) - before < busy * window_s:
+            break
+    return time.monotonic() - start
+
+
 def drop_topic(system: str, bootstrap: str, url: str, topic: str) -> None:
     """Delete a run's topic on its system (Kafka: the admin client; topiclake: its HTTP API)."""
     if system == "Kafka":
@@ -157,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = {"Kafka": kafka.bootstrap, **{name: srv.kafka for name, srv in servers.items()}}
     clients = {c: CLIENTS[c] for c in args.clients}
     modes = ("plain", *(f"{n} / txn" for n in args.per_txn))
+    pids = [kafka.proc.pid, *(srv.proc.pid for srv in servers.values())]  # type: ignore[union-attr]
     rows: list[dict[str, Any]] = []
     try:
         for rep in range(-1, repeats):  # round -1 warms both systems (Kafka's JIT, the server's caches): not counted
@@ -172,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                             httpx.post(f"{url}/topics", json=body, timeout=60).raise_for_status()
                         per_txn = 1000 if mode == "plain" else int(mode.split()[0])
                         pid = (servers[system].proc if system in servers else kafka.proc).pid  # type: ignore[union-attr]
+                        waited = settle(pids)
                         try:
                             cpu = cpu_seconds(pid)
                             res = run(bootstrap, topic, per_txn, seconds if rep >= 0 else WARM_S, mode != "plain")
@@ -180,7 +199,14 @@ def main(argv: list[str] | None = None) -> int:
                             drop_topic(system, bootstrap, url, topic)
                         if rep < 0:
                             continue
-                        row = {"client": client, "mode": mode, "system": system, "repeat": rep, **res}
+                        row = {
+                            "client": client,
+                            "mode": mode,
+                            "system": system,
+                            "repeat": rep,
+                            "settled_s": waited,
+                            **res,
+                        }
                         rows.append(row)
                         print(
                             f"#{rep} {client} {mode} {system}: {res['records_s']:,.0f} records/s"

@@ -107,9 +107,13 @@ def append_entry(
                 "path": a.path,
                 "deletionTimestamp": a.deletion_timestamp,
                 "dataChange": a.data_change,
-                "extendedFileMetadata": True,
-                "partitionValues": dict(a.partition_values or {}),
-                "size": a.size,
+                # (Delta: extended metadata promises partitionValues and size; a rewrite that did
+                # not read its files' sizes leaves both out)
+                **(
+                    {"extendedFileMetadata": True, "partitionValues": dict(a.partition_values or {}), "size": a.size}
+                    if a.size is not None
+                    else {}
+                ),
             }
         }
         for a in adds

@@ -73,7 +73,7 @@ SCHEMA = pa.schema(
 )
 _HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 _ATTEMPTS = 10
-_WRITTEN_KEPT = 65536  # rows of files written here that a compaction need not read (~25 MB at most)
+_WRITTEN_KEPT = 8192  # rows of files written here that a compaction need not read (a few MB at most)
 
 
 def coordinator_app_id(transactional_id: str) -> str:
@@ -293,7 +293,9 @@ class TransactionStore:
             except (OSError, ValueError):
                 return False
             read_version, files = own.version, set(own.files or ())
-            cached = {f: self._written[f] for f in files if f in self._written}
+            # (files another gateway's rewrite removed are not read again: forget their rows)
+            self._written = {f: row for f, row in self._written.items() if f in files}
+            cached = dict(self._written)
             self._compacting = True
         # Without the lock: saves go on meanwhile (measured: a rewrite held them up to 250 ms), and
         # their files, newer than every row read here, stay (`OwnLog.rewrite`).

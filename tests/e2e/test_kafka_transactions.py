@@ -259,6 +259,52 @@ def test_consume_transform_produce_killed_twice_outputs_every_input_once(gateway
     assert committed() == ends
 
 
+def test_a_busy_producer_through_state_table_rewrites_and_a_kill_keeps_each_transaction_whole(tmp_path):
+    """A producer commits hundreds of small transactions, so the gateway rewrites the state table
+    (every 256 saves, beside the saves going on) while it is killed with SIGKILL mid-load; a new
+    producer of the id goes on after the restart. Every transaction whose commit returned is read
+    once, the one in flight at the kill whole or not at all, and nothing else."""
+    srv = ServerProcess(tmp_path / "data").start()
+    try:
+        topic = _topic(srv, partitions=2)
+        committed: list[bytes] = []
+        in_flight: list[bytes] = []
+        killer = threading.Timer(6.0, srv.kill9)
+        producer = _producer(srv, "busy")
+        killer.start()
+        n = 0
+        try:
+            while True:
+                values = [f"t{n}-{i}".encode() for i in range(3)]
+                in_flight = values
+                producer.begin_transaction()
+                for v in values:
+                    producer.produce(topic, value=v)
+                producer.commit_transaction(10)
+                committed += values
+                in_flight = []
+                n += 1
+        except KafkaException:  # the gateway died under it
+            pass
+        killer.join()
+        assert n > 300, n  # enough saves for the state table's rewrites
+        srv.start()
+        producer = _producer(srv, "busy")  # fences the old one and finishes what it decided
+        for m in range(20):
+            producer.begin_transaction()
+            producer.produce(topic, value=f"after-{m}".encode())
+            producer.commit_transaction(30)
+        committed += [f"after-{m}".encode() for m in range(20)]
+        got = _read_committed(srv, [topic], len(committed), wait_s=40)  # and what follows, for a second
+        assert len(got) == len(set(got))  # none twice
+        extra = set(got) - set(committed)
+        assert extra in (set(), set(in_flight)), sorted(extra)[:5]  # the one in flight: whole or not at all
+        assert set(committed) <= set(got)
+        assert sorted(_table_values(srv, topic)) == sorted(got)
+    finally:
+        srv.stop()
+
+
 def test_java_transactional_producer_and_kafka_transactions(gateway):
     """Java's client (transaction version 2, which the gateway finalizes): ProducerPerformance
     commits a transaction every 200 ms, each EndTxn v5 bumping the epoch; kafka-transactions lists

@@ -10,11 +10,13 @@ confluent-kafka's, 1 KB records, acks=all, idempotent, on a 4-partition topic:
 - plain: no transaction, for as long as a run lasts (the throughput a transaction is compared to);
 - transactional: transactions of 100 and of 10,000 records, each commit timed (commitTransaction:
   the records not yet acked, then EndTxn).
-Reports throughput, commit latency p50/p99, each system's overhead, transactional / plain
+Reports throughput, commit latency p50/p99/mean, each system's overhead, transactional / plain
 throughput (the target: topiclake's no worse than Kafka's), and the server's CPU time a
 transaction (its process's user + system time over the run: what a transaction costs a server
-when the cores are shared). A first round of 2 s runs, not counted, warms both systems; before
-each run the servers are given up to 15 s to finish the previous run's work (`settle`).
+when the cores are shared). Rounds of plain runs warm both systems until their plain rates hold
+(within 20% of the round before, 5 rounds at most), then a 2 s run of each transactional mode;
+none is counted. Before each run the page cache's dirty data is written out and the servers are
+given up to 15 s to finish the previous run's work (`settle`).
 `--compare DIR` runs a server of another checkout (e.g. a worktree of the previous main) in the same rotation, as "before".
 Results: bench/results/txn_bench.json.
 """
@@ -45,11 +47,14 @@ PARTITIONS = 4
 SIZE = 1024
 PER_TXN = (100, 10_000)
 TXN_PERF = Path(__file__).with_name("kafka") / "TxnPerf.java"
-#: each client, mode and system runs this long once before the counted rounds: a cold Kafka broker
-#: measured 49,000 plain records/s in its first round and 274,000 in its second
+#: each client, transactional mode and system runs this long once before the counted rounds
 WARM_S = 2.0
 #: at most this long, before each run, for the servers to finish the previous run's work (`settle`)
 SETTLE_MAX_S = 15.0
+#: rounds of plain runs that warm the systems, at most; they stop once every plain rate moved by
+#: WARM_TOLERANCE at most since the round before
+WARM_ROUNDS = 5
+WARM_TOLERANCE = 0.2
 
 
 def java_producer(bootstrap: str, topic: str, per_txn: int, seconds: float, transactional: bool) -> dict[str, Any]:
@@ -130,12 +135,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 def settle(pids: list[int], *, busy: float = 0.1, window_s: float = 0.5, max_s: float = SETTLE_MAX_S) -> float:
-    """Wait until the servers `pids` are quiet (together under `busy` of a core over `window_s`),
-    at most `max_s`: the seconds waited. A run starts on a machine that the previous run's system
-    no longer works on (its landings, roll-ups, checkpoints, log deletion), which would otherwise
-    be counted against the next run, the other system's."""
+    """Write the page cache's dirty data to disk, then wait until the servers `pids` are quiet
+    (together under `busy` of a core over `window_s`), at most `max_s`: the seconds waited. A run
+    starts on a machine that the previous run's system no longer works on (its landings, roll-ups,
+    checkpoints, log deletion), which would otherwise be counted against the next run, the other
+    system's; and with the kernel's budget of dirty pages unspent. Spent, it holds every writer to
+    the disk's speed: Kafka's plain produce measured 323,527 and 336,658 records/s in the first two
+    of five runs in a row, then 66,226-75,662 with 2 GB dirty at each start."""
     start = time.monotonic()
-    while time.monotonic() - start < max_s:
+    os.sync()
+    synced = time.monotonic()
+    while time.monotonic() - synced < max_s:
         before = sum(cpu_seconds(p) for p in pids)
         time.sleep(window_s)
         if sum(cpu_seconds(p) for p in pids) - before < busy * window_s:
@@ -176,29 +186,48 @@ def main(argv: list[str] | None = None) -> int:
     modes = ("plain", *(f"{n} / txn" for n in args.per_txn))
     pids = [kafka.proc.pid, *(srv.proc.pid for srv in servers.values())]  # type: ignore[union-attr]
     rows: list[dict[str, Any]] = []
+
+    def one_run(client: str, mode: str, system: str, seconds: float) -> tuple[dict[str, Any], float]:
+        """One run on a fresh topic (deleted after it), once the machine has settled: its figures,
+        and how long the settling took."""
+        bootstrap = systems[system]
+        topic = f"txn-{uuid.uuid4().hex[:8]}"
+        url = servers[system].url if system in servers else ""
+        if system == "Kafka":
+            kafka.create_topic(topic, partitions=PARTITIONS)
+        else:
+            httpx.post(f"{url}/topics", json={"name": topic, "partitions": PARTITIONS}, timeout=60).raise_for_status()
+        per_txn = 1000 if mode == "plain" else int(mode.split()[0])
+        pid = (servers[system].proc if system in servers else kafka.proc).pid  # type: ignore[union-attr]
+        waited = settle(pids)
+        try:
+            cpu = cpu_seconds(pid)
+            res = clients[client](bootstrap, topic, per_txn, seconds, mode != "plain")
+            res["server_cpu_ms_per_txn"] = (cpu_seconds(pid) - cpu) * 1000 / (res["records"] / per_txn)
+        finally:  # gigabytes a run: the disk holds one run's, not all of them
+            drop_topic(system, bootstrap, url, topic)
+        return res, waited
+
     try:
-        for rep in range(-1, repeats):  # round -1 warms both systems (Kafka's JIT, the server's caches): not counted
-            for client, run in clients.items():
+        # warm: plain runs until every system's plain rate holds (a Kafka broker's rose from 59,408
+        # to 155,617 and 353,020 records/s over its first three rounds), then a short run of each
+        # transactional mode; none counted
+        last: dict[tuple[str, str], float] = {}
+        for warm in range(WARM_ROUNDS):
+            rates = {(c, s): one_run(c, "plain", s, seconds)[0]["records_s"] for c in clients for s in systems}
+            print(f"warm-up {warm}: " + ", ".join(f"{c} {s} {r:,.0f}" for (c, s), r in rates.items()), flush=True)
+            if last and all(abs(r - last[k]) <= WARM_TOLERANCE * last[k] for k, r in rates.items()):
+                break
+            last = rates
+        for client in clients:
+            for mode in modes[1:]:
+                for system in systems:
+                    one_run(client, mode, system, WARM_S)
+        for rep in range(repeats):
+            for client in clients:
                 for mode in modes:
-                    for system, bootstrap in systems.items():  # alternating, run by run
-                        topic = f"txn-{uuid.uuid4().hex[:8]}"
-                        url = servers[system].url if system in servers else ""
-                        if system == "Kafka":
-                            kafka.create_topic(topic, partitions=PARTITIONS)
-                        else:
-                            body = {"name": topic, "partitions": PARTITIONS}
-                            httpx.post(f"{url}/topics", json=body, timeout=60).raise_for_status()
-                        per_txn = 1000 if mode == "plain" else int(mode.split()[0])
-                        pid = (servers[system].proc if system in servers else kafka.proc).pid  # type: ignore[union-attr]
-                        waited = settle(pids)
-                        try:
-                            cpu = cpu_seconds(pid)
-                            res = run(bootstrap, topic, per_txn, seconds if rep >= 0 else WARM_S, mode != "plain")
-                            res["server_cpu_ms_per_txn"] = (cpu_seconds(pid) - cpu) * 1000 / (res["records"] / per_txn)
-                        finally:  # gigabytes a run: the disk holds one run's, not all of them
-                            drop_topic(system, bootstrap, url, topic)
-                        if rep < 0:
-                            continue
+                    for system in systems:  # alternating, run by run
+                        res, waited = one_run(client, mode, system, seconds)
                         row = {
                             "client": client,
                             "mode": mode,

@@ -292,38 +292,37 @@ class TransactionStore:
                 own.catch_up()
             except (OSError, ValueError):
                 return False
-            read_version, files = own.version, set(own.files or ())
+            read_version, paths = own.version, {f: os.path.join(own.table_dir, f) for f in own.files}
             # (files another gateway's rewrite removed are not read again: forget their rows)
-            self._written = {f: row for f, row in self._written.items() if f in files}
+            self._written = {f: row for f, row in self._written.items() if f in paths}
             cached = dict(self._written)
             self._compacting = True
         # Without the lock: saves go on meanwhile (measured: a rewrite held them up to 250 ms), and
         # their files, newer than every row read here, stay (`OwnLog.rewrite`).
         try:
             try:
-                unread = [os.path.join(own.table_dir, f) for f in files if f not in cached]
-                rows = [*cached.values(), *self.storage.read_data_files(unread, SCHEMA).to_pylist()]
+                rows = self._rows_of(paths, cached)
                 table = pa.Table.from_pylist(_kept(rows, expire_before_ms, keep), schema=SCHEMA)
                 add = own.write_file(table, new_file_name(), _id_stats(table.column("transactional_id").to_pylist()))
             except (DeltaError, OSError):
                 return False
             with self._lock:
-                try:
-                    if self._own is not own:  # the table was read anew meanwhile: its files may differ
-                        raise CommitFailedError("The table was read again during the rewrite.")
-                    own.rewrite(self.storage, self._dt.table_uri, add, read_version, files)
-                except (DeltaError, OSError):  # a concurrent rewrite or metadata change won
+                if self._own is not own:  # the table was read anew meanwhile: its files may differ
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(own.table_dir, add.path))
                     return False
-                for f in files:
+                try:  # (a rewrite refused deletes its file)
+                    own.rewrite(self.storage, self._dt.table_uri, add, read_version, set(paths))
+                except (DeltaError, OSError):  # a concurrent rewrite or metadata change won
+                    return False
+                for f in paths:
                     self._written.pop(f, None)
                 self._rows_since_compaction -= counted
         finally:
             self._compacting = False
         try:  # on a table object of its own (a load), so saves need not wait for it either
             dt = DeltaTable(self._dt.table_uri, storage_options=self.storage.options())
-            self.storage.after_system_rewrite(dt, [os.path.join(own.table_dir, f) for f in files])
+            self.storage.after_system_rewrite(dt, list(paths.values()))
         except (DeltaError, OSError):  # the rewrite stands; the next one's checkpoint and cleanup follow
             pass
         return True
@@ -333,19 +332,22 @@ class TransactionStore:
         the table lacks `system_table_config` (which this rewrite sets)."""
         try:
             self._dt.update_incremental()
-            paths = [self.storage.fs_path(u) for u in self._dt.file_uris()]
-            files = [p.rpartition("/")[2] for p in paths]  # every file is at the table's root
-            rows = [self._written[f] for f in files if f in self._written]
-            unread = [p for p, f in zip(paths, files, strict=True) if f not in self._written]
-            rows += self.storage.read_data_files(unread, SCHEMA).to_pylist()
-            kept = _kept(rows, expire_before_ms, keep)
+            # every file is at the table's root: its name is its add action's path
+            paths = {p.rpartition("/")[2]: p for p in (self.storage.fs_path(u) for u in self._dt.file_uris())}
+            kept = _kept(self._rows_of(paths, self._written), expire_before_ms, keep)
             self.storage.rewrite_system_table(self._dt, pa.Table.from_pylist(kept, schema=SCHEMA))
         except (DeltaError, OSError):
             return False
-        for f in files:
+        for f in paths:
             self._written.pop(f, None)
         self._rows_since_compaction -= counted
         return True
+
+    def _rows_of(self, paths: Mapping[str, str], saved: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows of the table's files (`paths`: name -> path inside the storage's filesystem):
+        from `saved` (this store's saves, kept in memory) where it has them, the others read."""
+        unread = [p for f, p in paths.items() if f not in saved]
+        return [*(saved[f] for f in paths if f in saved), *self.storage.read_data_files(unread, SCHEMA).to_pylist()]
 
     def load(self, transactional_id: str | None = None) -> dict[str, Saved]:
         """The latest saved state of each id (of `transactional_id` only, if given: read from the

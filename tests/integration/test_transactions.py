@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import threading
 from collections.abc import Mapping
 from dataclasses import replace as dataclasses_replace
 
@@ -841,8 +842,6 @@ def test_saves_go_on_while_a_compaction_writes_and_none_is_lost(registry):
     """A compaction reads the rows and writes their file without the store's lock (on local disk,
     once the table has its system properties), so a save does not wait for it; it then commits
     the file in place of those it read, and the rows saved meanwhile, in files of their own, stay."""
-    import threading
-
     store = TransactionStore(registry.storage)
     epochs = {tid: store.claim(tid) for tid in ("a", "b", "c")}
 

@@ -472,6 +472,48 @@ def test_sealing_again_moves_in_what_was_staged_since(registry):
     assert staging.staged("t9", 7, 0).records == ()
 
 
+def test_a_producers_staging_is_one_directory_whose_file_names_carry_topics_and_groups(registry):
+    """Staged files sit in one directory a producer (each transaction makes and deletes its own,
+    and on local disk a directory costs what a file does), their names carrying topic, partition,
+    sequence and group, dots and slashes included; staging in the nested directories earlier
+    versions wrote is read as well, so an upgrade lands what they staged."""
+    staging = TransactionStaging(registry.storage)
+    rows = pa.table({"value": pa.array([b"x"], pa.binary())})
+    staging.write_records("t9", 7, 0, "x.y", 1, 5, rows)
+    staging.write_records("t9", 7, 0, "x.y", 0, 9, rows, lane="producer-1")
+    staging.write_records("t9", 7, 0, "a", 0, 2, rows)
+    staging.stage_offsets("t9", 7, 0, "g.1/2", [{"topic": "a", "partition": 0, "offset": 3}])
+    staging.stage_offsets("t9", 7, 0, "g.1/2", [{"topic": "a", "partition": 0, "offset": 4}])
+    staging.record_added("t9", 7, 0, [("a", 1)], ["g.1/2"])
+    root = os.path.join(staging.base, staging.name("t9", 7, 0))
+    assert all(os.path.isfile(os.path.join(root, name)) for name in os.listdir(root))
+    found = staging.staged("t9", 7, 0)
+    assert [(r.topic, r.partition, r.base_sequence) for r in found.records] == [
+        ("a", 0, 2),
+        ("x.y", 0, 9),
+        ("x.y", 1, 5),
+    ]
+    assert staging.read_records("t9", 7, 0, found.records) == [rows] * 3
+    assert [o["offset"] for o in staging.read_offsets("t9", 7, 0, found.offsets)] == [3, 4]
+    assert {o.group for o in found.offsets} == {"g.1/2"}
+    assert staging.read_added("t9", 7, 0, found) == ([("a", 1)], ["g.1/2"])
+
+    old = os.path.join(staging.base, staging.name("t9", 8, 0))  # as earlier versions staged
+    os.makedirs(os.path.join(old, "records", "x.y", "1"))
+    path = os.path.join(old, "records", "x.y", "1", "0000000003.arrow")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    os.makedirs(os.path.join(old, "offsets", "g.1%2F2"))
+    with open(os.path.join(old, "offsets", "g.1%2F2", f"{1:020d}-abcdef12.json"), "w") as f:
+        f.write('[{"topic": "a", "partition": 1, "offset": 7}]')
+    found = staging.staged("t9", 8, 0)
+    assert [(r.topic, r.partition, r.base_sequence) for r in found.records] == [("x.y", 1, 3)]
+    assert staging.read_records("t9", 8, 0, found.records) == [rows]
+    assert staging.read_offsets("t9", 8, 0, found.offsets) == [
+        {"group": "g.1/2", "topic": "a", "partition": 1, "offset": 7}
+    ]
+
+
 def test_a_roll_forward_that_fails_at_takeover_is_retried_and_the_next_producer_waits_for_it(registry):
     """The gateway taking an id over cannot land its decision at first (storage trouble): the
     landing is retried, and a new producer of the id (InitProducerId) is answered once it landed,

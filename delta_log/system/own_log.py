@@ -24,6 +24,7 @@ from delta_log.table import log_entries
 from delta_log.table.app_transactions import transactions_written
 from delta_log.table.log_entries import append_entry, checkpoint_interval, plain_protocol
 from delta_log.table.storage import StorageRoot
+from delta_log.table.table_state import Checkpoint, TableState
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,19 @@ def own_log_for(storage: StorageRoot, dt: DeltaTable, name: str, *, track_files:
     """The OwnLog of system table `dt` (`name`), at its version: on local disk and while its
     protocol is a plain one (None: delta-rs writes its commits; a constraint, column mapping or
     another feature would need it). `track_files`: it follows the table's files (`files`), which
-    a table unpartitioned keeps at its root, so that a rewrite (`rewrite`) needs no table read."""
+    a table unpartitioned keeps at its root, so that a rewrite (`rewrite`) needs no table read;
+    and, where it reads the table's state from its log (delta_log.table.table_state), it writes
+    the table's checkpoints itself."""
     if not (storage.is_local and plain_protocol(dt)):
         return None
     own = OwnLog(storage.fs_path(dt.table_uri), dt.version(), checkpoint_interval(dt), name)
     if track_files:
-        own.files = {u.rpartition("/")[2] for u in dt.file_uris()}
+        try:
+            own.state = TableState.read(own.log_dir, own.version)
+        except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+            log.warning("%s table: its state not read from its log (delta-rs checkpoints it): %s", name, exc)
+        if own.state is None:
+            own.files = {u.rpartition("/")[2] for u in dt.file_uris()}
     return own
 
 
@@ -61,16 +69,29 @@ class OwnLog:
         self._checkpointing = False
         #: an entry read since changed the table's metadata or protocol (the store re-reads it)
         self.changed = False
-        #: the table's files at `version`, where followed (`own_log_for`'s track_files)
-        self.files: set[str] | None = None
+        #: the table's files at `version`, where followed (`own_log_for`'s track_files) without `state`
+        self._files: set[str] | None = None
+        #: the table's state at `version`, where followed: its checkpoints are written from it
+        self.state: TableState | None = None
+
+    @property
+    def files(self) -> set[str] | None:
+        """The table's files at `version` (None: not followed)."""
+        return set(self.state.adds) if self.state is not None else self._files
+
+    @files.setter
+    def files(self, files: set[str]) -> None:
+        self._files = files
 
     def catch_up(self) -> None:
         """Read the entries committed after `version` (by anyone: this store, claims, compaction,
         other gateways) for their txns."""
         entries = log_entries.entries_from(self.log_dir, self.version + 1)
         self._txns.update(transactions_written(entries))
-        if self.files is not None:
-            log_entries.apply_files(entries, self.files)
+        if self.state is not None:
+            self.state.apply(entries)
+        elif self._files is not None:
+            log_entries.apply_files(entries, self._files)
         if log_entries.conflicts(entries, frozenset()) is not None:  # with no txns of ours: metadata, protocol
             self.changed = True
         self.version += len(entries)
@@ -149,18 +170,30 @@ class OwnLog:
                 os.unlink(os.path.join(self.table_dir, name))
             raise
         try:  # the commit is durable: what follows may not fail it
-            if log_entries.crosses_checkpoint(self.version, version, self.interval):
-                self._checkpoint(storage, uri)
+            before = self.version
             self.catch_up()  # to `version`: the entries it skipped (others') and its own
+            if log_entries.crosses_checkpoint(before, version, self.interval):
+                self._checkpoint(storage, uri)
         except Exception as exc:
             log.warning(
                 "%s table: reading the log after version %d failed (read again next time): %s", self.name, version, exc
             )
         return version
 
+    def checkpoint(self) -> Checkpoint | None:
+        """The table's checkpoint at `version`, to write (`Checkpoint.write`, which needs no lock);
+        None where its state is not followed."""
+        return None if self.state is None else self.state.checkpoint(int(time.time() * 1000))
+
     def _checkpoint(self, storage: StorageRoot, uri: str) -> None:
         """Every `delta.checkpointInterval` versions, as delta-rs's hook would, on a thread of its
-        own (tens of ms) with a table object of its own."""
+        own (tens of ms) with a table object of its own; or written from the state followed."""
+        if (own := self.checkpoint()) is not None:
+            try:
+                own.write(self.log_dir)
+            except OSError as exc:  # the next interval's covers it
+                log.warning("checkpoint of the %s table failed: %s", self.name, exc)
+            return
         if self._checkpointing:
             return
         self._checkpointing = True

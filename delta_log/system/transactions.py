@@ -324,11 +324,19 @@ class TransactionStore:
                 for f in paths:
                     self._written.pop(f, None)
                 self._rows_since_compaction -= counted
+                checkpoint = own.checkpoint()  # of the state the log's store follows, if it does
         finally:
             self._compacting = False
-        try:  # on a table object of its own (a load), so saves need not wait for it either
-            dt = DeltaTable(self._dt.table_uri, storage_options=self.storage.options())
-            self.storage.after_system_rewrite(dt, list(paths.values()))
+        uri = self._dt.table_uri
+        try:  # without the lock; delta-rs's on a table object of its own (a load)
+            if checkpoint is not None:
+                checkpoint.write(own.log_dir)
+            self.storage.after_system_rewrite(
+                uri,
+                list(paths.values()),
+                load=lambda: DeltaTable(uri, storage_options=self.storage.options()),
+                checkpointed=checkpoint is not None,
+            )
         except (DeltaError, OSError):  # the rewrite stands; the next one's checkpoint and cleanup follow
             pass
         return True
@@ -347,6 +355,10 @@ class TransactionStore:
         for f in paths:
             self._written.pop(f, None)
         self._rows_since_compaction -= counted
+        if self._own is not None:  # from the rewrite's checkpoint: its own from now on
+            with contextlib.suppress(DeltaError, OSError):
+                self._dt.update_incremental()
+                self._own = own_log_for(self.storage, self._dt, TABLE, track_files=True)
         return True
 
     def _rows_of(self, paths: Mapping[str, str], saved: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
@@ -289,31 +289,44 @@ class StorageRoot:
             commit_properties=CommitProperties(max_commit_retries=0),
             post_commithook_properties=PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False),
         )
-        self.after_system_rewrite(dt, replaced, history_s=history_s)
+        self.after_system_rewrite(dt.table_uri, replaced, load=lambda: dt, history_s=history_s)
 
-    def after_system_rewrite(self, dt: DeltaTable, replaced: Sequence[str], *, history_s: float | None = None) -> None:
+    def after_system_rewrite(
+        self,
+        table_uri: str,
+        replaced: Sequence[str],
+        *,
+        load: Callable[[], DeltaTable],
+        history_s: float | None = None,
+        checkpointed: bool = False,
+    ) -> None:
         """What follows a rewrite of a system table (`rewrite_system_table`, or a store's own, see
-        delta_log.system.own_log): checkpoint `dt` (at the rewrite's version or after), delete the
-        files it `replaced` (paths inside `filesystem()`) and its old log entries, as
-        `rewrite_system_table` says. Raises: DeltaError, OSError."""
+        delta_log.system.own_log): checkpoint the table (at the rewrite's version or after; not
+        where `checkpointed`, by a store that writes its own), delete the files it `replaced`
+        (paths inside `filesystem()`) and its old log entries, as `rewrite_system_table` says.
+        `load`: the table, loaded only for a checkpoint or a vacuum. Raises: DeltaError, OSError."""
         keep_s = _keep_s(history_s)
         # of the rewrite, its few files: what a load starts from once the log is cleaned. Skipped
         # when its listing raced a concurrent commit (delta-kernel: "Expected contiguous commit
         # files"): the rewrite stands, and the next one's or the interval's checkpoint follows.
-        with contextlib.suppress(DeltaError):
-            dt.create_checkpoint()
+        dt = None if checkpointed else load()
+        if dt is not None:
+            with contextlib.suppress(DeltaError):
+                dt.create_checkpoint()
         vacuumed = keep_s >= VACUUMED_HISTORY_S
         vacuum_h = max(1, math.ceil(keep_s / 3600))
-        due, full = _REPLACED.add(dt.table_uri, [] if vacuumed else list(replaced), keep_s)
+        due, full = _REPLACED.add(table_uri, [] if vacuumed else list(replaced), keep_s)
         fs, _ = self.filesystem()
         for path in due:
             with contextlib.suppress(OSError):  # gone already (a full vacuum)
                 fs.delete_file(path)
-        if vacuumed:  # the files replaced over vacuum_h hours ago, from their tombstones
-            dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False)
-        if full:  # unreferenced (tombstones expired, or never committed) and vacuum_h hours old
-            dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False, full=True)
-        self.cleanup_log(dt.table_uri, keep_versions=SYSTEM_LOG_KEEP_VERSIONS, min_age_s=keep_s)
+        if vacuumed or full:
+            dt = dt or load()
+            if vacuumed:  # the files replaced over vacuum_h hours ago, from their tombstones
+                dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False)
+            if full:  # unreferenced (tombstones expired, or never committed) and vacuum_h hours old
+                dt.vacuum(retention_hours=vacuum_h, enforce_retention_duration=False, dry_run=False, full=True)
+        self.cleanup_log(table_uri, keep_versions=SYSTEM_LOG_KEEP_VERSIONS, min_age_s=keep_s)
 
     def cleanup_log(self, table_uri: str, *, keep_versions: int, min_age_s: float) -> int:
         """Delete the table's log files `plan_log_cleanup` allows (delta_log.maintenance.log_cleanup

@@ -1,5 +1,8 @@
 """Cross-engine: delta-rs writes, Spark reads and rewrites (dataChange=false), delta-rs reads and appends."""
 
+import json
+import os
+
 import pyarrow as pa
 from chispa import assert_df_equality
 from deltalake import DeltaTable
@@ -97,3 +100,27 @@ def test_spark_optimize_is_transparent(spark, tmp_path):
     assert not diff, (diff, after.column("offset").to_pylist()[:12], after.schema)
     assert reader.partition_offsets()[1].segments == 1
     assert w.append(make_batch(2, partitions=2, topic="interop")).ranges[1].base_offset == 40
+
+
+def test_spark_reads_a_system_table_through_the_checkpoint_its_store_wrote(spark, tmp_path):
+    """The transactions store writes its table's checkpoints itself (delta_log.table.table_state):
+    Spark reads the table through one, the version it names and the rows it holds."""
+    from delta_log.core.transactions import Txn
+    from delta_log.system.transactions import TABLE, TransactionStore
+
+    storage = StorageRoot(str(tmp_path / "root"))
+    store = TransactionStore(storage)
+    epoch = store.claim("app")
+    for i in range(1, 513):  # two rewrites, the second checkpointed by the store
+        store.save(Txn(transactional_id="app", producer_id=i, producer_epoch=0, timeout_ms=60_000), epoch)
+        if i % 256 == 0:
+            assert store.compact(min_rows=256)
+    dt = DeltaTable(storage.system_uri(TABLE))
+    path = dt.table_uri.removeprefix("file://")
+    assert f"{dt.version():020d}.checkpoint.parquet" in os.listdir(os.path.join(path, "_delta_log"))
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+    assert detail.numFiles == 1
+    rows = spark.read.format("delta").load(path).collect()
+    assert [(r.transactional_id, json.loads(r.snapshot)["producer_id"]) for r in rows] == [("app", 512)]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").agg({"version": "max"}).first()[0]
+    assert history == dt.version()

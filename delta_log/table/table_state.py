@@ -151,16 +151,18 @@ class TableState:
         return set(self.adds)
 
     def checkpoint(self, now_ms: int) -> Checkpoint:
-        """The checkpoint of `version` (its rows: the actions are shared, never changed after)."""
+        """The checkpoint of `version` (its rows: the actions are shared, never changed after).
+        Tombstones past retention are forgotten."""
         assert self.protocol is not None and self.metadata is not None
         retention = interval_ms(
             (self.metadata.get("configuration") or {}).get("delta.deletedFileRetentionDuration"),
             _DEFAULT_TOMBSTONE_RETENTION_MS,
         )
+        self.removes = {p: r for p, r in self.removes.items() if r.get("deletionTimestamp", 0) >= now_ms - retention}
         rows: list[dict[str, Any]] = [{"protocol": self.protocol}, {"metaData": self.metadata}]
         rows += [{"txn": t} for t in self.txns.values()]
         rows += [{"add": a} for a in self.adds.values()]
-        rows += [{"remove": r} for r in self.removes.values() if r.get("deletionTimestamp", 0) >= now_ms - retention]
+        rows += [{"remove": r} for r in self.removes.values()]
         return Checkpoint(self.version, rows, self.schema, len(self.adds))
 
 

@@ -103,6 +103,7 @@ def test_tombstones_past_retention_are_left_out_and_last_checkpoint_never_goes_b
     later = TableState.read(log_dir, dt.version() + 1)
     assert later is not None
     later.checkpoint(now_ms + 2 * 3600 * 1000).write(log_dir)  # two hours on: the tombstones expired
+    assert later.removes == {}  # and forgotten
     assert (
         pq.read_table(os.path.join(log_dir, f"{dt.version() + 1:020d}.checkpoint.parquet")).column("remove").null_count
         == len(later.adds) + len(later.txns) + 2

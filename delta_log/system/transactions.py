@@ -396,6 +396,7 @@ class StagedRecords:
     partition: int
     base_sequence: int
     path: str  # relative to the producer's staging directory
+    size: int = 0  # its bytes, as listed (0: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,8 +588,9 @@ class TransactionStaging:
                 kind, _, rest = rel.partition(".")
                 if kind == "records":
                     topic, partition, sequence = rest.split(".", 2)
+                    name = urllib.parse.unquote(topic)
                     records.append(
-                        StagedRecords(urllib.parse.unquote(topic), int(partition), int(sequence.split(".")[0]), rel)
+                        StagedRecords(name, int(partition), int(sequence.split(".")[0]), rel, info.size or 0)
                     )
                 elif kind == "offsets":
                     group, _, name = rest.partition(".")
@@ -596,7 +598,7 @@ class TransactionStaging:
                 elif kind == "added":
                     added.append(rel)
             elif parts[0] == "records" and len(parts) == 4:  # as earlier versions staged: directories
-                records.append(StagedRecords(parts[1], int(parts[2]), int(parts[3].split(".")[0]), rel))
+                records.append(StagedRecords(parts[1], int(parts[2]), int(parts[3].split(".")[0]), rel, info.size or 0))
             elif parts[0] == "offsets" and len(parts) == 3:
                 offsets.append((urllib.parse.unquote(parts[1]), parts[2], rel))
             elif parts[0] == "added" and len(parts) == 2:

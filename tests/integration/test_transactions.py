@@ -6,6 +6,7 @@ coordinator (a restart, or another gateway taking the id over)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shutil
 import threading
@@ -17,9 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from broker import transactions as broker_transactions
 from broker.notifier import CommitNotifier
 from broker.produce import Decoded, Produce, ProduceService
-from broker.transactions import MAX_QUEUED, CommitOffsets, TransactionCoordinator, TxnBatch
+from broker.transactions import MAX_LANDINGS, MAX_QUEUED, CommitOffsets, TransactionCoordinator, TxnBatch
 from conf import TransactionSettings
 from delta_log.core import transactions as rules
 from delta_log.core.acl import ANONYMOUS, principal_of
@@ -215,6 +217,54 @@ def test_a_producer_goes_on_while_a_full_batch_lands_and_waits_once_max_queued_a
         await coordinator.stop()
 
     asyncio.run(main())
+
+
+def _landed_batches(registry: TopicRegistry, topic: str, count: int, value: bytes) -> list[int]:
+    """With its landings held, a version-2 producer decides `count` transactions of `value` into
+    partition 0 of `topic`; once released, how many transactions each topic commit landed."""
+
+    async def main() -> int:
+        gate = asyncio.Event()
+        produce, coordinator = _coordinator(registry, gate)
+        await coordinator.start()
+        current = await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)
+        for _ in range(count):
+            unit = _unit("t1", topic, 0, current, 0, value)
+            unit.adds_to_transaction = True  # Produce v12
+            await produce.produce(ANONYMOUS, [unit])
+            await produce.acked(unit)
+            current = await coordinator.end_txn(
+                ANONYMOUS, "t1", current.producer_id, current.producer_epoch, commit=True, bump=True, wait=False
+            )
+        gate.set()
+        await coordinator.init_producer_id(ANONYMOUS, "t1", 60_000)  # answered once all have landed
+        await coordinator.stop()
+        return current.producer_id
+
+    producer_id = asyncio.run(main())
+    uri = registry.storage.topic_uri(topic)
+    numbers = [
+        DeltaTable(uri, version=v).transaction_version(f"p-t{producer_id}-0") or 0
+        for v in range(DeltaTable(uri).version() + 1)
+    ]
+    landed = sorted(set(numbers))
+    assert landed[-1] == count and len(_values(registry, topic)) == count
+    return [b - a for a, b in itertools.pairwise(landed)]
+
+
+def test_decisions_queued_behind_a_landing_land_together_up_to_max_landings(registry):
+    """Decisions queued while a landing is held land together behind it: MAX_LANDINGS to a topic
+    commit, at most."""
+    batches = _landed_batches(registry, "a", MAX_LANDINGS + 3, b"v")
+    assert max(batches) == MAX_LANDINGS and sum(batches) == MAX_LANDINGS + 3
+
+
+def test_decisions_land_together_up_to_max_landing_bytes_of_staged_records(registry, monkeypatch):
+    """A landing reads its transactions' records into memory at once, so decisions join one only
+    up to MAX_LANDING_BYTES of staged records (the first whatever its size)."""
+    monkeypatch.setattr(broker_transactions, "MAX_LANDING_BYTES", 25_000)  # two 10 KB transactions, not three
+    batches = _landed_batches(registry, "b", 7, b"x" * 10_000)
+    assert max(batches) == 2 and sum(batches) == 7
 
 
 def test_a_commit_lands_each_topic_once_and_the_offsets_after(registry):

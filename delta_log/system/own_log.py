@@ -191,7 +191,7 @@ class OwnLog:
         if (own := self.checkpoint()) is not None:
             try:
                 own.write(self.log_dir)
-            except OSError as exc:  # the next interval's covers it
+            except (OSError, pa.ArrowException) as exc:  # the next interval's covers it
                 log.warning("checkpoint of the %s table failed: %s", self.name, exc)
             return
         if self._checkpointing:

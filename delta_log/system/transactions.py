@@ -337,7 +337,11 @@ class TransactionStore:
                 load=lambda: DeltaTable(uri, storage_options=self.storage.options()),
                 checkpointed=checkpoint is not None,
             )
-        except (DeltaError, OSError):  # the rewrite stands; the next one's checkpoint and cleanup follow
+        except (
+            DeltaError,
+            OSError,
+            pa.ArrowException,
+        ):  # the rewrite stands; the next one's checkpoint and cleanup follow
             pass
         return True
 

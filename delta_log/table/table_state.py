@@ -33,6 +33,8 @@ import pyarrow.parquet as pq
 from delta_log.table.log_entries import entries_from
 
 LAST_CHECKPOINT = "_last_checkpoint"
+#: the actions a state keeps: what a plain table's checkpoint holds
+_FOLLOWED = ("protocol", "metaData", "txn", "add", "remove")
 _DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000  # Delta's default: a week
 _UNIT_MS = {
     "millisecond": 1,
@@ -106,10 +108,10 @@ class TableState:
             table = pq.read_table(path)
         except FileNotFoundError:
             return None
-        if "sidecar" in table.column_names and table.column("sidecar").null_count < table.num_rows:
-            return None
+        kinds = [k for k in _FOLLOWED if k in table.column_names]
+        if any(table.column(k).null_count < table.num_rows for k in table.column_names if k not in _FOLLOWED):
+            return None  # actions this module does not keep (domain metadata, sidecars, V2's)
         state = cls(at, table.schema)
-        kinds = [k for k in ("protocol", "metaData", "txn", "add", "remove") if k in table.column_names]
         for kind in kinds:
             column = table.column(kind)
             type_ = column.type

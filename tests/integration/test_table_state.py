@@ -113,12 +113,21 @@ def test_tombstones_past_retention_are_left_out_and_last_checkpoint_never_goes_b
     assert sorted(DeltaTable(path).to_pyarrow_table().column("x").to_pylist()) == [1, 1, 2, 2, 3]
 
 
-def test_a_table_without_a_checkpoint_or_with_a_multi_part_one_is_not_followed(tmp_path):
+def test_a_table_without_a_checkpoint_or_with_actions_it_does_not_keep_is_not_followed(tmp_path):
+    """No checkpoint, one holding actions a state does not keep (domain metadata), or a multi-part
+    one: not followed (None), so delta-rs checkpoints the table and nothing is left out."""
     path = str(tmp_path / "t")
     write_deltalake(path, pa.table({"x": pa.array([1], pa.int64())}))
     log_dir = os.path.join(path, "_delta_log")
     assert TableState.read(log_dir, 0) is None  # delta-rs checkpoints it
     DeltaTable(path).create_checkpoint()
+    assert TableState.read(log_dir, 0) is not None
+    checkpoint = os.path.join(log_dir, f"{0:020d}.checkpoint.parquet")
+    plain = pq.read_table(checkpoint)
+    domain = {"domainMetadata": {"domain": "d", "configuration": "{}", "removed": False}}
+    pq.write_table(pa.concat_tables([plain, pa.Table.from_pylist([domain], schema=plain.schema)]), checkpoint)
+    assert TableState.read(log_dir, 0) is None
+    pq.write_table(plain, checkpoint)
     assert TableState.read(log_dir, 0) is not None
     with open(os.path.join(log_dir, LAST_CHECKPOINT), "w") as f:
         json.dump({"version": 0, "size": 3, "parts": 2}, f)

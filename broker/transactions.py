@@ -751,7 +751,8 @@ class TransactionCoordinator:
             sealed = staging.seal(tid, pid, staged_epoch, txn.number)
             taken["sealed"] = sealed
             found = staging.staged(tid, pid, staged_epoch, sealed=sealed)
-            taken["size"] = sum(s.size for s in found.records)
+            # what its landing reads (an abort's records are dropped unread)
+            taken["size"] = sum(s.size for s in found.records) if txn.state == rules.PREPARE_COMMIT else 0
             taken["decision"] = {
                 "producer_id": pid,
                 "staged_epoch": staged_epoch,

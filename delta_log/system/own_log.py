@@ -182,8 +182,11 @@ class OwnLog:
 
     def checkpoint(self) -> Checkpoint | None:
         """The table's checkpoint at `version`, to write (`Checkpoint.write`, which needs no lock);
-        None where its state is not followed."""
-        return None if self.state is None else self.state.checkpoint(int(time.time() * 1000))
+        None where its state is not followed, or an entry since changed its metadata or protocol
+        (the store reads the table anew; delta-rs checkpoints whatever the protocol asks)."""
+        if self.state is None or self.changed:
+            return None
+        return self.state.checkpoint(int(time.time() * 1000))
 
     def _checkpoint(self, storage: StorageRoot, uri: str) -> None:
         """Every `delta.checkpointInterval` versions, as delta-rs's hook would, on a thread of its

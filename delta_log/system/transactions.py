@@ -24,9 +24,10 @@ saved to the table: its staging is its durable record). Topic and group names ar
 too, so a name splits at its dots. One directory a producer's transaction, no more: on local disk
 a directory costs as much as a file to make and delete, and each transaction makes and deletes
 its own (measured on ext4 without a journal, as on this project's machines: nested directories per topic and partition took 4 of the 7 inodes a
-small transaction made, and allocating inodes 20% of the gateway's CPU). Staging written by
-earlier versions, in directories `records/<topic>/<partition>/`, `offsets/<group>/` and
-`added/`, is read as well. On local disk a file is written beside its
+small transaction made, and allocating inodes 20% of the gateway's CPU). A name too long for one
+file name (a topic or group of 190 bytes or so) is staged in directories, `records/<topic>/<partition>/`
+or `offsets/<group>/`, as earlier versions staged every one; those are read as well, and a request
+found both ways (a retry across an upgrade) lands once. On local disk a file is written beside its
 place and renamed in (a reader sees all of it or nothing), as durable as the appends it stands for:
 fsynced (file and directory) for a `log` topic, whose plain produce acks after an fsync; written
 like a Delta table's own files otherwise (a `table` topic's records, group offsets), which a
@@ -328,21 +329,20 @@ class TransactionStore:
         finally:
             self._compacting = False
         uri = self._dt.table_uri
-        try:  # without the lock; delta-rs's on a table object of its own (a load)
-            if checkpoint is not None:
+        if checkpoint is not None:  # without the lock
+            try:
                 checkpoint.write(own.log_dir)
+            except (OSError, pa.ArrowException):  # delta-rs's, then
+                checkpoint = None
+        # delta-rs's checkpoint on a table object of its own (a load); refused, the rewrite stands
+        # and the next one's checkpoint and cleanup follow
+        with contextlib.suppress(DeltaError, OSError):
             self.storage.after_system_rewrite(
                 uri,
                 list(paths.values()),
                 load=lambda: DeltaTable(uri, storage_options=self.storage.options()),
                 checkpointed=checkpoint is not None,
             )
-        except (
-            DeltaError,
-            OSError,
-            pa.ArrowException,
-        ):  # the rewrite stands; the next one's checkpoint and cleanup follow
-            pass
         return True
 
     def _compact_through_delta_rs(self, counted: int, expire_before_ms: int | None, keep: frozenset[str]) -> bool:
@@ -390,6 +390,18 @@ class TransactionStore:
 def _quote(name: str) -> str:
     """`name` as one part of a staged file's name: quoted, dots too (the parts' separator)."""
     return urllib.parse.quote(name, safe="").replace(".", "%2E")
+
+
+#: the longest flat staged file name: its temporary name (`_put`) adds 37 bytes, and a file name
+#: has 255 at most (ext4 and most file systems)
+_FLAT_NAME_MAX = 200
+
+
+def _staged_path(directory: str, flat: str, nested: str) -> str:
+    """A staged file's path: flat in the producer's directory, or, where its name would be too long
+    (a topic or group name of 190 bytes or so), in the nested directories earlier versions wrote
+    (`records/<topic>/<partition>/<sequence>.arrow`, `offsets/<group>/<time>.json`)."""
+    return f"{directory}/{flat}" if len(flat.encode()) <= _FLAT_NAME_MAX else f"{directory}/{nested}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,8 +539,12 @@ class TransactionStaging:
         with ipc.new_stream(sink, batch.schema) as writer:
             writer.write_table(batch)
         suffix = f".{hashlib.blake2b(lane.encode(), digest_size=6).hexdigest()}" if lane else ""
-        name = f"records.{_quote(topic)}.{partition}.{base_sequence:010d}{suffix}.arrow"
-        path = f"{self._dir(transactional_id, producer_id, epoch)}/{name}"
+        sequence = f"{base_sequence:010d}{suffix}.arrow"
+        path = _staged_path(
+            self._dir(transactional_id, producer_id, epoch),
+            f"records.{_quote(topic)}.{partition}.{sequence}",
+            f"records/{topic}/{partition}/{sequence}",
+        )
         self._put(path, sink.getvalue(), sync=sync)
 
     def stage_offsets(
@@ -537,7 +553,11 @@ class TransactionStaging:
         """Keep a TxnOffsetCommit's offsets until the transaction is decided (later ones win), as
         durable as the offsets table's own commits. Raises: StorageUnavailableError."""
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-        path = f"{self._dir(transactional_id, producer_id, epoch)}/offsets.{_quote(group)}.{name}"
+        path = _staged_path(
+            self._dir(transactional_id, producer_id, epoch),
+            f"offsets.{_quote(group)}.{name}",
+            f"offsets/{_quote(group)}/{name}",
+        )
         self._put(path, json.dumps(list(offsets), separators=(",", ":")).encode(), sync=False)
 
     def record_added(
@@ -577,7 +597,10 @@ class TransactionStaging:
         root = self._dir(transactional_id, producer_id, epoch, sealed)
         with translate_storage_errors():
             infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-        records: list[StagedRecords] = []
+        # by (topic, partition, sequence and lane): one file a request, the flat one where a retry
+        # of a request staged in directories (before an upgrade, unacked) wrote it again flat
+        flat_records: dict[tuple[str, int, str], StagedRecords] = {}
+        nested_records: dict[tuple[str, int, str], StagedRecords] = {}
         offsets: list[tuple[str, str, str]] = []  # group, name (from the time staged), path
         added: list[str] = []
         oldest = -1
@@ -593,20 +616,23 @@ class TransactionStaging:
                 if kind == "records":
                     topic, partition, sequence = rest.split(".", 2)
                     name = urllib.parse.unquote(topic)
-                    records.append(
-                        StagedRecords(name, int(partition), int(sequence.split(".")[0]), rel, info.size or 0)
+                    flat_records[(name, int(partition), sequence)] = StagedRecords(
+                        name, int(partition), int(sequence.split(".")[0]), rel, info.size or 0
                     )
                 elif kind == "offsets":
                     group, _, name = rest.partition(".")
                     offsets.append((urllib.parse.unquote(group), name, rel))
                 elif kind == "added":
                     added.append(rel)
-            elif parts[0] == "records" and len(parts) == 4:  # as earlier versions staged: directories
-                records.append(StagedRecords(parts[1], int(parts[2]), int(parts[3].split(".")[0]), rel, info.size or 0))
+            elif parts[0] == "records" and len(parts) == 4:  # directories: a long name's, or an earlier version's
+                nested_records[(parts[1], int(parts[2]), parts[3])] = StagedRecords(
+                    parts[1], int(parts[2]), int(parts[3].split(".")[0]), rel, info.size or 0
+                )
             elif parts[0] == "offsets" and len(parts) == 3:
                 offsets.append((urllib.parse.unquote(parts[1]), parts[2], rel))
             elif parts[0] == "added" and len(parts) == 2:
                 added.append(rel)
+        records = [*flat_records.values(), *(r for k, r in nested_records.items() if k not in flat_records)]
         records.sort(key=lambda r: (r.topic, r.partition, r.base_sequence, r.path))
         offsets.sort()  # by group, then the time staged
         found = tuple(StagedOffsets(group, rel) for group, _, rel in offsets)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ import pyarrow.parquet as pq
 from delta_log.table.log_entries import entries_from
 
 LAST_CHECKPOINT = "_last_checkpoint"
+#: held while `_last_checkpoint` is read and replaced
+_POINTING = threading.Lock()
 #: the actions a state keeps: what a plain table's checkpoint holds
 _FOLLOWED = ("protocol", "metaData", "txn", "add", "remove")
 _DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000  # Delta's default: a week
@@ -196,8 +199,9 @@ class Checkpoint:
             }
             with open(tmp + ".last", "w", encoding="utf-8") as f:
                 json.dump(last, f)
-            if _last_version(log_dir) < self.version:  # never back to an older one
-                os.replace(tmp + ".last", os.path.join(log_dir, LAST_CHECKPOINT))
+            with _POINTING:  # never back to an older one (two of this process's writers)
+                if _last_version(log_dir) < self.version:
+                    os.replace(tmp + ".last", os.path.join(log_dir, LAST_CHECKPOINT))
         finally:
             for name in (tmp, tmp + ".last"):
                 with contextlib.suppress(OSError):

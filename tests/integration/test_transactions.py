@@ -562,6 +562,18 @@ def test_a_producers_staging_is_one_directory_whose_file_names_carry_topics_and_
     assert staging.read_offsets("t9", 8, 0, found.offsets) == [
         {"group": "g.1/2", "topic": "a", "partition": 1, "offset": 7}
     ]
+    # a retry of that request, unacked before an upgrade, staged again flat: one file, not two
+    staging.write_records("t9", 8, 0, "x.y", 1, 3, rows)
+    found = staging.staged("t9", 8, 0)
+    assert [(r.topic, r.base_sequence, "/" in r.path) for r in found.records] == [("x.y", 3, False)]
+
+    long_topic, long_group = "t." * 110 + "z", "g" * 200  # a flat name past 200 bytes: directories
+    staging.write_records("t9", 9, 0, long_topic, 0, 1, rows)
+    staging.stage_offsets("t9", 9, 0, long_group, [{"topic": long_topic, "partition": 0, "offset": 1}])
+    found = staging.staged("t9", 9, 0)
+    assert [(r.topic, r.partition, r.base_sequence) for r in found.records] == [(long_topic, 0, 1)]
+    assert staging.read_records("t9", 9, 0, found.records) == [rows]
+    assert [o["group"] for o in staging.read_offsets("t9", 9, 0, found.offsets)] == [long_group]
 
 
 def test_a_roll_forward_that_fails_at_takeover_is_retried_and_the_next_producer_waits_for_it(registry):

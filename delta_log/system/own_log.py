@@ -77,7 +77,7 @@ class OwnLog:
     @property
     def files(self) -> set[str] | None:
         """The table's files at `version` (None: not followed)."""
-        return set(self.state.adds) if self.state is not None else self._files
+        return self.state.files if self.state is not None else self._files
 
     @files.setter
     def files(self, files: set[str]) -> None:

@@ -72,11 +72,20 @@ def _as_json(value: Any, type_: pa.DataType) -> Any:
     return value
 
 
+def _last_checkpoint(log_dir: str) -> dict[str, Any] | None:
+    """What `_last_checkpoint` says (None: no such file). Raises: OSError, ValueError."""
+    try:
+        with open(os.path.join(log_dir, LAST_CHECKPOINT), encoding="utf-8") as f:
+            return dict(json.load(f))
+    except FileNotFoundError:
+        return None
+
+
 def _last_version(log_dir: str) -> int:
     """The version `_last_checkpoint` names (-1: none, or unreadable)."""
     try:
-        with open(os.path.join(log_dir, LAST_CHECKPOINT), encoding="utf-8") as f:
-            return int(json.load(f)["version"])
+        last = _last_checkpoint(log_dir)
+        return -1 if last is None else int(last["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return -1
 
@@ -98,10 +107,7 @@ class TableState:
         """The state at `version` (which must be in the log): from the latest classic checkpoint
         at or before it, then its entries. None: no such checkpoint (delta-rs checkpoints the
         table), or one this module does not read (multi-part, V2). Raises: OSError, ValueError."""
-        try:
-            with open(os.path.join(log_dir, LAST_CHECKPOINT), encoding="utf-8") as f:
-                last = json.load(f)
-        except FileNotFoundError:
+        if (last := _last_checkpoint(log_dir)) is None:
             return None
         at = int(last["version"])
         if at > version or last.get("parts") or "v2Checkpoint" in last:
